@@ -1,0 +1,56 @@
+import type { LedgerConfig } from "./config/config.js";
+import { EventBus } from "./events/bus.js";
+import type { LedgerDeps } from "./ledger/deps.js";
+import { loadPlugins } from "./plugins/plugins.js";
+import { createServer } from "./server/server.js";
+import { openDatabase, type Database, type DatabaseTarget } from "./storage/db.js";
+
+/** How to start a ledger. */
+export interface StartOptions {
+  config: LedgerConfig;
+  database: DatabaseTarget;
+  /** Default "127.0.0.1". */
+  host?: string;
+  /** Default 0 (a free port). */
+  port?: number;
+  /** Working directory: default directory of new sessions. Default `process.cwd()`. */
+  cwd?: string;
+}
+
+/** A running ledger: its URL, its database, and a graceful `close`. */
+export interface RunningLedger {
+  url: string;
+  port: number;
+  host: string;
+  database: Database;
+  deps: LedgerDeps;
+  /** Stops accepting, waits for in-flight requests (up to `graceMs`), closes the database. */
+  close(graceMs?: number): Promise<void>;
+}
+
+/**
+ * Opens the database (running migrations), loads plugins, and starts the server on one
+ * plaintext port. Throws when the database cannot be opened or a plugin cannot be loaded; the
+ * database is closed again in that case.
+ */
+export async function startLedger(options: StartOptions): Promise<RunningLedger> {
+  const database = await openDatabase(options.database);
+  try {
+    const plugins = await loadPlugins(options.config.plugins);
+    const deps: LedgerDeps = { db: database.db, bus: new EventBus(), config: options.config, plugins, cwd: options.cwd ?? process.cwd() };
+    const server = createServer(deps);
+    const address = await server.listen(options.port ?? 0, options.host ?? "127.0.0.1");
+    return {
+      ...address,
+      database,
+      deps,
+      async close(graceMs) {
+        await server.close(graceMs);
+        await database.close();
+      },
+    };
+  } catch (error) {
+    await database.close();
+    throw error;
+  }
+}

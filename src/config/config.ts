@@ -1,0 +1,183 @@
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { parse as parseJsonc, printParseErrorCode, type ParseError } from "jsonc-parser";
+import { z } from "zod";
+import { BUILT_IN_AGENTS, type AgentInfo } from "./agents.js";
+import { DEFAULT_LIMITS, type Limits } from "./limits.js";
+
+const modelRef = z.string().regex(/^[^/\s]+\/\S+$/, 'expected "provider/model"');
+const permission = z.enum(["allow", "deny", "ask"]);
+
+const modelSchema = z.object({
+  name: z.string().optional(),
+  variants: z.record(z.string(), z.record(z.string(), z.unknown())).default({}),
+  modalities: z.object({ input: z.array(z.string()).default(["text"]), output: z.array(z.string()).default(["text"]) }).optional(),
+  cost: z.object({ input: z.number(), output: z.number(), cache_read: z.number().optional(), cache_write: z.number().optional() }).optional(),
+  limit: z.object({ context: z.number().optional(), output: z.number().optional() }).optional(),
+  options: z.record(z.string(), z.unknown()).default({}),
+});
+
+const providerSchema = z.object({
+  npm: z.string().optional(),
+  name: z.string().optional(),
+  options: z.record(z.string(), z.unknown()).default({}),
+  models: z.record(z.string(), modelSchema).default({}),
+});
+
+const agentSchema = z.object({
+  description: z.string().optional(),
+  mode: z.enum(["primary", "subagent", "all"]).optional(),
+  hidden: z.boolean().optional(),
+  model: modelRef.optional(),
+  variant: z.string().optional(),
+  prompt: z.string().optional(),
+  permission: z.record(z.string(), permission).optional(),
+  steps: z.number().int().positive().optional(),
+  disable: z.boolean().optional(),
+});
+
+const limitsSchema = z
+  .object({
+    request_bytes: z.number().int().positive(),
+    text_part_bytes: z.number().int().positive(),
+    data_url_bytes: z.number().int().positive(),
+    attachment_bytes: z.number().int().positive(),
+    parts_per_prompt: z.number().int().positive(),
+  })
+  .partial();
+
+/** The shape of `ledger.json` (JSONC allowed), in the opencode.json style. */
+export const configFileSchema = z.object({
+  $schema: z.string().optional(),
+  model: modelRef.optional(),
+  default_agent: z.string().optional(),
+  agent: z.record(z.string(), agentSchema).default({}),
+  provider: z.record(z.string(), providerSchema).default({}),
+  roots: z.array(z.string()).default([]),
+  limits: limitsSchema.default({}),
+  plugin: z.array(z.string()).default([]),
+  plugins: z.array(z.string()).default([]),
+  cors: z.object({ origins: z.array(z.string()).default([]) }).default({ origins: [] }),
+});
+
+/** A parsed `ledger.json` before defaults are merged. */
+export type ConfigFile = z.infer<typeof configFileSchema>;
+/** A configured provider entry. */
+export type ProviderConfig = z.infer<typeof providerSchema>;
+/** A configured model entry. */
+export type ModelConfig = z.infer<typeof modelSchema>;
+
+/** Everything the ledger reads from configuration, with defaults applied. */
+export interface LedgerConfig {
+  /** The file it came from, when there was one. */
+  source?: string;
+  /** Default model, as provider/model ids. */
+  model?: { providerId: string; modelId: string };
+  defaultAgent: string;
+  /** Every agent (built-in merged with config), by name. Disabled agents are removed. */
+  agents: Map<string, AgentInfo>;
+  providers: Record<string, ProviderConfig>;
+  /** Absolute directories where `file:` reads are allowed besides the session directory. */
+  roots: string[];
+  limits: Limits;
+  /** Absolute paths (or package names) of plugin modules. */
+  plugins: string[];
+  /** Allowed browser origins beyond loopback ones (`*` allows any). */
+  corsOrigins: string[];
+}
+
+/** Config file names looked up in the working directory, in order. */
+export const CONFIG_FILE_NAMES = ["ledger.json", "ledger.jsonc"];
+
+/**
+ * Loads configuration: `explicitPath` (from `--config`), else `LEDGER_CONFIG`, else `ledger.json`
+ * / `ledger.jsonc` in `cwd`, else built-in defaults. `{env:NAME}` in any string is replaced by
+ * that environment variable (empty when unset). Throws `ConfigError` naming the file and the
+ * offending key when the file is missing (explicit path), not JSONC, or fails the schema.
+ */
+export function loadConfig(options: { explicitPath?: string; cwd?: string; env?: NodeJS.ProcessEnv } = {}): LedgerConfig {
+  const env = options.env ?? process.env;
+  const cwd = options.cwd ?? process.cwd();
+  const wanted = options.explicitPath ?? env.LEDGER_CONFIG;
+  const file = wanted ? path.resolve(cwd, wanted) : CONFIG_FILE_NAMES.map((n) => path.join(cwd, n)).find((p) => existsSync(p));
+  if (!file) return buildConfig(configFileSchema.parse({}), undefined, cwd);
+  if (!existsSync(file)) throw new ConfigError(`config file ${file} does not exist`);
+  return buildConfig(parseConfigText(readFileSync(file, "utf8"), file, env), file, path.dirname(file));
+}
+
+/** Parses JSONC text into a validated `ConfigFile`; `{env:NAME}` substituted. Throws `ConfigError`. */
+export function parseConfigText(text: string, file: string, env: NodeJS.ProcessEnv = process.env): ConfigFile {
+  const errors: ParseError[] = [];
+  const raw: unknown = parseJsonc(text, errors, { allowTrailingComma: true });
+  if (errors.length > 0) {
+    const first = errors[0]!;
+    throw new ConfigError(`${file}: invalid JSONC at offset ${first.offset}: ${printParseErrorCode(first.error)}`);
+  }
+  const parsed = configFileSchema.safeParse(substituteEnv(raw, env));
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new ConfigError(`${file}: ${issue.path.join(".") || "(root)"}: ${issue.message}`);
+  }
+  return parsed.data;
+}
+
+/** Configuration is unusable; the message names the file and key. */
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+/** Splits "provider/model" at the first slash. */
+export function parseModelRef(value: string): { providerId: string; modelId: string } {
+  const slash = value.indexOf("/");
+  return { providerId: value.slice(0, slash), modelId: value.slice(slash + 1) };
+}
+
+function buildConfig(file: ConfigFile, source: string | undefined, baseDir: string): LedgerConfig {
+  const agents = new Map<string, AgentInfo>(BUILT_IN_AGENTS.map((a) => [a.name, { ...a, permission: { ...a.permission } }]));
+  for (const [name, override] of Object.entries(file.agent)) {
+    if (override.disable) {
+      agents.delete(name);
+      continue;
+    }
+    const base = agents.get(name) ?? { name, description: "", mode: "all" as const, hidden: false, permission: { "*": "allow" as const }, builtIn: false };
+    agents.set(name, {
+      ...base,
+      description: override.description ?? base.description,
+      mode: override.mode ?? base.mode,
+      hidden: override.hidden ?? base.hidden,
+      model: override.model ? parseModelRef(override.model) : base.model,
+      variant: override.variant ?? base.variant,
+      prompt: override.prompt ?? base.prompt,
+      permission: { ...base.permission, ...override.permission },
+      steps: override.steps ?? base.steps,
+    });
+  }
+  const defaultAgent = file.default_agent ?? "build";
+  if (!agents.has(defaultAgent)) throw new ConfigError(`${source ?? "config"}: default_agent: agent "${defaultAgent}" is not defined`);
+  return {
+    source,
+    model: file.model ? parseModelRef(file.model) : firstModel(file.provider),
+    defaultAgent,
+    agents,
+    providers: file.provider,
+    roots: file.roots.map((r) => path.resolve(baseDir, r)),
+    limits: { ...DEFAULT_LIMITS, ...file.limits },
+    plugins: [...file.plugin, ...file.plugins].map((p) => (p.startsWith(".") || path.isAbsolute(p) ? path.resolve(baseDir, p) : p)),
+    corsOrigins: file.cors.origins,
+  };
+}
+
+function firstModel(providers: Record<string, ProviderConfig>): LedgerConfig["model"] {
+  for (const [providerId, provider] of Object.entries(providers)) {
+    const modelId = Object.keys(provider.models)[0];
+    if (modelId) return { providerId, modelId };
+  }
+  return undefined;
+}
+
+function substituteEnv(value: unknown, env: NodeJS.ProcessEnv): unknown {
+  if (typeof value === "string") return value.replace(/\{env:([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => env[name] ?? "");
+  if (Array.isArray(value)) return value.map((v) => substituteEnv(v, env));
+  if (value && typeof value === "object") return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substituteEnv(v, env)]));
+  return value;
+}

@@ -1,0 +1,26 @@
+/**
+ * Size and count limits, all enforced before anything is persisted. Over a limit the request
+ * fails with `RESOURCE_EXHAUSTED` naming the limit and the value (design.md §2).
+ * Configure them under `limits` in ledger.json (snake_case keys, same names).
+ */
+export interface Limits {
+  /** Largest request message, in bytes after decompression (connect `readMaxBytes`). Default 32 MiB. */
+  request_bytes: number;
+  /** Largest text draft, in bytes of UTF-8. Default 1 MiB. */
+  text_part_bytes: number;
+  /** Largest decoded `data:` URL body, in bytes. Default 20 MiB. */
+  data_url_bytes: number;
+  /** Largest file inlined as an attachment (image/PDF read from `file:`), in bytes. Default 20 MiB. */
+  attachment_bytes: number;
+  /** Most drafts in one prompt. Default 256. */
+  parts_per_prompt: number;
+}
+
+/** The defaults of every limit. */
+export const DEFAULT_LIMITS: Limits = {
+  request_bytes: 32 * 1024 * 1024,
+  text_part_bytes: 1024 * 1024,
+  data_url_bytes: 20 * 1024 * 1024,
+  attachment_bytes: 20 * 1024 * 1024,
+  parts_per_prompt: 256,
+};

@@ -1,0 +1,31 @@
+import { monotonicFactory } from "ulid";
+
+/** Prefixes of server ids: sessions, messages, parts. */
+export type IdPrefix = "ses" | "msg" | "prt";
+
+/** A session id: `ses_` + a 26-character ULID. */
+export type SessionId = `ses_${string}`;
+/** A message id: `msg_` + a 26-character ULID. */
+export type MessageId = `msg_${string}`;
+/** A part id: `prt_` + a 26-character ULID. */
+export type PartId = `prt_${string}`;
+
+type IdOf<P extends IdPrefix> = P extends "ses" ? SessionId : P extends "msg" ? MessageId : PartId;
+
+const ulid = monotonicFactory();
+const ULID = /^[0-9A-HJKMNP-TV-Z]{26}$/;
+
+/**
+ * Makes a new id with `prefix`: `prefix_` + ULID. ULIDs are time-ordered (48-bit millisecond
+ * time, which does not wrap before year 10889) and monotonic within a millisecond in this
+ * process, so ids made here ascend. Ids only identify; ordering in the ledger uses positions.
+ * Follows OpenCode `Identifier.ascending` without its 48-bit counter wrap.
+ */
+export function newId<P extends IdPrefix>(prefix: P): IdOf<P> {
+  return `${prefix}_${ulid()}` as IdOf<P>;
+}
+
+/** True when `value` is `prefix_` + a valid ULID. */
+export function isId<P extends IdPrefix>(prefix: P, value: string): value is IdOf<P> {
+  return value.startsWith(`${prefix}_`) && ULID.test(value.slice(prefix.length + 1));
+}

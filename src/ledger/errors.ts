@@ -1,0 +1,108 @@
+/**
+ * Typed domain errors. The domain throws these; `src/server/errors.ts` maps each class to one
+ * Connect `Code` in a single table, so the domain never imports the transport. Every error
+ * carries the fields a client needs (`field` names the request field, dotted with indexes,
+ * e.g. `parts[1].file.url`).
+ */
+
+/** Base class of every error a client may see. `reason` is a stable UPPER_SNAKE identifier. */
+export abstract class LedgerError extends Error {
+  /** Stable, machine-readable reason (goes into `google.rpc.ErrorInfo.reason`). */
+  abstract readonly reason: string;
+  /** Extra string facts for `ErrorInfo.metadata`. */
+  readonly metadata: Record<string, string>;
+
+  constructor(message: string, metadata: Record<string, string> = {}) {
+    super(message);
+    this.name = new.target.name;
+    this.metadata = metadata;
+  }
+}
+
+/** A request field is malformed. Maps to `INVALID_ARGUMENT` with a `BadRequest` violation on `field`. */
+export class InvalidArgumentError extends LedgerError {
+  readonly reason = "INVALID_ARGUMENT";
+  constructor(readonly field: string, description: string) {
+    super(`${field}: ${description}`, { field });
+  }
+}
+
+/** A session id names no session. Maps to `NOT_FOUND`. */
+export class SessionNotFoundError extends LedgerError {
+  readonly reason = "SESSION_NOT_FOUND";
+  constructor(readonly sessionId: string, readonly field = "session_id") {
+    super(`${field}: session ${sessionId} not found`, { session_id: sessionId });
+  }
+}
+
+/** A message id names no message of the session. Maps to `NOT_FOUND`. */
+export class MessageNotFoundError extends LedgerError {
+  readonly reason = "MESSAGE_NOT_FOUND";
+  constructor(readonly messageId: string, readonly field = "message_id") {
+    super(`${field}: message ${messageId} not found`, { message_id: messageId });
+  }
+}
+
+/** The requested agent does not exist or is hidden. Maps to `NOT_FOUND`, listing `available`. */
+export class AgentNotFoundError extends LedgerError {
+  readonly reason = "AGENT_NOT_FOUND";
+  constructor(readonly agent: string, readonly available: string[], readonly field = "agent") {
+    super(`${field}: agent "${agent}" not found; available agents: ${available.join(", ")}`, {
+      agent,
+      available: available.join(","),
+    });
+  }
+}
+
+/** A client-supplied id is already used by different content. Maps to `ALREADY_EXISTS`. */
+export class AlreadyExistsError extends LedgerError {
+  readonly reason = "ALREADY_EXISTS";
+  constructor(readonly field: string, readonly id: string, detail: string) {
+    super(`${field}: ${id} ${detail}`, { field, id });
+  }
+}
+
+/** A size or count limit was exceeded. Maps to `RESOURCE_EXHAUSTED`, naming `limit` and `value`. */
+export class LimitExceededError extends LedgerError {
+  readonly reason = "LIMIT_EXCEEDED";
+  constructor(readonly field: string, readonly limit: string, readonly max: number, readonly actual: number, unit: string) {
+    super(`${field}: ${actual} ${unit} exceeds limit ${limit} (${max} ${unit})`, {
+      field,
+      limit,
+      max: String(max),
+      actual: String(actual),
+    });
+  }
+}
+
+/** A file path lies outside the session directory and configured roots. Maps to `PERMISSION_DENIED`. */
+export class PathNotAllowedError extends LedgerError {
+  readonly reason = "PATH_NOT_ALLOWED";
+  constructor(readonly field: string, readonly path: string, why = "is outside the session directory and the configured roots") {
+    super(`${field}: ${path} ${why}`, { field, path });
+  }
+}
+
+/**
+ * The operation cannot run in the current state (e.g. no model provider is configured, so the
+ * agent loop cannot answer). Maps to `FAILED_PRECONDITION`; `metadata` says what was stored.
+ */
+export class PreconditionError extends LedgerError {
+  constructor(readonly reason: string, message: string, metadata: Record<string, string> = {}) {
+    super(message, metadata);
+  }
+}
+
+/** The feature exists in the contract but is not built yet. Maps to `UNIMPLEMENTED`. */
+export class NotImplementedError extends LedgerError {
+  readonly reason = "NOT_IMPLEMENTED";
+}
+
+/** A configured plugin failed; nothing was written. Maps to `INTERNAL` with a safe message. */
+export class PluginError extends LedgerError {
+  readonly reason = "PLUGIN_FAILED";
+  constructor(readonly plugin: string, readonly hook: string, options?: { cause?: unknown }) {
+    super(`plugin ${plugin} failed in ${hook}; nothing was stored`, { plugin, hook });
+    if (options?.cause !== undefined) this.cause = options.cause;
+  }
+}

@@ -1,0 +1,53 @@
+import { create } from "@bufbuild/protobuf";
+import { MessageWithPartsSchema, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import type { Part } from "../../gen/ledger/v1/part_pb.js";
+import type { Kysely } from "kysely";
+import { getMessageRow, listMessageRows, listPartRows, rowToMessage, rowToPart } from "../storage/message-store.js";
+import type { DB, MessageRow } from "../storage/schema.js";
+import { getSession } from "../storage/session-store.js";
+import type { LedgerDeps } from "./deps.js";
+import { MessageNotFoundError, SessionNotFoundError } from "./errors.js";
+import { decodePageToken, encodePageToken } from "./page-token.js";
+
+/** Default and maximum `page_size` of ListMessages. */
+export const MESSAGE_PAGE = { default: 100, max: 1000 } as const;
+
+/**
+ * One page of a session's messages with their parts, oldest first (by server position).
+ * `pageToken` continues after the previous page; `nextPageToken` is empty on the last page.
+ * Throws `SessionNotFoundError` (NOT_FOUND) and `InvalidArgumentError` (bad `page_token`).
+ */
+export async function listMessages(
+  deps: LedgerDeps,
+  sessionId: string,
+  page: { pageSize: number; pageToken: string },
+): Promise<{ messages: MessageWithParts[]; nextPageToken: string }> {
+  if (!(await getSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+  const limit = Math.min(page.pageSize || MESSAGE_PAGE.default, MESSAGE_PAGE.max);
+  const after = page.pageToken ? Number(decodePageToken("page_token", page.pageToken, ["p"]).p) : undefined;
+  const rows = await listMessageRows(deps.db, sessionId, { afterPosition: after, limit: limit + 1 });
+  const pageRows = rows.slice(0, limit);
+  const last = pageRows.at(-1);
+  return {
+    messages: await withParts(deps.db, pageRows),
+    nextPageToken: rows.length > limit && last ? encodePageToken({ p: Number(last.position) }) : "",
+  };
+}
+
+/** One message with its parts. Throws `SessionNotFoundError` or `MessageNotFoundError` (NOT_FOUND). */
+export async function getMessage(deps: LedgerDeps, sessionId: string, messageId: string): Promise<MessageWithParts> {
+  const row = await getMessageRow(deps.db, messageId);
+  if (!row || row.session_id !== sessionId) {
+    if (!(await getSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+    throw new MessageNotFoundError(messageId);
+  }
+  const [message] = await withParts(deps.db, [row]);
+  return message!;
+}
+
+/** Attaches each message's parts (one query for the whole page), keeping position order. */
+export async function withParts(db: Kysely<DB>, rows: MessageRow[]): Promise<MessageWithParts[]> {
+  const byMessage = new Map<string, Part[]>(rows.map((r) => [r.id, []]));
+  for (const row of await listPartRows(db, rows.map((r) => r.id))) byMessage.get(row.message_id)?.push(rowToPart(row));
+  return rows.map((row) => create(MessageWithPartsSchema, { message: rowToMessage(row), parts: byMessage.get(row.id) }));
+}

@@ -1,0 +1,67 @@
+import { create } from "@bufbuild/protobuf";
+import { sql, type Kysely } from "kysely";
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { MessageWithPartsSchema, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import { rowToEvent } from "../storage/event-store.js";
+import { getMessageRow, listPartRows, rowToMessage, rowToPart } from "../storage/message-store.js";
+import type { DB } from "../storage/schema.js";
+import { AlreadyExistsError } from "./errors.js";
+
+/** A stored user message, the events its write appended, and whether it was a replay. */
+export interface StoredPrompt {
+  message: MessageWithParts;
+  /** The events of the write that stored it, in seq order. */
+  events: SessionEvent[];
+  /** True when `message_id` was already stored with the same content and nothing was written. */
+  replayed: boolean;
+}
+
+/**
+ * Looks up a prompt by its idempotency key. Undefined when `messageId` is new. Throws
+ * `AlreadyExistsError` (ALREADY_EXISTS) when the id is stored in another session or with a
+ * different request fingerprint. On a match returns the stored message with its parts and the
+ * events of its original write (from its `message_updated` to its `prompted` event).
+ */
+export async function findStoredPrompt(
+  db: Kysely<DB>,
+  sessionId: string,
+  messageId: string,
+  fingerprint: string,
+): Promise<StoredPrompt | undefined> {
+  const row = await getMessageRow(db, messageId);
+  if (!row) return undefined;
+  if (row.session_id !== sessionId || row.request_hash !== fingerprint) {
+    throw new AlreadyExistsError("message_id", messageId, "was already used for a different prompt");
+  }
+  const parts = (await listPartRows(db, [messageId])).map(rowToPart);
+  const message = create(MessageWithPartsSchema, { message: rowToMessage(row), parts });
+  return { message, events: await promptEvents(db, sessionId, messageId), replayed: true };
+}
+
+async function promptEvents(db: Kysely<DB>, sessionId: string, messageId: string): Promise<SessionEvent[]> {
+  const first = await db
+    .selectFrom("session_event")
+    .select("seq")
+    .where("session_id", "=", sessionId)
+    .where("kind", "=", "message_updated")
+    .where(sql<boolean>`data @> ${JSON.stringify({ messageUpdated: { message: { user: { id: messageId } } } })}::jsonb`)
+    .orderBy("seq", "asc")
+    .executeTakeFirst();
+  const last = await db
+    .selectFrom("session_event")
+    .select("seq")
+    .where("session_id", "=", sessionId)
+    .where("kind", "=", "prompted")
+    .where(sql<boolean>`data @> ${JSON.stringify({ prompted: { messageId } })}::jsonb`)
+    .executeTakeFirst();
+  if (!first || !last) return [];
+  const rows = await db
+    .selectFrom("session_event")
+    .selectAll()
+    .where("session_id", "=", sessionId)
+    .where("seq", ">=", Number(first.seq))
+    .where("seq", "<=", Number(last.seq))
+    .orderBy("seq", "asc")
+    .execute();
+  return rows.map(rowToEvent);
+}

@@ -1,0 +1,151 @@
+import { stat, realpath } from "node:fs/promises";
+import path from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { SessionEventSchema } from "../../gen/ledger/v1/event_pb.js";
+import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
+import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
+import { CreateSessionRequestSchema, type CreateSessionRequest } from "../../gen/ledger/v1/service_pb.js";
+import { newId } from "../ids.js";
+import { appendEvents } from "../storage/event-store.js";
+import { insertMessage, insertParts, listMessageRows } from "../storage/message-store.js";
+import * as store from "../storage/session-store.js";
+import type { LedgerDeps } from "./deps.js";
+import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "./errors.js";
+import { withParts } from "./messages.js";
+import { decodePageToken, encodePageToken } from "./page-token.js";
+import { resolveAgent } from "./selection.js";
+import { writeSession } from "./writer.js";
+
+/** Default and maximum `page_size` of ListSessions. */
+export const SESSION_PAGE = { default: 50, max: 1000 } as const;
+
+/**
+ * Creates a session. `directory` (default: the server's working directory, relative paths
+ * against it) must be an existing directory and is stored resolved (realpath). `parent_id`
+ * must name a session; `agent` must exist. Appends the session's first event
+ * (`session_updated`, seq 1) in the same transaction.
+ * Throws `InvalidArgumentError` (directory), `SessionNotFoundError` (parent_id), `AgentNotFoundError`.
+ */
+export async function createSession(deps: LedgerDeps, request: CreateSessionRequest): Promise<Session> {
+  const directory = await resolveDirectory(path.resolve(deps.cwd, request.directory || "."));
+  if (request.parentId && !(await store.getSession(deps.db, request.parentId))) throw new SessionNotFoundError(request.parentId, "parent_id");
+  const agent = request.agent ? resolveAgent(deps.config, request.agent).name : "";
+  const now = new Date();
+  const session = create(SessionSchema, {
+    id: newId("ses"),
+    directory,
+    title: request.title || `New session - ${now.toISOString()}`,
+    parentId: request.parentId,
+    agent,
+    model: request.model,
+    timeCreated: timestampFromDate(now),
+    timeUpdated: timestampFromDate(now),
+  });
+  const event = create(SessionEventSchema, { sessionId: session.id, seq: 1n, time: timestampFromDate(now), kind: { case: "sessionUpdated", value: { session } } });
+  await deps.db.transaction().execute(async (trx) => {
+    await store.insertSession(trx, session, now);
+    await appendEvents(trx, [event]);
+    await trx.updateTable("session").set({ last_seq: 1 }).where("id", "=", session.id).execute();
+  });
+  deps.bus.publish([event]);
+  return session;
+}
+
+/** Reads a session. Throws `SessionNotFoundError` (NOT_FOUND). */
+export async function getSession(deps: LedgerDeps, sessionId: string): Promise<Session> {
+  const row = await store.getSession(deps.db, sessionId);
+  if (!row) throw new SessionNotFoundError(sessionId);
+  return store.rowToSession(row);
+}
+
+/**
+ * One page of sessions, most recently updated first, optionally of one `directory`
+ * (compared resolved). Throws `InvalidArgumentError` on a bad `page_token`.
+ */
+export async function listSessions(
+  deps: LedgerDeps,
+  page: { pageSize: number; pageToken: string; directory: string },
+): Promise<{ sessions: Session[]; nextPageToken: string }> {
+  const limit = Math.min(page.pageSize || SESSION_PAGE.default, SESSION_PAGE.max);
+  const token = page.pageToken ? decodePageToken("page_token", page.pageToken, ["t", "id"]) : undefined;
+  const cursor = token ? { timeUpdated: new Date(String(token.t)), id: String(token.id) } : undefined;
+  const directory = page.directory ? await realpath(path.resolve(deps.cwd, page.directory)).catch(() => page.directory) : undefined;
+  const rows = await store.listSessions(deps.db, { limit: limit + 1, cursor, directory });
+  const pageRows = rows.slice(0, limit);
+  const last = pageRows.at(-1);
+  return {
+    sessions: pageRows.map(store.rowToSession),
+    nextPageToken: rows.length > limit && last ? encodePageToken({ t: last.time_updated.toISOString(), id: last.id }) : "",
+  };
+}
+
+/** Sets the fields given (`title`), emits `session_updated`. Throws `SessionNotFoundError`. */
+export async function updateSession(deps: LedgerDeps, sessionId: string, change: { title?: string }): Promise<Session> {
+  const { result } = await writeSession(deps, sessionId, async (w) => {
+    if (change.title !== undefined) w.session.title = change.title;
+    w.emit({ case: "sessionUpdated", value: { session: w.session } });
+    return w.session;
+  });
+  return getSession(deps, result.id);
+}
+
+/**
+ * Deletes a session and, by cascade, its messages, parts, events and child sessions. Live
+ * watchers get a `session_deleted` event (not stored: the log goes with the session).
+ * Throws `SessionNotFoundError`.
+ */
+export async function deleteSession(deps: LedgerDeps, sessionId: string): Promise<void> {
+  const row = await store.getSession(deps.db, sessionId);
+  if (!row || !(await store.deleteSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+  const session = store.rowToSession(row);
+  const seq = BigInt(Number(row.last_seq) + 1);
+  deps.bus.publish([create(SessionEventSchema, { sessionId, seq, time: timestampFromDate(new Date()), kind: { case: "sessionDeleted", value: { session } } })]);
+}
+
+/**
+ * Forks a session: a new session (same directory, agent, model, permissions; title
+ * "<title> (fork)") holding copies of every message before `messageId` (all when empty), with
+ * new ids, in the same order; assistant `parent_id`s are remapped. One transaction.
+ * Throws `SessionNotFoundError`, `MessageNotFoundError`.
+ */
+export async function forkSession(deps: LedgerDeps, sessionId: string, messageId: string): Promise<Session> {
+  const source = await getSession(deps, sessionId);
+  const all = await listMessageRows(deps.db, sessionId, {});
+  const stop = messageId ? all.findIndex((r) => r.id === messageId) : all.length;
+  if (stop < 0) throw new MessageNotFoundError(messageId);
+  const copies = await withParts(deps.db, all.slice(0, stop));
+  const fork = await createSession(deps, create(CreateSessionRequestSchema, { directory: source.directory, title: `${source.title} (fork)` }));
+  const ids = new Map(copies.map((m) => [m.message!.kind.value!.id, newId("msg")]));
+  await writeSession(deps, fork.id, async (w) => {
+    w.session.agent = source.agent;
+    w.session.model = source.model;
+    w.session.permission = source.permission;
+    for (const copy of copies) {
+      const message = remapMessage(copy.message!, fork.id, ids);
+      const messageIdNew = message.kind.value!.id;
+      const parts = copy.parts.map((p) => ({ ...p, id: newId("prt"), sessionId: fork.id, messageId: messageIdNew }));
+      await insertMessage(w.trx, { message, position: w.nextPosition() });
+      await insertParts(w.trx, parts.map((part) => ({ part, position: w.nextPosition() })));
+      w.emit({ case: "messageUpdated", value: { message } });
+      for (const part of parts) w.emit({ case: "partUpdated", value: { part } });
+    }
+    w.emit({ case: "sessionUpdated", value: { session: w.session } });
+  });
+  return getSession(deps, fork.id);
+}
+
+function remapMessage(message: Message, sessionId: string, ids: Map<string, string>): Message {
+  const copy = create(MessageSchema, message);
+  const inner = copy.kind.value!;
+  inner.id = ids.get(inner.id)!;
+  inner.sessionId = sessionId;
+  if (copy.kind.case === "assistant") copy.kind.value.parentId = ids.get(copy.kind.value.parentId) ?? "";
+  return copy;
+}
+
+async function resolveDirectory(dir: string): Promise<string> {
+  const info = await stat(dir).catch(() => undefined);
+  if (!info?.isDirectory()) throw new InvalidArgumentError("directory", `${dir} is not an existing directory on the server`);
+  return realpath(dir);
+}

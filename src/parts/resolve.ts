@@ -1,0 +1,180 @@
+import path from "node:path";
+import { create } from "@bufbuild/protobuf";
+import {
+  type AgentPartInput,
+  type FilePartInput,
+  PartSchema,
+  type Part,
+  type PartInput,
+  type TextPartInput,
+} from "../../gen/ledger/v1/part_pb.js";
+import type { AgentInfo } from "../config/agents.js";
+import type { Limits } from "../config/limits.js";
+import { newId } from "../ids.js";
+import { LimitExceededError } from "../ledger/errors.js";
+import { confinePath } from "../tools/confine.js";
+import { ReadFailure, readPath, type ReadResult } from "../tools/read.js";
+import { dataUrlText, parseDataUrl, toDataUrl } from "./data-url.js";
+import { parseFileUrl } from "./file-url.js";
+
+/** Everything draft resolution needs to know about the prompt. */
+export interface ResolveContext {
+  sessionId: string;
+  messageId: string;
+  /** The session's resolved directory: `file:` reads must stay inside it or `roots`. */
+  directory: string;
+  /** Extra allowed directories (absolute). */
+  roots: string[];
+  limits: Limits;
+  /** The prompt's agent (its permissions shape the agent-mention hint). */
+  agent: AgentInfo;
+}
+
+/** A `file:` draft that could not be read; it becomes a failure text and a `session_error` event. */
+export interface ReadProblem {
+  path: string;
+  message: string;
+}
+
+/** The parts of one prompt, in input order, and the read problems met on the way. */
+export interface ResolvedDrafts {
+  /** Parts in stored order. Ids: the draft's own id for the part it names, else fresh ascending ids. */
+  parts: Part[];
+  /** Ids of the parts the server made (synthetic text). */
+  syntheticIds: string[];
+  problems: ReadProblem[];
+}
+
+type Piece = { part: Part; synthetic: boolean };
+
+/**
+ * Resolves every draft concurrently, keeping input order (design.md §4; OpenCode
+ * `SessionPrompt.createUserMessage`/`resolvePart`):
+ * - text → as given; file `data:` text/plain → S read call, S decoded body, the file part;
+ * - file `data:` other → the file part; `http(s):` → the file part as given;
+ * - file `file:` → S read call, then the read output (text, with `?start=&end=` ranges, or a
+ *   directory listing) and the file part, or the file as a `data:` URL (images/PDF, sniffed);
+ *   binary, missing or unreadable → S failure text and a `ReadProblem`;
+ * - MCP resource source → S "Reading MCP resource" and S "Failed to read MCP resource" (no MCP yet);
+ * - agent → the agent part and S task hint; subtask → as given.
+ *
+ * Throws `InvalidArgumentError` (bad URL or range), `PathNotAllowedError` (outside the session
+ * directory and roots) and `LimitExceededError` (text, data: URL or attachment over its limit),
+ * each naming the field as `parts[i]...`.
+ */
+export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): Promise<ResolvedDrafts> {
+  const problems: ReadProblem[] = [];
+  const resolved = await Promise.all(drafts.map((draft, i) => resolveDraft(ctx, draft, `parts[${i}]`, problems)));
+  const parts: Part[] = [];
+  const syntheticIds: string[] = [];
+  for (const { part, synthetic } of resolved.flat()) {
+    part.id ||= newId("prt");
+    part.sessionId = ctx.sessionId;
+    part.messageId = ctx.messageId;
+    parts.push(part);
+    if (synthetic) syntheticIds.push(part.id);
+  }
+  return { parts, syntheticIds, problems };
+}
+
+async function resolveDraft(ctx: ResolveContext, draft: PartInput, field: string, problems: ReadProblem[]): Promise<Piece[]> {
+  switch (draft.kind.case) {
+    case "text":
+      return [textDraft(ctx, draft.kind.value, `${field}.text.text`)];
+    case "file":
+      return fileDraft(ctx, draft.kind.value, `${field}.file`, problems);
+    case "agent":
+      return agentDraft(ctx, draft.kind.value);
+    case "subtask": {
+      const { id, $typeName: _, ...subtask } = draft.kind.value;
+      return [{ part: create(PartSchema, { id, kind: { case: "subtask", value: subtask } }), synthetic: false }];
+    }
+    default:
+      return [];
+  }
+}
+
+function textDraft(ctx: ResolveContext, draft: TextPartInput, field: string): Piece {
+  const bytes = Buffer.byteLength(draft.text, "utf8");
+  if (bytes > ctx.limits.text_part_bytes) throw new LimitExceededError(field, "text_part_bytes", ctx.limits.text_part_bytes, bytes, "bytes");
+  const { id, $typeName: _, ...text } = draft;
+  return { part: create(PartSchema, { id, kind: { case: "text", value: text } }), synthetic: false };
+}
+
+function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {
+  const denied = (ctx.agent.permission.task ?? ctx.agent.permission["*"]) === "deny";
+  const hint = denied ? " . Invoked by user; guaranteed to exist." : "";
+  return [
+    { part: create(PartSchema, { id: draft.id, kind: { case: "agent", value: { name: draft.name, source: draft.source } } }), synthetic: false },
+    synthetic(` Use the above message and context to generate a prompt and call the task tool with subagent: ${draft.name}${hint}`),
+  ];
+}
+
+async function fileDraft(ctx: ResolveContext, draft: FilePartInput, field: string, problems: ReadProblem[]): Promise<Piece[]> {
+  if (draft.source?.kind.case === "resource") {
+    const { clientName, uri } = draft.source.kind.value;
+    return [
+      synthetic(`Reading MCP resource: ${draft.filename} (${uri})`),
+      synthetic(`Failed to read MCP resource ${draft.filename}: MCP server "${clientName}" is not configured`),
+    ];
+  }
+  const scheme = draft.url.slice(0, draft.url.indexOf(":")).toLowerCase();
+  if (scheme === "data") return dataDraft(ctx, draft, field);
+  if (scheme === "file") return fileUrlDraft(ctx, draft, field, problems);
+  return [filePart(draft, {})];
+}
+
+function dataDraft(ctx: ResolveContext, draft: FilePartInput, field: string): Piece[] {
+  const data = parseDataUrl(`${field}.url`, draft.url);
+  if (data.bytes.byteLength > ctx.limits.data_url_bytes) {
+    throw new LimitExceededError(`${field}.url`, "data_url_bytes", ctx.limits.data_url_bytes, data.bytes.byteLength, "bytes");
+  }
+  if (essence(draft.mime) !== "text/plain") return [filePart(draft, {})];
+  return [
+    synthetic(`Called the Read tool with the following input: ${JSON.stringify({ filePath: draft.filename || undefined })}`),
+    synthetic(dataUrlText(data)),
+    filePart(draft, {}),
+  ];
+}
+
+async function fileUrlDraft(ctx: ResolveContext, draft: FilePartInput, field: string, problems: ReadProblem[]): Promise<Piece[]> {
+  const target = parseFileUrl(`${field}.url`, draft.url);
+  const filePath = await confinePath(`${field}.url`, target.path, [ctx.directory, ...ctx.roots]);
+  const args = { filePath, offset: target.offset, limit: target.limit };
+  const call = synthetic(`Called the Read tool with the following input: ${JSON.stringify(args)}`);
+  let result: ReadResult;
+  try {
+    result = await readPath(filePath, { offset: target.offset, limit: target.limit, maxAttachmentBytes: ctx.limits.attachment_bytes, field: `${field}.url` });
+  } catch (error) {
+    if (!(error instanceof ReadFailure)) throw error;
+    problems.push({ path: filePath, message: error.message });
+    return [call, synthetic(`Read tool failed to read ${filePath} with the following error: ${error.message}`)];
+  }
+  const filename = draft.filename || path.basename(filePath);
+  switch (result.kind) {
+    case "text":
+      return [call, synthetic(result.output), filePart(draft, { mime: "text/plain", filename })];
+    case "directory":
+      return [call, synthetic(result.output), filePart(draft, { mime: "application/x-directory", filename })];
+    case "attachment":
+      return [call, filePart(draft, { mime: result.mime, filename, url: toDataUrl(result.mime, result.data) })];
+  }
+}
+
+function filePart(draft: FilePartInput, override: { mime?: string; filename?: string; url?: string }): Piece {
+  const value = {
+    mime: override.mime ?? draft.mime,
+    filename: override.filename ?? draft.filename,
+    url: override.url ?? draft.url,
+    source: draft.source,
+  };
+  return { part: create(PartSchema, { id: draft.id, kind: { case: "file", value } }), synthetic: false };
+}
+
+function synthetic(text: string): Piece {
+  return { part: create(PartSchema, { kind: { case: "text", value: { text, synthetic: true } } }), synthetic: true };
+}
+
+function essence(mime: string): string {
+  return mime.split(";")[0]!.trim().toLowerCase();
+}

@@ -1,0 +1,97 @@
+import { create } from "@bufbuild/protobuf";
+import { pathToString } from "@bufbuild/protobuf/reflect";
+import { ValidationError } from "@bufbuild/protovalidate";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import {
+  AgentNotFoundError,
+  AlreadyExistsError,
+  InvalidArgumentError,
+  LedgerError,
+  LimitExceededError,
+  MessageNotFoundError,
+  NotImplementedError,
+  PathNotAllowedError,
+  PluginError,
+  PreconditionError,
+  SessionNotFoundError,
+} from "../ledger/errors.js";
+
+/** `google.rpc.ErrorInfo.domain` of every error this service raises. */
+export const ERROR_DOMAIN = "ledger.v1";
+
+/**
+ * The one table from domain error class to Connect/gRPC code (design.md §2). Classes not
+ * listed are bugs and become `INTERNAL` "internal error" with nothing leaked.
+ */
+const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code]> = [
+  [InvalidArgumentError, Code.InvalidArgument],
+  [SessionNotFoundError, Code.NotFound],
+  [MessageNotFoundError, Code.NotFound],
+  [AgentNotFoundError, Code.NotFound],
+  [AlreadyExistsError, Code.AlreadyExists],
+  [LimitExceededError, Code.ResourceExhausted],
+  [PathNotAllowedError, Code.PermissionDenied],
+  [PreconditionError, Code.FailedPrecondition],
+  [NotImplementedError, Code.Unimplemented],
+  [PluginError, Code.Internal],
+];
+
+/**
+ * Converts anything a handler threw into a `ConnectError`:
+ * - a `LedgerError` → its code, its message (which names the field), an `ErrorInfo`
+ *   {reason, domain, metadata} and, when it names a field, a `BadRequest` violation;
+ * - a protovalidate `InvalidArgument` → the same error plus a `BadRequest` per violation;
+ * - any other `ConnectError` → unchanged;
+ * - anything else → logged with its stack to stderr, answered as `INTERNAL` "internal error".
+ */
+export function toConnectError(error: unknown, procedure: string): ConnectError {
+  if (error instanceof LedgerError) {
+    const code = CODES.find(([cls]) => error instanceof cls)?.[1] ?? Code.Internal;
+    if (error instanceof PluginError) log(procedure, error.cause ?? error);
+    const details = [{ desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: error.reason, domain: ERROR_DOMAIN, metadata: error.metadata }) }];
+    const field = "field" in error && typeof error.field === "string" ? error.field : undefined;
+    if (field && code !== Code.Internal) {
+      details.push({ desc: BadRequestSchema, value: create(BadRequestSchema, { fieldViolations: [{ field, description: error.message }] }) } as never);
+    }
+    return new ConnectError(error.message, code, undefined, details);
+  }
+  if (error instanceof ConnectError) return withBadRequest(error);
+  log(procedure, error);
+  return new ConnectError("internal error", Code.Internal);
+}
+
+/**
+ * Applies `toConnectError` to unary results and to every step of a server stream (errors
+ * thrown inside a streaming generator escape a plain try/catch around `next`).
+ */
+export const errorInterceptor: Interceptor = (next) => async (req) => {
+  const procedure = req.method.name;
+  try {
+    const res = await next(req);
+    if (!res.stream) return res;
+    return { ...res, message: mapStream(res.message, procedure) };
+  } catch (error) {
+    throw toConnectError(error, procedure);
+  }
+};
+
+async function* mapStream<T>(messages: AsyncIterable<T>, procedure: string): AsyncIterable<T> {
+  try {
+    yield* messages;
+  } catch (error) {
+    throw toConnectError(error, procedure);
+  }
+}
+
+function withBadRequest(error: ConnectError): ConnectError {
+  if (error.code !== Code.InvalidArgument || !(error.cause instanceof ValidationError)) return error;
+  const fieldViolations = error.cause.violations.map((v) => ({ field: pathToString(v.field), description: v.message }));
+  error.details.push({ desc: BadRequestSchema, value: create(BadRequestSchema, { fieldViolations }) });
+  return error;
+}
+
+function log(procedure: string, error: unknown): void {
+  const text = error instanceof Error ? (error.stack ?? error.message) : String(error);
+  process.stderr.write(`error in ${procedure}: ${text}\n`);
+}

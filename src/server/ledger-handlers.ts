@@ -1,0 +1,78 @@
+import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { AgentSchema, ModelSchema } from "../../gen/ledger/v1/model_pb.js";
+import { PromptRequestSchema, type PromptAsyncRequest, type PromptRequest, type PromptStreamRequest, type SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { listAgents, listModels } from "../ledger/catalog.js";
+import type { LedgerDeps } from "../ledger/deps.js";
+import { NotImplementedError } from "../ledger/errors.js";
+import { getMessage, listMessages } from "../ledger/messages.js";
+import { prompt, promptAsync, promptStream } from "../ledger/prompt.js";
+import * as sessions from "../ledger/sessions.js";
+
+/**
+ * The `ledger.v1.SessionService` implementation: thin adapters that decode a request, make one
+ * domain call and encode the answer. Domain errors are mapped to codes by `errorInterceptor`.
+ *
+ * ```ts
+ * router.service(SessionService, createLedgerHandlers(deps));
+ * ```
+ */
+export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof SessionService> {
+  return {
+    async createSession(req) {
+      return { session: await sessions.createSession(deps, req) };
+    },
+    async getSession(req) {
+      return { session: await sessions.getSession(deps, req.sessionId) };
+    },
+    async listSessions(req) {
+      return sessions.listSessions(deps, req);
+    },
+    async updateSession(req) {
+      return { session: await sessions.updateSession(deps, req.sessionId, { title: req.title }) };
+    },
+    async deleteSession(req) {
+      await sessions.deleteSession(deps, req.sessionId);
+      return {};
+    },
+    async forkSession(req) {
+      return { session: await sessions.forkSession(deps, req.sessionId, req.messageId) };
+    },
+    async prompt(req) {
+      return { message: await prompt(deps, req) };
+    },
+    async *promptStream(req) {
+      for await (const event of promptStream(deps, asPromptRequest(req))) yield { event };
+    },
+    async promptAsync(req) {
+      return { message: await promptAsync(deps, asPromptRequest(req)) };
+    },
+    async listMessages(req) {
+      return listMessages(deps, req.sessionId, req);
+    },
+    async getMessage(req) {
+      return { message: await getMessage(deps, req.sessionId, req.messageId) };
+    },
+    // eslint-disable-next-line require-yield
+    async *watchSession() {
+      throw new NotImplementedError("WatchSession is not implemented yet");
+    },
+    async abort() {
+      throw new NotImplementedError("Abort is not implemented yet: there is no agent loop to cancel");
+    },
+    async listAgents() {
+      const { agents, defaultAgent } = listAgents(deps.config);
+      return { agents: agents.map((a) => create(AgentSchema, a)), defaultAgent };
+    },
+    async listModels() {
+      const { models, defaultModel } = listModels(deps.config);
+      return { models: models.map((m) => create(ModelSchema, m)), defaultModel };
+    },
+  };
+}
+
+/** PromptStreamRequest and PromptAsyncRequest carry PromptRequest's fields, number for number. */
+function asPromptRequest(req: PromptStreamRequest | PromptAsyncRequest): PromptRequest {
+  const { $typeName: _, ...fields } = req;
+  return create(PromptRequestSchema, fields);
+}

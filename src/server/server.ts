@@ -1,0 +1,109 @@
+import http from "node:http";
+import http2 from "node:http2";
+import net from "node:net";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { createValidateInterceptor } from "@connectrpc/validate";
+import type { LedgerDeps } from "../ledger/deps.js";
+import { corsHeaders } from "./cors.js";
+import { errorInterceptor } from "./errors.js";
+import { createRoutes } from "./routes.js";
+
+/** A started or startable server on one plaintext port. */
+export interface LedgerServer {
+  /** Starts listening; resolves with the bound address. `port` 0 picks a free port. */
+  listen(port: number, host: string): Promise<{ host: string; port: number; url: string }>;
+  /**
+   * Graceful shutdown: stops accepting connections, lets in-flight requests finish (their
+   * writes commit) for up to `graceMs` (default 10,000 ms), then closes every socket.
+   */
+  close(graceMs?: number): Promise<void>;
+  /** Number of requests being served right now. */
+  readonly inFlight: number;
+}
+
+/**
+ * Builds (does not start) the ledger server: one plaintext port that serves Connect (JSON and
+ * binary), gRPC and gRPC-Web over both HTTP/1.1 and h2c. The first bytes of each connection
+ * decide: the HTTP/2 preface goes to an `http2` server, anything else to an `http` server
+ * (`http2.createServer({allowHTTP1})` ignores HTTP/1.1 without TLS). CORS answers browsers from
+ * loopback origins and `config.cors.origins`; requests are validated with protovalidate and
+ * capped at `limits.request_bytes` (`RESOURCE_EXHAUSTED` beyond).
+ */
+export function createServer(deps: LedgerDeps): LedgerServer {
+  const shutdown = new AbortController();
+  const adapter = connectNodeAdapter({
+    routes: createRoutes(deps),
+    interceptors: [errorInterceptor, createValidateInterceptor()],
+    readMaxBytes: deps.config.limits.request_bytes,
+    shutdownSignal: shutdown.signal,
+  });
+  let inFlight = 0;
+  const idle: Array<() => void> = [];
+  const handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => {
+    const cors = corsHeaders(req.headers, deps.config.corsOrigins);
+    if (cors) for (const [name, value] of Object.entries(cors)) res.setHeader(name, value);
+    if (req.method === "OPTIONS") {
+      res.writeHead(cors ? 204 : 403);
+      res.end();
+      return;
+    }
+    inFlight++;
+    res.once("close", () => {
+      inFlight--;
+      if (inFlight === 0) idle.splice(0).forEach((resolve) => resolve());
+    });
+    adapter(req as never, res as never);
+  };
+
+  const h1 = http.createServer(handler);
+  const h2 = http2.createServer({}, handler);
+  const sockets = new Set<net.Socket>();
+  const sessions = new Set<http2.Http2Session>();
+  h2.on("session", (session) => {
+    sessions.add(session);
+    session.once("close", () => sessions.delete(session));
+  });
+  const front = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+    // A peer that resets before the hand-over must not crash the process.
+    socket.on("error", () => socket.destroy());
+    socket.once("data", (chunk) => {
+      socket.pause();
+      socket.unshift(chunk);
+      (chunk.subarray(0, 3).toString("latin1") === "PRI" ? h2 : h1).emit("connection", socket);
+      socket.resume();
+    });
+  });
+
+  return {
+    get inFlight() {
+      return inFlight;
+    },
+    listen(port, host) {
+      return new Promise((resolve, reject) => {
+        front.once("error", reject);
+        front.listen(port, host, () => {
+          const address = front.address() as net.AddressInfo;
+          const shown = address.family === "IPv6" ? `[${address.address}]` : address.address;
+          resolve({ host: address.address, port: address.port, url: `http://${shown}:${address.port}` });
+        });
+      });
+    },
+    async close(graceMs = 10_000) {
+      const closed = new Promise<void>((resolve) => front.close(() => resolve()));
+      for (const session of sessions) session.close();
+      h1.closeIdleConnections();
+      if (inFlight > 0) {
+        await Promise.race([new Promise<void>((resolve) => idle.push(resolve)), delay(graceMs)]);
+      }
+      shutdown.abort();
+      for (const socket of sockets) socket.destroy();
+      await closed;
+    },
+  };
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}

@@ -1,0 +1,80 @@
+import { mkdirSync } from "node:fs";
+import { PGlite } from "@electric-sql/pglite";
+import { Kysely, PGliteDialect, PostgresDialect } from "kysely";
+import { Migrator } from "kysely/migration";
+import pg from "pg";
+import { migrations } from "./migrations/index.js";
+import type { DB } from "./schema.js";
+
+/** Where the ledger lives: a Postgres URL, or an embedded PGlite data directory (or `:memory:`). */
+export type DatabaseTarget = { kind: "postgres"; url: string; poolSize?: number } | { kind: "pglite"; dir: string };
+
+/** An open database: the Kysely handle, which engine it is, and how to close it. */
+export interface Database {
+  db: Kysely<DB>;
+  kind: DatabaseTarget["kind"];
+  /** Human-readable location (URL without password, or the PGlite directory). */
+  location: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the database and runs every pending migration. Postgres goes through a `pg.Pool`
+ * (default 10 connections); PGlite through Kysely's built-in `PGliteDialect`, creating `dir`
+ * when needed. Throws when a migration fails (the error names it).
+ */
+export async function openDatabase(target: DatabaseTarget): Promise<Database> {
+  const opened = target.kind === "postgres" ? openPostgres(target.url, target.poolSize) : await openPglite(target.dir);
+  try {
+    await migrate(opened.db);
+  } catch (error) {
+    await opened.close();
+    throw error;
+  }
+  return opened;
+}
+
+/** Reads `DATABASE_URL`: a Postgres target when set, else PGlite in `dir`. */
+export function targetFromEnv(dir: string, env: NodeJS.ProcessEnv = process.env): DatabaseTarget {
+  const url = env.DATABASE_URL;
+  return url ? { kind: "postgres", url } : { kind: "pglite", dir };
+}
+
+/**
+ * Runs all pending migrations (Kysely `Migrator` with the static list) and throws with the
+ * failing migration's name and cause if one fails.
+ */
+export async function migrate(db: Kysely<DB>): Promise<void> {
+  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
+  const { error, results } = await migrator.migrateToLatest();
+  const failed = results?.find((r) => r.status === "Error");
+  if (error || failed) {
+    throw new Error(`migration ${failed?.migrationName ?? "(unknown)"} failed`, { cause: error });
+  }
+}
+
+function openPostgres(url: string, poolSize = 10): Database {
+  const pool = new pg.Pool({ connectionString: url, max: poolSize });
+  // An idle client that loses its connection must not crash the process.
+  pool.on("error", (error) => process.stderr.write(`postgres pool: ${error.message}\n`));
+  const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+  return { db, kind: "postgres", location: redact(url), close: () => db.destroy() };
+}
+
+async function openPglite(dir: string): Promise<Database> {
+  if (dir !== ":memory:") mkdirSync(dir, { recursive: true });
+  const pglite = dir === ":memory:" ? new PGlite() : new PGlite(dir);
+  await pglite.waitReady;
+  const db = new Kysely<DB>({ dialect: new PGliteDialect({ pglite }) });
+  return { db, kind: "pglite", location: dir, close: () => db.destroy() };
+}
+
+function redact(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return "postgres";
+  }
+}

@@ -1,0 +1,48 @@
+import { fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import type { Kysely, Transaction } from "kysely";
+import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import type { DB, SessionEventRow } from "./schema.js";
+
+/** Event rows have 5 columns; stay under Postgres's 65,535 bind parameters. */
+const EVENT_ROWS_PER_INSERT = Math.floor(65535 / 5);
+
+/**
+ * Appends events (each with its `seq` already assigned under the session row lock) in one or
+ * more multi-row inserts. `(session_id, seq)` is the primary key, so a seq reused by mistake
+ * fails the transaction instead of forking the log.
+ */
+export async function appendEvents(trx: Transaction<DB>, events: SessionEvent[]): Promise<void> {
+  for (let i = 0; i < events.length; i += EVENT_ROWS_PER_INSERT) {
+    await trx
+      .insertInto("session_event")
+      .values(
+        events.slice(i, i + EVENT_ROWS_PER_INSERT).map((event) => ({
+          session_id: event.sessionId,
+          seq: Number(event.seq),
+          kind: event.kind.case ?? "unknown",
+          data: JSON.stringify(toJson(SessionEventSchema, event)),
+          time: event.time ? timestampDate(event.time) : new Date(),
+        })),
+      )
+      .execute();
+  }
+}
+
+/** Reads a session's events with `seq > afterSeq`, in seq order, at most `limit`. */
+export async function listEvents(db: Kysely<DB>, sessionId: string, afterSeq: number, limit = 1000): Promise<SessionEvent[]> {
+  const rows = await db
+    .selectFrom("session_event")
+    .selectAll()
+    .where("session_id", "=", sessionId)
+    .where("seq", ">", afterSeq)
+    .orderBy("seq", "asc")
+    .limit(limit)
+    .execute();
+  return rows.map(rowToEvent);
+}
+
+/** Maps an event row to `ledger.v1.SessionEvent`. */
+export function rowToEvent(row: SessionEventRow): SessionEvent {
+  return fromJson(SessionEventSchema, row.data as JsonObject, { ignoreUnknownFields: true });
+}

@@ -1,0 +1,109 @@
+import { fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
+import type { Kysely, Transaction } from "kysely";
+import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
+import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
+import type { DB, MessageRow, PartRow } from "./schema.js";
+
+/** Postgres allows 65,535 bind parameters per statement; part rows have 6 columns. */
+const PART_ROWS_PER_INSERT = Math.floor(65535 / 6);
+
+/** A message to insert, with its server-assigned position. */
+export interface NewMessage {
+  message: Message;
+  position: number;
+  /** Hash of the prompt request that made a user message (idempotency check), else undefined. */
+  requestHash?: string;
+}
+
+/** A part to insert, with its server-assigned position. */
+export interface NewPart {
+  part: Part;
+  position: number;
+}
+
+/** Inserts one message row. Throws the driver's unique-violation error (23505) on a duplicate id. */
+export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Promise<void> {
+  const { id, sessionId } = messageIds(entry.message);
+  await trx
+    .insertInto("message")
+    .values({
+      id,
+      session_id: sessionId,
+      position: entry.position,
+      role: entry.message.kind.case ?? "user",
+      data: JSON.stringify(toJson(MessageSchema, entry.message)),
+      request_hash: entry.requestHash ?? null,
+    })
+    .execute();
+}
+
+/** Replaces a stored message's data (the position never changes). */
+export async function updateMessage(trx: Transaction<DB>, message: Message): Promise<void> {
+  const { id } = messageIds(message);
+  await trx.updateTable("message").set({ data: JSON.stringify(toJson(MessageSchema, message)) }).where("id", "=", id).execute();
+}
+
+/**
+ * Inserts parts with multi-row inserts, chunked under the bind-parameter limit, keeping the
+ * given order. Throws the driver's unique-violation error (23505) on a duplicate part id.
+ */
+export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promise<void> {
+  for (let i = 0; i < parts.length; i += PART_ROWS_PER_INSERT) {
+    const chunk = parts.slice(i, i + PART_ROWS_PER_INSERT);
+    await trx
+      .insertInto("part")
+      .values(
+        chunk.map(({ part, position }) => ({
+          id: part.id,
+          session_id: part.sessionId,
+          message_id: part.messageId,
+          position,
+          kind: part.kind.case ?? "text",
+          data: JSON.stringify(toJson(PartSchema, part)),
+        })),
+      )
+      .execute();
+  }
+}
+
+/** Reads one message row by id, or undefined. */
+export async function getMessageRow(db: Kysely<DB>, id: string): Promise<MessageRow | undefined> {
+  return db.selectFrom("message").selectAll().where("id", "=", id).executeTakeFirst();
+}
+
+/** Lists a session's message rows in position order, after `afterPosition`, at most `limit`. */
+export async function listMessageRows(
+  db: Kysely<DB>,
+  sessionId: string,
+  options: { afterPosition?: number; beforePosition?: number; limit?: number },
+): Promise<MessageRow[]> {
+  let query = db.selectFrom("message").selectAll().where("session_id", "=", sessionId);
+  if (options.afterPosition !== undefined) query = query.where("position", ">", options.afterPosition);
+  if (options.beforePosition !== undefined) query = query.where("position", "<", options.beforePosition);
+  query = query.orderBy("position", "asc");
+  if (options.limit !== undefined) query = query.limit(options.limit);
+  return query.execute();
+}
+
+/** Reads the parts of the given messages in position order. */
+export async function listPartRows(db: Kysely<DB>, messageIds: string[]): Promise<PartRow[]> {
+  if (messageIds.length === 0) return [];
+  return db.selectFrom("part").selectAll().where("message_id", "in", messageIds).orderBy("position", "asc").execute();
+}
+
+/** Maps a message row to `ledger.v1.Message`. */
+export function rowToMessage(row: MessageRow): Message {
+  return fromJson(MessageSchema, row.data as JsonObject, { ignoreUnknownFields: true });
+}
+
+/** Maps a part row to `ledger.v1.Part`. */
+export function rowToPart(row: PartRow): Part {
+  return fromJson(PartSchema, row.data as JsonObject, { ignoreUnknownFields: true });
+}
+
+/** The id and session id of either message kind. */
+export function messageIds(message: Message): { id: string; sessionId: string } {
+  const inner = message.kind.value;
+  if (!inner) throw new Error("message has no kind");
+  return { id: inner.id, sessionId: inner.sessionId };
+}

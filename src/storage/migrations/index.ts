@@ -1,0 +1,10 @@
+import type { Migration } from "kysely/migration";
+import * as createLedger from "./2026-11-30T0200-create-ledger.js";
+
+/**
+ * Every migration, listed statically (not `FileMigrationProvider`) so tsx, vitest and compiled
+ * JS see the same list. Keys sort in the order they run; never rename or edit a shipped one.
+ */
+export const migrations: Record<string, Migration> = {
+  "2026-11-30T0200-create-ledger": createLedger,
+};

@@ -1,0 +1,79 @@
+import type { ColumnType, Insertable, Selectable } from "kysely";
+
+/** A JSONB column: written as a JSON string, read back parsed. */
+export type Json<T = Record<string, unknown>> = ColumnType<T, string, string>;
+/** A bigint column (read as a string by `pg`, a number by PGlite; we write numbers). */
+export type BigIntColumn = ColumnType<string | number, number, number>;
+/** A bigint counter that defaults to 0 on insert. */
+export type CounterColumn = ColumnType<string | number, number | undefined, number>;
+
+/**
+ * `session`: one row per session. `last_seq` is the seq of the session's latest event and
+ * `last_position` the latest message/part position; both only grow and are bumped inside the
+ * transaction that holds the row lock (`select ... for update`), so they are gap-free.
+ */
+export interface SessionTable {
+  id: string;
+  directory: string;
+  parent_id: string | null;
+  /** The proto JSON form of `ledger.v1.Session` (without times and counts). */
+  data: Json;
+  last_seq: CounterColumn;
+  last_position: CounterColumn;
+  time_created: ColumnType<Date, Date | undefined, never>;
+  time_updated: ColumnType<Date, Date | undefined, Date>;
+}
+
+/** `message`: one row per user or assistant message, ordered by `position` within a session. */
+export interface MessageTable {
+  id: string;
+  session_id: string;
+  position: BigIntColumn;
+  /** "user" or "assistant". */
+  role: string;
+  /** The proto JSON form of `ledger.v1.Message`. */
+  data: Json;
+  /** sha256 of the canonical prompt request that created a user message (idempotency key check). */
+  request_hash: string | null;
+  time_created: ColumnType<Date, Date | undefined, never>;
+}
+
+/** `part`: one row per part, ordered by `position` within the session (and so within its message). */
+export interface PartTable {
+  id: string;
+  session_id: string;
+  message_id: string;
+  position: BigIntColumn;
+  /** The `Part.kind` case: "text", "file", "tool", ... */
+  kind: string;
+  /** The proto JSON form of `ledger.v1.Part`. */
+  data: Json;
+}
+
+/** `session_event`: the per-session event log; `(session_id, seq)` is gap-free. */
+export interface SessionEventTable {
+  session_id: string;
+  seq: BigIntColumn;
+  /** The `SessionEvent.kind` case: "message_updated", "part_updated", ... */
+  kind: string;
+  /** The proto JSON form of `ledger.v1.SessionEvent`. */
+  data: Json;
+  time: ColumnType<Date, Date | undefined, never>;
+}
+
+/** The database as Kysely sees it. */
+export interface DB {
+  session: SessionTable;
+  message: MessageTable;
+  part: PartTable;
+  session_event: SessionEventTable;
+}
+
+export type SessionRow = Selectable<SessionTable>;
+export type NewSessionRow = Insertable<SessionTable>;
+export type MessageRow = Selectable<MessageTable>;
+export type NewMessageRow = Insertable<MessageTable>;
+export type PartRow = Selectable<PartTable>;
+export type NewPartRow = Insertable<PartTable>;
+export type SessionEventRow = Selectable<SessionEventTable>;
+export type NewSessionEventRow = Insertable<SessionEventTable>;

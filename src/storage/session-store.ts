@@ -1,0 +1,111 @@
+import { create, fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { sql, type Kysely, type Transaction } from "kysely";
+import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
+import type { DB, SessionRow } from "./schema.js";
+
+/** A session row with its message count, as read by `getSession`/`listSessions`. */
+export type SessionRowWithCount = SessionRow & { message_count: number | string };
+
+/** Keyset cursor for ListSessions: the last row's `time_updated` and `id`. */
+export interface SessionCursor {
+  timeUpdated: Date;
+  id: string;
+}
+
+/**
+ * Inserts a new session with `last_seq` = `last_position` = 0. `session.id`, `directory` and
+ * `parentId` become columns; the rest is stored as the proto JSON in `data`.
+ */
+export async function insertSession(db: Kysely<DB>, session: Session, now: Date): Promise<void> {
+  await db
+    .insertInto("session")
+    .values({
+      id: session.id,
+      directory: session.directory,
+      parent_id: session.parentId || null,
+      data: JSON.stringify(sessionData(session)),
+      time_created: now,
+      time_updated: now,
+    })
+    .execute();
+}
+
+/**
+ * Locks the session row for the rest of `trx` (`select ... for update`) and returns it, or
+ * undefined when it does not exist. Every writer of a session's messages, parts and events
+ * takes this lock first, which serializes them and makes `seq`/`position` gap-free.
+ */
+export async function lockSession(trx: Transaction<DB>, id: string): Promise<SessionRow | undefined> {
+  return trx.selectFrom("session").selectAll().where("id", "=", id).forUpdate().executeTakeFirst();
+}
+
+/** Reads one session with its message count, or undefined. */
+export async function getSession(db: Kysely<DB>, id: string): Promise<SessionRowWithCount | undefined> {
+  return db.selectFrom("session").selectAll("session").select(messageCount).where("id", "=", id).executeTakeFirst();
+}
+
+/**
+ * Lists sessions newest-updated first (ties by id, descending), starting after `cursor`,
+ * at most `limit` rows, optionally only those of `directory`.
+ */
+export async function listSessions(
+  db: Kysely<DB>,
+  options: { limit: number; cursor?: SessionCursor; directory?: string },
+): Promise<SessionRowWithCount[]> {
+  let query = db.selectFrom("session").selectAll("session").select(messageCount);
+  if (options.directory) query = query.where("directory", "=", options.directory);
+  if (options.cursor) {
+    const { timeUpdated, id } = options.cursor;
+    query = query.where((eb) => eb.or([eb("time_updated", "<", timeUpdated), eb.and([eb("time_updated", "=", timeUpdated), eb("id", "<", id)])]));
+  }
+  return query.orderBy("time_updated", "desc").orderBy("id", "desc").limit(options.limit).execute();
+}
+
+/**
+ * Writes back a locked session: its proto data, counters and `time_updated`. Call only inside
+ * the transaction that called `lockSession`.
+ */
+export async function updateSession(
+  trx: Transaction<DB>,
+  session: Session,
+  counters: { lastSeq: number; lastPosition: number },
+  now: Date,
+): Promise<void> {
+  await trx
+    .updateTable("session")
+    .set({
+      data: JSON.stringify(sessionData(session)),
+      last_seq: counters.lastSeq,
+      last_position: counters.lastPosition,
+      time_updated: now,
+    })
+    .where("id", "=", session.id)
+    .execute();
+}
+
+/** Deletes a session; messages, parts, events and child sessions cascade. Returns whether it existed. */
+export async function deleteSession(db: Kysely<DB>, id: string): Promise<boolean> {
+  const result = await db.deleteFrom("session").where("id", "=", id).executeTakeFirst();
+  return result.numDeletedRows > 0n;
+}
+
+/** Maps a row to `ledger.v1.Session` (times and message count from columns). */
+export function rowToSession(row: SessionRow | SessionRowWithCount): Session {
+  const session = fromJson(SessionSchema, row.data as JsonObject, { ignoreUnknownFields: true });
+  session.id = row.id;
+  session.directory = row.directory;
+  session.parentId = row.parent_id ?? "";
+  session.timeCreated = timestampFromDate(row.time_created);
+  session.timeUpdated = timestampFromDate(row.time_updated);
+  session.messageCount = "message_count" in row ? Number(row.message_count) : 0;
+  return session;
+}
+
+/** A copy of `session` without the fields that live in columns. */
+function sessionData(session: Session): JsonObject {
+  const copy = create(SessionSchema, { ...session, timeCreated: undefined, timeUpdated: undefined, messageCount: 0 });
+  return toJson(SessionSchema, copy) as JsonObject;
+}
+
+const messageCount = sql<string>`(select count(*) from message m where m.session_id = session.id)`.as("message_count");
