@@ -132,7 +132,13 @@ export function parseModelRef(value: string): { providerId: string; modelId: str
   return { providerId: value.slice(0, slash), modelId: value.slice(slash + 1) };
 }
 
-function buildConfig(file: ConfigFile, source: string | undefined, baseDir: string): LedgerConfig {
+/**
+ * Merges a parsed config file with the built-in defaults: built-in agents overridden or
+ * extended by `agent`, default model (`model`, else the first configured model), limits,
+ * roots and plugin paths resolved against `baseDir`. Throws `ConfigError` when
+ * `default_agent` names no agent.
+ */
+export function buildConfig(file: ConfigFile, source: string | undefined, baseDir: string): LedgerConfig {
   const agents = new Map<string, AgentInfo>(BUILT_IN_AGENTS.map((a) => [a.name, { ...a, permission: { ...a.permission } }]));
   for (const [name, override] of Object.entries(file.agent)) {
     if (override.disable) {

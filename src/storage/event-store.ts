@@ -2,6 +2,7 @@ import { fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Kysely, Transaction } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { protoCaseName } from "./proto-names.js";
 import type { DB, SessionEventRow } from "./schema.js";
 
 /** Event rows have 5 columns; stay under Postgres's 65,535 bind parameters. */
@@ -20,7 +21,7 @@ export async function appendEvents(trx: Transaction<DB>, events: SessionEvent[])
         events.slice(i, i + EVENT_ROWS_PER_INSERT).map((event) => ({
           session_id: event.sessionId,
           seq: Number(event.seq),
-          kind: event.kind.case ?? "unknown",
+          kind: protoCaseName(SessionEventSchema, event.kind.case ?? ""),
           data: JSON.stringify(toJson(SessionEventSchema, event)),
           time: event.time ? timestampDate(event.time) : new Date(),
         })),

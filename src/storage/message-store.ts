@@ -2,6 +2,7 @@ import { fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
 import type { Kysely, Transaction } from "kysely";
 import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
+import { protoCaseName } from "./proto-names.js";
 import type { DB, MessageRow, PartRow } from "./schema.js";
 
 /** Postgres allows 65,535 bind parameters per statement; part rows have 6 columns. */
@@ -58,7 +59,7 @@ export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promi
           session_id: part.sessionId,
           message_id: part.messageId,
           position,
-          kind: part.kind.case ?? "text",
+          kind: protoCaseName(PartSchema, part.kind.case ?? ""),
           data: JSON.stringify(toJson(PartSchema, part)),
         })),
       )

@@ -1,0 +1,20 @@
+import { defineConfig } from "vitest/config";
+
+// `npm test` runs the whole suite on Postgres and the database-backed tests again on PGlite.
+// Each test file creates its own database (see test/support/db.ts).
+export default defineConfig({
+  test: {
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+    projects: [
+      {
+        extends: true,
+        test: { name: "postgres", env: { LEDGER_TEST_DB: "postgres" }, include: ["test/**/*.test.ts"] },
+      },
+      {
+        extends: true,
+        test: { name: "pglite", env: { LEDGER_TEST_DB: "pglite" }, include: ["test/{storage,ledger,server,cli}/**/*.test.ts"] },
+      },
+    ],
+  },
+});
