@@ -1,0 +1,110 @@
+import { mkdir, symlink } from "node:fs/promises";
+import path from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { newId } from "../../src/ids.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { partText, text } from "../support/prompt.js";
+
+let t: TestLedger;
+beforeAll(async () => {
+  t = await startTestLedger({ provider: { a: { models: { one: {} } }, b: { models: { two: { variants: { high: {} } } } } } });
+});
+afterAll(() => t?.close());
+
+async function code(promise: Promise<unknown>): Promise<Code | undefined> {
+  return promise.then(
+    () => undefined,
+    (e: unknown) => (e instanceof ConnectError ? e.code : undefined),
+  );
+}
+
+describe("session CRUD", () => {
+  it("creates a session in a resolved directory with defaults", async () => {
+    await mkdir(path.join(t.dir, "real"));
+    await symlink(path.join(t.dir, "real"), path.join(t.dir, "link"));
+    const { session } = await t.client.createSession({ directory: path.join(t.dir, "link") });
+    expect(session!.id).toMatch(/^ses_[0-9A-HJKMNP-TV-Z]{26}$/);
+    expect(session!.directory).toBe(path.join(t.dir, "real"));
+    expect(session!.title).toMatch(/^New session - \d{4}-/);
+    expect((await t.client.getSession({ sessionId: session!.id })).session).toEqual(session);
+  });
+
+  it("refuses a directory that does not exist and an unknown parent", async () => {
+    expect(await code(t.client.createSession({ directory: path.join(t.dir, "missing") }))).toBe(Code.InvalidArgument);
+    expect(await code(t.client.createSession({ directory: t.dir, parentId: newId("ses") }))).toBe(Code.NotFound);
+    expect(await code(t.client.getSession({ sessionId: newId("ses") }))).toBe(Code.NotFound);
+  });
+
+  it("lists newest updated first, paged, and updates titles", async () => {
+    const dir = path.join(t.dir, "listing");
+    await mkdir(dir);
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push((await t.client.createSession({ directory: dir, title: `s${i}` })).session!.id);
+    await t.client.updateSession({ sessionId: ids[0]!, title: "renamed" });
+    const page1 = await t.client.listSessions({ directory: dir, pageSize: 2 });
+    const page2 = await t.client.listSessions({ directory: dir, pageSize: 2, pageToken: page1.nextPageToken });
+    expect([...page1.sessions, ...page2.sessions].map((s) => s.title)).toEqual(["renamed", "s2", "s1"]);
+    expect(page2.nextPageToken).toBe("");
+    expect(await code(t.client.listSessions({ pageToken: "garbage" }))).toBe(Code.InvalidArgument);
+  });
+
+  it("deletes a session with its messages, parts and events", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    await t.client.prompt({ sessionId, noReply: true, parts: [text("bye")] });
+    await t.client.deleteSession({ sessionId });
+    const db = t.ledger.deps.db;
+    for (const table of ["message", "part", "session_event"] as const) {
+      const rows = await db.selectFrom(table).select("session_id").where("session_id", "=", sessionId).execute();
+      expect(rows, table).toEqual([]);
+    }
+    expect(await code(t.client.getSession({ sessionId }))).toBe(Code.NotFound);
+    expect(await code(t.client.deleteSession({ sessionId }))).toBe(Code.NotFound);
+  });
+});
+
+describe("ForkSession", () => {
+  it("copies the messages before the given one with new ids, in order", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir, title: "origin" })).session!.id;
+    const sent = [];
+    for (const word of ["one", "two", "three"]) sent.push((await t.client.prompt({ sessionId, noReply: true, parts: [text(word)] })).message!);
+    const cut = sent[2]!.message!.kind.value!.id;
+    const { session: fork } = await t.client.forkSession({ sessionId, messageId: cut });
+    expect(fork!.title).toBe("origin (fork)");
+    const copied = (await t.client.listMessages({ sessionId: fork!.id })).messages;
+    expect(copied.map((m) => partText(m.parts[0]))).toEqual(["one", "two"]);
+    const originalIds = new Set(sent.flatMap((m) => [m.message!.kind.value!.id, ...m.parts.map((p) => p.id)]));
+    for (const m of copied) {
+      expect(originalIds.has(m.message!.kind.value!.id)).toBe(false);
+      expect(m.message!.kind.value!.sessionId).toBe(fork!.id);
+      for (const p of m.parts) expect(originalIds.has(p.id)).toBe(false);
+    }
+    expect(await code(t.client.forkSession({ sessionId, messageId: newId("msg") }))).toBe(Code.NotFound);
+  });
+});
+
+describe("model selection end to end", () => {
+  it("keeps the session's last model and records model switches", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const first = await t.client.prompt({ sessionId, noReply: true, model: { providerId: "b", modelId: "two" }, variant: "high", parts: [text("1")] });
+    const second = await t.client.prompt({ sessionId, noReply: true, parts: [text("2")] });
+    const user = (m: typeof first.message) => (m!.message!.kind.case === "user" ? m!.message!.kind.value : undefined);
+    expect(user(first.message)?.model).toMatchObject({ providerId: "b", modelId: "two" });
+    expect(user(first.message)?.variant).toBe("high");
+    expect(user(second.message)?.model).toMatchObject({ providerId: "b", modelId: "two" });
+    expect(user(second.message)?.variant).toBeUndefined();
+    const session = (await t.client.getSession({ sessionId })).session!;
+    expect(session.model).toMatchObject({ providerId: "b", modelId: "two" });
+    const kinds = await t.ledger.deps.db.selectFrom("session_event").select("kind").where("session_id", "=", sessionId).where("kind", "=", "model_switched").execute();
+    expect(kinds).toHaveLength(1);
+  });
+
+  it("stores permission rules from the deprecated tools map, replacing the session's", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    await t.client.prompt({ sessionId, noReply: true, tools: { bash: false, read: true }, parts: [text("1")] });
+    await t.client.prompt({ sessionId, noReply: true, tools: { edit: false }, parts: [text("2")] });
+    const session = (await t.client.getSession({ sessionId })).session!;
+    expect(session.permission.map((r) => [r.permission, r.pattern, r.action])).toEqual([["edit", "*", 2]]);
+    expect(session.messageCount).toBe(2);
+  });
+});
