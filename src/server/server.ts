@@ -1,6 +1,7 @@
 import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
+import { Duplex } from "node:stream";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import type { LedgerDeps } from "../ledger/deps.js";
@@ -68,10 +69,14 @@ export function createServer(deps: LedgerDeps): LedgerServer {
     socket.once("close", () => sockets.delete(socket));
     // A peer that resets before the hand-over must not crash the process.
     socket.on("error", () => socket.destroy());
-    socket.once("data", (chunk) => {
+    socket.once("data", (chunk: Buffer) => {
       socket.pause();
+      if (chunk.subarray(0, 3).toString("latin1") === "PRI") {
+        h2.emit("connection", replay(socket, chunk));
+        return;
+      }
       socket.unshift(chunk);
-      (chunk.subarray(0, 3).toString("latin1") === "PRI" ? h2 : h1).emit("connection", socket);
+      h1.emit("connection", socket);
       socket.resume();
     });
   });
@@ -102,6 +107,32 @@ export function createServer(deps: LedgerDeps): LedgerServer {
       await closed;
     },
   };
+}
+
+/**
+ * A duplex over `socket` that first yields `head` (bytes already read while sniffing). The
+ * http2 server reads a real socket through its native handle, which would skip bytes put back
+ * with `unshift`; given a plain duplex it reads through JS and sees them.
+ */
+function replay(socket: net.Socket, head: Buffer): Duplex {
+  const duplex = new Duplex({
+    read: () => void socket.resume(),
+    write: (chunk: Buffer, _encoding, callback) => void socket.write(chunk, callback),
+    final: (callback) => void socket.end(callback),
+    destroy: (error, callback) => {
+      socket.destroy(error ?? undefined);
+      callback(error);
+    },
+  });
+  duplex.push(head);
+  socket.on("data", (data: Buffer) => {
+    if (!duplex.push(data)) socket.pause();
+  });
+  socket.once("end", () => duplex.push(null));
+  socket.once("close", () => duplex.destroy());
+  socket.on("error", (error) => duplex.destroy(error));
+  socket.resume();
+  return duplex;
 }
 
 function delay(ms: number): Promise<void> {
