@@ -1,0 +1,80 @@
+import { create } from "@bufbuild/protobuf";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MessageSchema } from "../../gen/ledger/v1/message_pb.js";
+import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
+import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
+import { newId } from "../../src/ids.js";
+import { migrate, openDatabase, type Database } from "../../src/storage/db.js";
+import { insertMessage, insertParts, listPartRows, rowToPart } from "../../src/storage/message-store.js";
+import { deleteSession, insertSession } from "../../src/storage/session-store.js";
+import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+
+let test: TestDatabase;
+let database: Database;
+beforeAll(async () => {
+  test = await createTestDatabase();
+  database = await openDatabase(test.target);
+});
+afterAll(async () => {
+  await database?.close();
+  await test?.drop();
+});
+
+async function newSession(): Promise<string> {
+  const session = create(SessionSchema, { id: newId("ses"), directory: "/tmp", title: "t" });
+  await insertSession(database.db, session, new Date());
+  return session.id;
+}
+
+describe(`storage on ${TEST_ENGINE}`, () => {
+  it("runs migrations once and is a no-op the second time", async () => {
+    await migrate(database.db);
+    const rows = await database.db.selectFrom("kysely_migration" as never).selectAll().execute();
+    expect(rows.map((r) => (r as { name: string }).name)).toEqual(["2026-11-30T0200-create-ledger"]);
+  });
+
+  it("inserts more parts than one statement's bind parameters allow, keeping order", async () => {
+    const sessionId = await newSession();
+    const messageId = newId("msg");
+    const count = 12_000; // > 65,535 / 6 columns
+    await database.db.transaction().execute(async (trx) => {
+      await insertMessage(trx, { message: create(MessageSchema, { kind: { case: "user", value: { id: messageId, sessionId } } }), position: 1 });
+      await insertParts(
+        trx,
+        Array.from({ length: count }, (_, i) => ({
+          part: create(PartSchema, { id: newId("prt"), sessionId, messageId, kind: { case: "text", value: { text: String(i) } } }),
+          position: i + 2,
+        })),
+      );
+    });
+    const parts = (await listPartRows(database.db, [messageId])).map(rowToPart);
+    expect(parts).toHaveLength(count);
+    expect(parts.map((p) => (p.kind.case === "text" ? p.kind.value.text : ""))).toEqual(Array.from({ length: count }, (_, i) => String(i)));
+  });
+
+  it("cascades a session delete to messages, parts, events and child sessions", async () => {
+    const sessionId = await newSession();
+    const child = create(SessionSchema, { id: newId("ses"), directory: "/tmp", parentId: sessionId });
+    await insertSession(database.db, child, new Date());
+    const messageId = newId("msg");
+    await database.db.transaction().execute(async (trx) => {
+      await insertMessage(trx, { message: create(MessageSchema, { kind: { case: "user", value: { id: messageId, sessionId } } }), position: 1 });
+      await insertParts(trx, [{ part: create(PartSchema, { id: newId("prt"), sessionId, messageId, kind: { case: "text", value: { text: "x" } } }), position: 2 }]);
+      await trx.insertInto("session_event").values({ session_id: sessionId, seq: 1, kind: "prompted", data: "{}" }).execute();
+    });
+    expect(await deleteSession(database.db, sessionId)).toBe(true);
+    for (const table of ["message", "part", "session_event"] as const) {
+      expect(await database.db.selectFrom(table).select("session_id").where("session_id", "=", sessionId).execute()).toEqual([]);
+    }
+    expect(await database.db.selectFrom("session").select("id").where("id", "=", child.id).execute()).toEqual([]);
+  });
+
+  it("refuses a reused seq and a reused position in a session", async () => {
+    const sessionId = await newSession();
+    await database.db.insertInto("session_event").values({ session_id: sessionId, seq: 1, kind: "prompted", data: "{}" }).execute();
+    await expect(database.db.insertInto("session_event").values({ session_id: sessionId, seq: 1, kind: "prompted", data: "{}" }).execute()).rejects.toThrow();
+    const message = (id: string) => create(MessageSchema, { kind: { case: "user", value: { id, sessionId } } });
+    await database.db.transaction().execute((trx) => insertMessage(trx, { message: message(newId("msg")), position: 1 }));
+    await expect(database.db.transaction().execute((trx) => insertMessage(trx, { message: message(newId("msg")), position: 1 }))).rejects.toThrow();
+  });
+});
