@@ -49,11 +49,10 @@ export function toConnectError(error: unknown, procedure: string): ConnectError 
   if (error instanceof LedgerError) {
     const code = CODES.find(([cls]) => error instanceof cls)?.[1] ?? Code.Internal;
     if (error instanceof PluginError) log(procedure, error.cause ?? error);
-    const details = [{ desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: error.reason, domain: ERROR_DOMAIN, metadata: error.metadata }) }];
+    const errorInfo = create(ErrorInfoSchema, { reason: error.reason, domain: ERROR_DOMAIN, metadata: error.metadata });
     const field = "field" in error && typeof error.field === "string" ? error.field : undefined;
-    if (field && code !== Code.Internal) {
-      details.push({ desc: BadRequestSchema, value: create(BadRequestSchema, { fieldViolations: [{ field, description: error.message }] }) } as never);
-    }
+    const badRequest = field && code !== Code.Internal ? create(BadRequestSchema, { fieldViolations: [{ field, description: error.message }] }) : undefined;
+    const details = [{ desc: ErrorInfoSchema, value: errorInfo }, ...(badRequest ? [{ desc: BadRequestSchema, value: badRequest }] : [])];
     return new ConnectError(error.message, code, undefined, details);
   }
   if (error instanceof ConnectError) return withBadRequest(error);
