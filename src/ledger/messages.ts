@@ -6,7 +6,7 @@ import { getMessageRow, listMessageRows, listPartRows, rowToMessage, rowToPart }
 import type { DB, MessageRow } from "../storage/schema.js";
 import { getSession } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
-import { MessageNotFoundError, SessionNotFoundError } from "./errors.js";
+import { MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 
 /** Default and maximum `page_size` of ListMessages. */

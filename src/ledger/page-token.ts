@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from "./errors.js";
+import { InvalidArgumentError } from "../errors.js";
 
 /**
  * Encodes a keyset cursor as an opaque page token (base64url JSON). Tokens are stable across

@@ -5,7 +5,7 @@ import { MessageWithPartsSchema, type MessageWithParts } from "../../gen/ledger/
 import { rowToEvent } from "../storage/event-store.js";
 import { getMessageRow, listPartRows, rowToMessage, rowToPart } from "../storage/message-store.js";
 import type { DB } from "../storage/schema.js";
-import { AlreadyExistsError } from "./errors.js";
+import { AlreadyExistsError } from "../errors.js";
 
 /** A stored user message, the events its write appended, and whether it was a replay. */
 export interface StoredPrompt {

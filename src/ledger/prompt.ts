@@ -11,7 +11,7 @@ import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
 import { insertMessage, insertParts } from "../storage/message-store.js";
 import { getSession, rowToSession } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
-import { AlreadyExistsError, LimitExceededError, PreconditionError, SessionNotFoundError } from "./errors.js";
+import { AlreadyExistsError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
 import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
 import { promptFingerprint } from "./prompt-hash.js";
 import { resolveAgent, resolveModel, resolveVariant, sameModel } from "./selection.js";

@@ -1,6 +1,6 @@
 import type { AgentInfo } from "../config/agents.js";
 import type { LedgerConfig } from "../config/config.js";
-import { AgentNotFoundError } from "./errors.js";
+import { AgentNotFoundError } from "../errors.js";
 
 /** A model chosen for a turn, as provider/model ids. */
 export interface ModelChoice {

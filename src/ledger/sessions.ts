@@ -11,7 +11,7 @@ import { appendEvents } from "../storage/event-store.js";
 import { insertMessage, insertParts, listMessageRows } from "../storage/message-store.js";
 import * as store from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
-import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "./errors.js";
+import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { withParts } from "./messages.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { resolveAgent } from "./selection.js";

@@ -7,7 +7,7 @@ import type { EventBus } from "../events/bus.js";
 import { appendEvents } from "../storage/event-store.js";
 import type { DB } from "../storage/schema.js";
 import { lockSession, rowToSession, updateSession } from "../storage/session-store.js";
-import { SessionNotFoundError } from "./errors.js";
+import { SessionNotFoundError } from "../errors.js";
 
 /** The `kind` of a new `SessionEvent`, as an init shape (`{ case: "partUpdated", value: { part } }`). */
 export type EventKind = MessageInitShape<typeof SessionEventSchema>["kind"];

@@ -1,6 +1,6 @@
 import parseDataURL from "data-urls";
 import { TextDecoder } from "node:util";
-import { InvalidArgumentError } from "../ledger/errors.js";
+import { InvalidArgumentError } from "../errors.js";
 import { decodeText, decodeWindows1252, detectBom, FALLBACK_ENCODING, stripBom } from "../tools/text-decode.js";
 
 /** A parsed `data:` URL. */

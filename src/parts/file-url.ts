@@ -1,6 +1,6 @@
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { InvalidArgumentError, PathNotAllowedError } from "../ledger/errors.js";
+import { InvalidArgumentError, PathNotAllowedError } from "../errors.js";
 
 /** What a `file:` URL asks to read. */
 export interface FileUrlTarget {

@@ -11,7 +11,7 @@ import {
 import type { AgentInfo } from "../config/agents.js";
 import type { Limits } from "../config/limits.js";
 import { newId } from "../ids.js";
-import { LimitExceededError } from "../ledger/errors.js";
+import { LimitExceededError } from "../errors.js";
 import { confinePath } from "../tools/confine.js";
 import { ReadFailure, readPath, type ReadResult } from "../tools/read.js";
 import { dataUrlText, parseDataUrl, toDataUrl } from "./data-url.js";

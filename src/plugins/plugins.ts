@@ -4,7 +4,7 @@ import { fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
 import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { isId, newId } from "../ids.js";
-import { PluginError } from "../ledger/errors.js";
+import { PluginError } from "../errors.js";
 
 /**
  * What a `chatMessage` hook receives and may change: the user message and its resolved parts

@@ -15,7 +15,7 @@ import {
   PluginError,
   PreconditionError,
   SessionNotFoundError,
-} from "../ledger/errors.js";
+} from "../errors.js";
 
 /** `google.rpc.ErrorInfo.domain` of every error this service raises. */
 export const ERROR_DOMAIN = "ledger.v1";

@@ -4,7 +4,7 @@ import { AgentSchema, ModelSchema } from "../../gen/ledger/v1/model_pb.js";
 import { PromptRequestSchema, type PromptAsyncRequest, type PromptRequest, type PromptStreamRequest, type SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { listAgents, listModels } from "../ledger/catalog.js";
 import type { LedgerDeps } from "../ledger/deps.js";
-import { NotImplementedError } from "../ledger/errors.js";
+import { NotImplementedError } from "../errors.js";
 import { getMessage, listMessages } from "../ledger/messages.js";
 import { prompt, promptAsync, promptStream } from "../ledger/prompt.js";
 import * as sessions from "../ledger/sessions.js";

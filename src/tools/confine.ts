@@ -1,6 +1,6 @@
 import { realpath, stat } from "node:fs/promises";
 import { dirname, isAbsolute, relative, resolve } from "node:path";
-import { InvalidArgumentError, PathNotAllowedError } from "../ledger/errors.js";
+import { InvalidArgumentError, PathNotAllowedError } from "../errors.js";
 
 /** Reason given when a path names a FIFO, socket or device. */
 const NOT_REGULAR = "is not a regular file or directory";

@@ -2,7 +2,7 @@ import { createReadStream } from "node:fs";
 import { open, readdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { fileTypeFromFile } from "file-type";
-import { LimitExceededError } from "../ledger/errors.js";
+import { LimitExceededError } from "../errors.js";
 import { BINARY_SAMPLE_BYTES, isBinary } from "./binary.js";
 import { chunkDecoder, detectBom, FALLBACK_ENCODING, type ChunkDecoder } from "./text-decode.js";
 

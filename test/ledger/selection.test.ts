@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
-import { AgentNotFoundError } from "../../src/ledger/errors.js";
+import { AgentNotFoundError } from "../../src/errors.js";
 import { resolveAgent, resolveModel, resolveVariant } from "../../src/ledger/selection.js";
 
 // design.md §3: model = input ?? agent's model ?? session's last model ?? config default;

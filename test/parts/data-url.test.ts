@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { InvalidArgumentError } from "../../src/ledger/errors.js";
+import { InvalidArgumentError } from "../../src/errors.js";
 import { dataUrlText, parseDataUrl, toDataUrl } from "../../src/parts/data-url.js";
 
 const F = "parts[0].file.url";

@@ -2,7 +2,7 @@ import { mkdir, mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { InvalidArgumentError, PathNotAllowedError } from "../../src/ledger/errors.js";
+import { InvalidArgumentError, PathNotAllowedError } from "../../src/errors.js";
 import { parseFileUrl } from "../../src/parts/file-url.js";
 import { confinePath } from "../../src/tools/confine.js";
 import { readPath } from "../../src/tools/read.js";

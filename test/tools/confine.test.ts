@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from "node:fs/promis
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { InvalidArgumentError, PathNotAllowedError } from "../../src/ledger/errors.js";
+import { InvalidArgumentError, PathNotAllowedError } from "../../src/errors.js";
 import { confinePath, isInside } from "../../src/tools/confine.js";
 
 const F = "parts[0].file.url";

@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from "node:fs/promis
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { LimitExceededError } from "../../src/ledger/errors.js";
+import { LimitExceededError } from "../../src/errors.js";
 import { isBinary } from "../../src/tools/binary.js";
 import { readPath, ReadFailure, type ReadResult } from "../../src/tools/read.js";
 
