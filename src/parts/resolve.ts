@@ -98,7 +98,7 @@ function textDraft(ctx: ResolveContext, draft: TextPartInput, field: string): Pi
   const bytes = Buffer.byteLength(draft.text, "utf8");
   if (bytes > ctx.limits.text_part_bytes) throw new LimitExceededError(field, "text_part_bytes", ctx.limits.text_part_bytes, bytes, "bytes");
   const { id, $typeName: _, ...text } = draft;
-  return { part: create(PartSchema, { id, kind: { case: "text", value: text } }), synthetic: false };
+  return { part: create(PartSchema, { id, kind: { case: "text", value: { ...text, text: storableText(text.text) } } }), synthetic: false };
 }
 
 function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {
@@ -172,7 +172,12 @@ function filePart(draft: FilePartInput, override: { mime?: string; filename?: st
 }
 
 function synthetic(text: string): Piece {
-  return { part: create(PartSchema, { kind: { case: "text", value: { text, synthetic: true } } }), synthetic: true };
+  return { part: create(PartSchema, { kind: { case: "text", value: { text: storableText(text), synthetic: true } } }), synthetic: true };
+}
+
+/** Text as it can be stored and sent to a provider: lone surrogates and NUL become U+FFFD. */
+function storableText(text: string): string {
+  return text.toWellFormed().replaceAll("\0", "\uFFFD");
 }
 
 function essence(mime: string): string {

@@ -1,5 +1,6 @@
 import http from "node:http";
 import http2 from "node:http2";
+import { setMaxListeners } from "node:events";
 import net from "node:net";
 import { Duplex } from "node:stream";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
@@ -32,6 +33,8 @@ export interface LedgerServer {
  */
 export function createServer(deps: LedgerDeps): LedgerServer {
   const shutdown = new AbortController();
+  // connect-node adds one abort listener per request to this signal.
+  setMaxListeners(0, shutdown.signal);
   const adapter = connectNodeAdapter({
     routes: createRoutes(deps),
     interceptors: [errorInterceptor, createValidateInterceptor()],
@@ -39,20 +42,21 @@ export function createServer(deps: LedgerDeps): LedgerServer {
     shutdownSignal: shutdown.signal,
   });
   let inFlight = 0;
-  const idle: Array<() => void> = [];
+  let lastRequestAt = 0;
+  let closing = false;
   const handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => {
+    lastRequestAt = Date.now();
     const cors = corsHeaders(req.headers, deps.config.corsOrigins);
     if (cors) for (const [name, value] of Object.entries(cors)) res.setHeader(name, value);
+    // While draining, HTTP/1.1 clients are told not to reuse the connection.
+    if (closing && req.httpVersionMajor === 1) res.setHeader("connection", "close");
     if (req.method === "OPTIONS") {
       res.writeHead(cors ? 204 : 403);
       res.end();
       return;
     }
     inFlight++;
-    res.once("close", () => {
-      inFlight--;
-      if (inFlight === 0) idle.splice(0).forEach((resolve) => resolve());
-    });
+    res.once("close", () => void inFlight--);
     adapter(req as never, res as never);
   };
 
@@ -96,12 +100,18 @@ export function createServer(deps: LedgerDeps): LedgerServer {
       });
     },
     async close(graceMs = 10_000) {
-      const closed = new Promise<void>((resolve) => front.close(() => resolve()));
+      closing = true;
+      // HTTP/2: GOAWAY; streams already open finish, new ones go elsewhere.
       for (const session of sessions) session.close();
+      // Closing the listener resets connections still waiting in the kernel's accept queue, so
+      // accept those first (they may carry requests clients already sent).
+      await delay(DRAIN_QUIET_MS);
+      const closed = new Promise<void>((resolve) => front.close(() => resolve()));
+      // Drain: wait until nothing is in flight and no request arrived for a moment (requests
+      // already written by clients are still being parsed), at most `graceMs`.
+      const deadline = Date.now() + graceMs;
+      while (Date.now() < deadline && (inFlight > 0 || Date.now() - lastRequestAt < DRAIN_QUIET_MS)) await delay(DRAIN_POLL_MS);
       h1.closeIdleConnections();
-      if (inFlight > 0) {
-        await Promise.race([new Promise<void>((resolve) => idle.push(resolve)), delay(graceMs)]);
-      }
       shutdown.abort();
       for (const socket of sockets) socket.destroy();
       await closed;
@@ -134,6 +144,10 @@ function replay(socket: net.Socket, head: Buffer): Duplex {
   socket.resume();
   return duplex;
 }
+
+/** A draining server waits until no request has arrived for this long (ms). */
+const DRAIN_QUIET_MS = 200;
+const DRAIN_POLL_MS = 20;
 
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());

@@ -1,7 +1,8 @@
-import { fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Kysely, Transaction } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { toJsonb } from "./jsonb.js";
 import { protoCaseName } from "./proto-names.js";
 import type { DB, SessionEventRow } from "./schema.js";
 
@@ -22,7 +23,7 @@ export async function appendEvents(trx: Transaction<DB>, events: SessionEvent[])
           session_id: event.sessionId,
           seq: Number(event.seq),
           kind: protoCaseName(SessionEventSchema, event.kind.case ?? ""),
-          data: JSON.stringify(toJson(SessionEventSchema, event)),
+          data: toJsonb(SessionEventSchema, event),
           time: event.time ? timestampDate(event.time) : new Date(),
         })),
       )

@@ -1,7 +1,8 @@
-import { fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { fromJson, type JsonObject } from "@bufbuild/protobuf";
 import type { Kysely, Transaction } from "kysely";
 import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
+import { toJsonb } from "./jsonb.js";
 import { protoCaseName } from "./proto-names.js";
 import type { DB, MessageRow, PartRow } from "./schema.js";
 
@@ -32,7 +33,7 @@ export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Pr
       session_id: sessionId,
       position: entry.position,
       role: entry.message.kind.case ?? "user",
-      data: JSON.stringify(toJson(MessageSchema, entry.message)),
+      data: toJsonb(MessageSchema, entry.message),
       request_hash: entry.requestHash ?? null,
     })
     .execute();
@@ -41,7 +42,7 @@ export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Pr
 /** Replaces a stored message's data (the position never changes). */
 export async function updateMessage(trx: Transaction<DB>, message: Message): Promise<void> {
   const { id } = messageIds(message);
-  await trx.updateTable("message").set({ data: JSON.stringify(toJson(MessageSchema, message)) }).where("id", "=", id).execute();
+  await trx.updateTable("message").set({ data: toJsonb(MessageSchema, message) }).where("id", "=", id).execute();
 }
 
 /**
@@ -60,7 +61,7 @@ export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promi
           message_id: part.messageId,
           position,
           kind: protoCaseName(PartSchema, part.kind.case ?? ""),
-          data: JSON.stringify(toJson(PartSchema, part)),
+          data: toJsonb(PartSchema, part),
         })),
       )
       .execute();

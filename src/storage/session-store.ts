@@ -1,7 +1,8 @@
-import { create, fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { sql, type Kysely, type Transaction } from "kysely";
 import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
+import { toJsonb } from "./jsonb.js";
 import type { DB, SessionRow } from "./schema.js";
 
 /** A session row with its message count, as read by `getSession`/`listSessions`. */
@@ -24,7 +25,7 @@ export async function insertSession(db: Kysely<DB>, session: Session, now: Date)
       id: session.id,
       directory: session.directory,
       parent_id: session.parentId || null,
-      data: JSON.stringify(sessionData(session)),
+      data: sessionData(session),
       time_created: now,
       time_updated: now,
     })
@@ -75,7 +76,7 @@ export async function updateSession(
   await trx
     .updateTable("session")
     .set({
-      data: JSON.stringify(sessionData(session)),
+      data: sessionData(session),
       last_seq: counters.lastSeq,
       last_position: counters.lastPosition,
       time_updated: now,
@@ -103,9 +104,8 @@ export function rowToSession(row: SessionRow | SessionRowWithCount): Session {
 }
 
 /** A copy of `session` without the fields that live in columns. */
-function sessionData(session: Session): JsonObject {
-  const copy = create(SessionSchema, { ...session, timeCreated: undefined, timeUpdated: undefined, messageCount: 0 });
-  return toJson(SessionSchema, copy) as JsonObject;
+function sessionData(session: Session): string {
+  return toJsonb(SessionSchema, create(SessionSchema, { ...session, timeCreated: undefined, timeUpdated: undefined, messageCount: 0 }));
 }
 
 const messageCount = sql<string>`(select count(*) from message m where m.session_id = session.id)`.as("message_count");

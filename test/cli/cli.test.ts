@@ -1,0 +1,222 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+
+const BIN = path.resolve(import.meta.dirname, "../../bin/ledger.js");
+const SESSION_LINE = /^session (ses_[0-9A-HJKMNP-TV-Z]{26})$/;
+const MESSAGE_LINE = /^message (msg_[0-9A-HJKMNP-TV-Z]{26}) {2}user {2}agent=build {2}model=\(none\)$/;
+const PART_LINE = /^ +(\d+)\. (prt_[0-9A-HJKMNP-TV-Z]{26}) {2}(\S+) +(.*)$/;
+const LISTENING = /^session-ledger listening on http:\/\/127\.0\.0\.1:\d+$/;
+const CLI_TIMEOUT = 120_000;
+
+let dir: string;
+let database: TestDatabase | undefined;
+
+beforeAll(async () => {
+  dir = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-cli-")));
+  await writeFile(path.join(dir, "package.json"), `${JSON.stringify({ name: "demo-project", version: "1.0.0" })}\n`);
+  if (TEST_ENGINE === "postgres") database = await createTestDatabase("postgres");
+});
+
+afterAll(async () => {
+  await database?.drop();
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+/** The child's environment: DATABASE_URL only for the Postgres engine, never a config override. */
+function childEnv(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  delete env.DATABASE_URL;
+  delete env.LEDGER_CONFIG;
+  if (database?.url) env.DATABASE_URL = database.url;
+  return env;
+}
+
+/** `--db <dir>/db` for the PGlite engine (with DATABASE_URL set it is not needed). */
+function dbArgs(): string[] {
+  return TEST_ENGINE === "pglite" ? ["--db", path.join(dir, "db")] : [];
+}
+
+function start(args: string[]): ChildProcess {
+  return spawn(process.execPath, [BIN, ...args], { cwd: dir, env: childEnv(), stdio: ["ignore", "pipe", "pipe"] });
+}
+
+interface Run {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Collects a child's output until it exits. */
+function finished(child: ChildProcess): Promise<Run> {
+  let stdout = "";
+  let stderr = "";
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  return new Promise((resolve, reject) => {
+    child.once("error", reject);
+    child.once("close", (code, signal) => resolve({ code, signal, stdout, stderr }));
+  });
+}
+
+/** Runs `ledger <args>` to completion in the temp dir. */
+async function ledger(...args: string[]): Promise<Run> {
+  return finished(start(args));
+}
+
+function expectOk(run: Run): void {
+  expect(run.code, `exit code; stderr:\n${run.stderr}`).toBe(0);
+}
+
+/** Parses the human output of `ledger prompt`: the session, the message, and one entry per part. */
+function parsePromptOutput(stdout: string) {
+  const lines = stdout.split("\n");
+  const sessionId = SESSION_LINE.exec(lines[0])?.[1];
+  const messageId = MESSAGE_LINE.exec(lines[1])?.[1];
+  const parts = lines.flatMap((line) => {
+    const m = PART_LINE.exec(line);
+    return m ? [{ n: Number(m[1]), id: m[2], kind: m[3], rest: m[4] }] : [];
+  });
+  return { sessionId, messageId, parts };
+}
+
+interface JsonPart {
+  id: string;
+  sessionId: string;
+  messageId: string;
+  text?: { text: string; synthetic?: boolean };
+  file?: { mime: string; filename: string; url: string };
+}
+interface JsonMessage {
+  message: { user: { id: string; sessionId: string; agent: string } };
+  parts: JsonPart[];
+}
+
+describe("ledger prompt / messages / sessions", () => {
+  it(
+    "prompt --no-reply with --file prints the session and the parts; --json, messages and sessions agree",
+    async () => {
+      const packageUrl = pathToFileURL(path.join(dir, "package.json")).href;
+      const run = await ledger("prompt", "--no-reply", "explain this project", "--file", "package.json", ...dbArgs());
+      expectOk(run);
+      const printed = parsePromptOutput(run.stdout);
+      expect(printed.sessionId).toBeDefined();
+      expect(printed.messageId).toBeDefined();
+      expect(printed.parts.map((p) => [p.n, p.kind])).toEqual([[1, "text"], [2, "text"], [3, "text"], [4, "file"]]);
+      expect(printed.parts[0].rest).toBe("explain this project");
+      expect(printed.parts[1].rest).toMatch(/^\[synthetic\] Called the Read tool/);
+      expect(printed.parts[2].rest).toMatch(/^\[synthetic\] /);
+      expect(run.stdout).toContain("demo-project");
+      expect(printed.parts[3].rest).toBe(`text/plain  package.json  ${packageUrl}`);
+
+      const json = await ledger("prompt", "--no-reply", "--json", "explain this project", "--file", "package.json", ...dbArgs());
+      expectOk(json);
+      const stored = JSON.parse(json.stdout) as JsonMessage;
+      const user = stored.message.user;
+      expect(user.id).toMatch(/^msg_[0-9A-HJKMNP-TV-Z]{26}$/);
+      expect(user.sessionId).toMatch(/^ses_[0-9A-HJKMNP-TV-Z]{26}$/);
+      expect(user.sessionId).not.toBe(printed.sessionId);
+      expect(user.agent).toBe("build");
+      expect(stored.parts.map((p) => (p.text ? `text${p.text.synthetic ? "(synthetic)" : ""}` : p.file ? "file" : "?"))).toEqual([
+        "text", "text(synthetic)", "text(synthetic)", "file",
+      ]);
+      expect(stored.parts[0].text?.text).toBe("explain this project");
+      expect(stored.parts[2].text?.text).toContain("demo-project");
+      expect(stored.parts[3].file).toEqual({ mime: "text/plain", filename: "package.json", url: packageUrl });
+      for (const part of stored.parts) {
+        expect(part.id).toMatch(/^prt_[0-9A-HJKMNP-TV-Z]{26}$/);
+        expect(part).toMatchObject({ sessionId: user.sessionId, messageId: user.id });
+      }
+
+      const messages = await ledger("messages", printed.sessionId!, ...dbArgs());
+      expectOk(messages);
+      const listed = parsePromptOutput(`session ${printed.sessionId}\n${messages.stdout}`);
+      expect(listed.messageId).toBe(printed.messageId);
+      expect(listed.parts.map((p) => p.id)).toEqual(printed.parts.map((p) => p.id));
+
+      const sessions = await ledger("sessions", ...dbArgs());
+      expectOk(sessions);
+      const rows = sessions.stdout.trim().split("\n");
+      expect(rows).toHaveLength(2);
+      // Most recently updated first: the --json prompt's session, then the first one.
+      expect(rows.map((r) => r.split(/\s+/)[0])).toEqual([user.sessionId, printed.sessionId]);
+      expect(rows[1]).toContain(`1 msgs  ${dir}`);
+    },
+    CLI_TIMEOUT,
+  );
+
+  it(
+    "without --no-reply and no model it notes how to configure one on stderr and still stores the message",
+    async () => {
+      const run = await ledger("prompt", "what does this do?", ...dbArgs());
+      expectOk(run);
+      expect(run.stderr).toContain("no model is configured");
+      expect(run.stderr).toContain("ledger.json");
+      expect(run.stdout).not.toContain("no model is configured");
+      const printed = parsePromptOutput(run.stdout);
+      expect(printed.sessionId).toBeDefined();
+      expect(printed.parts.map((p) => p.rest)).toEqual(["what does this do?"]);
+
+      const messages = await ledger("messages", printed.sessionId!, ...dbArgs());
+      expectOk(messages);
+      expect(messages.stdout).toContain(`message ${printed.messageId}  user`);
+      expect(messages.stdout).toContain("what does this do?");
+    },
+    CLI_TIMEOUT,
+  );
+});
+
+describe("ledger serve", () => {
+  it(
+    "prints one listening line, answers ledger prompt --url, locks its PGlite dir, exits 0 on SIGTERM",
+    async () => {
+      const serveDb = path.join(dir, "serve-db");
+      const serve = start(["serve", "--port", "0", "--db", serveDb]);
+      const exited = finished(serve);
+      try {
+        const line = await new Promise<string>((resolve, reject) => {
+          let seen = "";
+          const onData = (chunk: Buffer | string) => {
+            seen += String(chunk);
+            const newline = seen.indexOf("\n");
+            if (newline >= 0) resolve(seen.slice(0, newline));
+          };
+          serve.stdout!.on("data", onData);
+          void exited.then((run) => reject(new Error(`serve exited early (${run.code}): ${run.stderr}`)));
+        });
+        expect(line).toMatch(LISTENING);
+        const url = line.slice("session-ledger listening on ".length);
+
+        const viaUrl = await ledger("prompt", "--url", url, "--no-reply", "hi");
+        expectOk(viaUrl);
+        const printed = parsePromptOutput(viaUrl.stdout);
+        expect(printed.sessionId).toBeDefined();
+        expect(printed.parts.map((p) => [p.kind, p.rest])).toEqual([["text", "hi"]]);
+        const listed = await ledger("sessions", "--url", url);
+        expectOk(listed);
+        expect(listed.stdout).toContain(printed.sessionId);
+
+        if (TEST_ENGINE === "pglite") {
+          const locked = await ledger("prompt", "--db", serveDb, "--no-reply", "hi again");
+          expect(locked.code).toBe(1);
+          expect(locked.stderr).toContain("--url");
+          expect(locked.stderr).toContain(serveDb);
+          expect(locked.stdout).toBe("");
+        }
+      } finally {
+        if (serve.exitCode === null) serve.kill("SIGTERM");
+      }
+      const run = await exited;
+      expect(run.signal).toBeNull();
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.stdout.split("\n").filter(Boolean)).toHaveLength(1);
+      expect(run.stderr).toContain("SIGTERM");
+    },
+    CLI_TIMEOUT,
+  );
+});
