@@ -48,7 +48,8 @@ async function lockDir(dir: string): Promise<() => Promise<void>> {
     if ((error as { code?: string }).code !== "ELOCKED") throw error;
     throw new Error(
       `the embedded database ${dir} is in use by another ledger process (a running "ledger serve"?). ` +
-        `Talk to that server with --url http://HOST:PORT, or pass --db with another directory.`,
+        `Talk to that server with --url http://HOST:PORT, or pass --db with another directory. ` +
+        `If that process crashed, its lock expires within 15 s.`,
     );
   }
 }

@@ -121,13 +121,21 @@ async function runPrompt(client: Ledger, text: string, opts: PromptOptions): Pro
     );
   }
   const sessionId = opts.session ?? (await client.createSession({ directory: path.resolve(opts.dir ?? ".") })).session!.id;
-  const res = await client.prompt({
-    sessionId,
-    agent: opts.agent,
-    model: opts.model ? parseModelRef(opts.model) : undefined,
-    noReply,
-    parts: [create(PartInputSchema, { kind: { case: "text", value: { text } } }), ...files],
-  });
+  const res = await client
+    .prompt({
+      sessionId,
+      agent: opts.agent,
+      model: opts.model ? parseModelRef(opts.model) : undefined,
+      noReply,
+      parts: [create(PartInputSchema, { kind: { case: "text", value: { text } } }), ...files],
+    })
+    .catch(async (error: unknown) => {
+      // A session made for this prompt alone must not stay behind empty.
+      if (!opts.session && !(error instanceof ConnectError && error.code === Code.FailedPrecondition)) {
+        await client.deleteSession({ sessionId }).catch(() => undefined);
+      }
+      throw error;
+    });
   if (opts.json) return print(toJsonString(MessageWithPartsSchema, res.message!, { prettySpaces: 2 }));
   print(`session ${sessionId}`);
   print(formatMessage(res.message!));
@@ -173,5 +181,11 @@ function fail(error: unknown): never {
   }
   process.exit(1);
 }
+
+// `ledger sessions | head` closes stdout early: stop quietly.
+process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code === "EPIPE") process.exit(0);
+  throw error;
+});
 
 program.parseAsync(process.argv).catch(fail);

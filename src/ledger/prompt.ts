@@ -67,6 +67,7 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest): Pro
         system: request.system || undefined,
         format: request.format,
         tools: request.tools,
+        noReply: request.noReply,
       },
     },
   });
@@ -80,11 +81,11 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest): Pro
         if (stored) return stored;
       }
       if (w.session.agent !== agent.name) {
-        w.emit({ case: "agentSwitched", value: { from: w.session.agent, to: agent.name } });
+        w.emit({ case: "agentSwitched", value: { previous: w.session.agent, current: agent.name } });
         w.session.agent = agent.name;
       }
       if (model && !sameModel(w.session.model, model)) {
-        w.emit({ case: "modelSwitched", value: { from: w.session.model, to: model } });
+        w.emit({ case: "modelSwitched", value: { previous: w.session.model, current: model } });
         w.session.model = create(ModelRefSchema, model);
       }
       await insertMessage(w.trx, { message: hooked.message, position: w.nextPosition(), requestHash: fingerprint });

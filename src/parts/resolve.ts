@@ -11,7 +11,7 @@ import {
 import type { AgentInfo } from "../config/agents.js";
 import type { Limits } from "../config/limits.js";
 import { newId } from "../ids.js";
-import { LimitExceededError } from "../errors.js";
+import { InvalidArgumentError, LimitExceededError } from "../errors.js";
 import { confinePath } from "../tools/confine.js";
 import { ReadFailure, readPath, type ReadResult } from "../tools/read.js";
 import { dataUrlText, parseDataUrl, toDataUrl } from "./data-url.js";
@@ -49,6 +49,9 @@ type Piece = { part: Part; synthetic: boolean };
 
 /**
  * Resolves every draft concurrently, keeping input order (design.md §4; OpenCode
+ * `SessionPrompt.createUserMessage`/`resolvePart`). Empty and whitespace-only text drafts are
+ * dropped when other drafts exist; a prompt with nothing else is refused. Per draft
+ * (design.md §4; OpenCode
  * `SessionPrompt.createUserMessage`/`resolvePart`):
  * - text → as given; file `data:` text/plain → S read call, S decoded body, the file part;
  * - file `data:` other → the file part; `http(s):` → the file part as given;
@@ -64,7 +67,9 @@ type Piece = { part: Part; synthetic: boolean };
  */
 export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): Promise<ResolvedDrafts> {
   const problems: ReadProblem[] = [];
-  const resolved = await Promise.all(drafts.map((draft, i) => resolveDraft(ctx, draft, `parts[${i}]`, problems)));
+  const blank = (d: PartInput) => d.kind.case === "text" && d.kind.value.text.trim() === "";
+  if (drafts.every(blank)) throw new InvalidArgumentError("parts", "has no content: every draft is an empty or whitespace-only text");
+  const resolved = await Promise.all(drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, `parts[${i}]`, problems))));
   const parts: Part[] = [];
   const syntheticIds: string[] = [];
   for (const { part, synthetic } of resolved.flat()) {

@@ -41,7 +41,8 @@ const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code
  * Converts anything a handler threw into a `ConnectError`:
  * - a `LedgerError` → its code, its message (which names the field), an `ErrorInfo`
  *   {reason, domain, metadata} and, when it names a field, a `BadRequest` violation;
- * - a protovalidate `InvalidArgument` → the same error plus a `BadRequest` per violation;
+ * - a protovalidate `InvalidArgument` → the same error plus an `ErrorInfo` (reason
+ *   `INVALID_ARGUMENT`, the first field and rule) and a `BadRequest` per violation;
  * - any other `ConnectError` → unchanged;
  * - anything else → logged with its stack to stderr, answered as `INTERNAL` "internal error".
  */
@@ -86,6 +87,8 @@ async function* mapStream<T>(messages: AsyncIterable<T>, procedure: string): Asy
 function withBadRequest(error: ConnectError): ConnectError {
   if (error.code !== Code.InvalidArgument || !(error.cause instanceof ValidationError)) return error;
   const fieldViolations = error.cause.violations.map((v) => ({ field: pathToString(v.field), description: v.message }));
+  const metadata = { field: fieldViolations[0]?.field ?? "", rule: error.cause.violations[0]?.ruleId ?? "" };
+  error.details.push({ desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: "INVALID_ARGUMENT", domain: ERROR_DOMAIN, metadata }) });
   error.details.push({ desc: BadRequestSchema, value: create(BadRequestSchema, { fieldViolations }) });
   return error;
 }

@@ -171,6 +171,22 @@ describe("ledger prompt / messages / sessions", () => {
   );
 });
 
+describe("ledger prompt failures", () => {
+  it(
+    "exits 1 naming the field and leaves no empty session behind",
+    async () => {
+      const before = await ledger("sessions", "--json", ...dbArgs());
+      expectOk(before);
+      const run = await ledger("prompt", "--no-reply", "read this", "--file", "/etc/hostname", ...dbArgs());
+      expect(run.code).toBe(1);
+      expect(run.stderr).toContain("PermissionDenied: parts[1].file.url");
+      const after = await ledger("sessions", "--json", ...dbArgs());
+      expect(after.stdout).toBe(before.stdout);
+    },
+    CLI_TIMEOUT,
+  );
+});
+
 describe("ledger serve", () => {
   it(
     "prints one listening line, answers ledger prompt --url, locks its PGlite dir, exits 0 on SIGTERM",

@@ -213,6 +213,16 @@ describe("errors", () => {
     expect(error.rawMessage).toContain("parts");
   });
 
+  it("drops whitespace-only text drafts next to others and refuses a prompt of only blanks", async () => {
+    const { message } = await promptOnce(t.client, t.dir, [text("  \n"), text("real"), text("")]);
+    expect(message.parts.map(shape)).toEqual([{ kind: "text", synthetic: false, text: "real" }]);
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const error = await rejection(t.client.prompt({ sessionId, noReply: true, parts: [text(" "), text("\t")] }));
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.rawMessage).toContain("parts: has no content");
+    expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
+  });
+
   it("answers PERMISSION_DENIED for a file outside the session directory", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     const error = await rejection(t.client.prompt({ sessionId, noReply: true, parts: [text("x"), file("file:///etc/hostname")] }));

@@ -50,6 +50,12 @@ describe("parseFileUrl: paths", () => {
     expect(parseFileUrl(F, "file:///tmp/a/%2e%2e/c.txt").path).toBe("/tmp/c.txt");
   });
 
+  it("refuses a relative file: URL instead of reading from the root", () => {
+    expect(() => parseFileUrl(F, "file:package.json")).toThrow(InvalidArgumentError);
+    expect(() => parseFileUrl(F, "file:package.json")).toThrow("is a relative file: URL");
+    expect(parseFileUrl(F, "file:/tmp/a.txt").path).toBe("/tmp/a.txt");
+  });
+
   it("treats localhost as the local machine", () => {
     expect(parseFileUrl(F, "file://localhost/etc/hosts").path).toBe("/etc/hosts");
   });

@@ -69,6 +69,7 @@ describe("request validation", () => {
     const error = await failure(t.client.prompt({ sessionId: await newSession(), noReply: true, parts: [] }));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(badRequestFields(error)).toEqual(["parts"]);
+    expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "INVALID_ARGUMENT", domain: "ledger.v1", metadata: { field: "parts", rule: "repeated.min_items" } });
   });
 
   it("malformed session_id → INVALID_ARGUMENT naming session_id", async () => {
@@ -212,7 +213,7 @@ describe("PromptStream and PromptAsync with no_reply", () => {
     const firstEvents = first.items.map((i) => i.event!);
     // The session was created without an agent, so the first prompt switches it to the default.
     expect(firstEvents.map((e) => e.kind.case)).toEqual(["agentSwitched", "messageUpdated", "partUpdated", "prompted", "sessionUpdated"]);
-    expect(firstEvents[0].kind.value).toMatchObject({ from: "", to: "build" });
+    expect(firstEvents[0].kind.value).toMatchObject({ previous: "", current: "build" });
     expect(seqs(firstEvents)).toEqual(consecutiveFrom(2, 5)); // CreateSession wrote seq 1
     for (const e of firstEvents) expect(e.sessionId).toBe(sessionId);
 
