@@ -1,0 +1,165 @@
+import { constants } from "node:fs";
+import { open } from "node:fs/promises";
+import { basename, dirname } from "node:path";
+import { BINARY_SAMPLE_BYTES, isBinary } from "./binary.js";
+import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS, searchGlobs, type FoundFile } from "./find-files.js";
+import { decodeText } from "./text-decode.js";
+import { resolveToolPath, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
+
+/** Most matching lines shown (lines). Follows OpenCode grep.ts `limit`. */
+export const GREP_LIMIT = 100;
+/** Matching lines are cut to this many UTF-16 code units, then `...` (chars). Follows OpenCode grep.ts. */
+export const GREP_MAX_LINE_LENGTH = 2000;
+/** Files larger than this are not searched, and the output says how many were skipped (bytes). */
+export const GREP_MAX_FILE_BYTES = 1024 * 1024;
+
+/** Input of {@link grepTool}. Follows OpenCode grep.ts parameters. */
+export interface GrepInput {
+  /** JavaScript regular expression tested against each line; a leading `(?i)`, `(?s)`, `(?m)` becomes a flag. */
+  pattern: string;
+  /** Directory (or single file) to search, absolute or relative to the session directory; default the session directory. */
+  path?: string;
+  /** File glob, ripgrep `--glob` style, e.g. `"*.js"` or `"*.{ts,tsx}"` (matches at any depth). */
+  include?: string;
+}
+
+interface Match { path: string; line: number; text: string }
+type Searchable = { kind: "text"; text: string } | { kind: "binary" } | { kind: "large" };
+
+/**
+ * The model's `grep` tool: lines matching a regular expression, in files newest first.
+ * Follows OpenCode grep.ts (the ripgrep `search` version: all matches sorted by file mtime).
+ *
+ * Output: `Found N matches` (N counts every matching line; ` (showing first 100)` is appended when
+ * there are more), then per file a blank-line-separated group `<absolute path>:` followed by
+ * `  Line <n>: <text>` (lines numbered from 1 like the read tool: `\n`, `\r\n` and a lone `\r`
+ * end a line; text cut at {@link GREP_MAX_LINE_LENGTH} chars plus `...`). At most
+ * {@link GREP_LIMIT} lines, then `(Results truncated: showing 100 of N matches (M hidden).
+ * Consider using a more specific path or pattern.)`. `(Some paths were inaccessible and skipped)`
+ * when a file could not be read. `No files found` when nothing matches.
+ *
+ * Files: hidden ones included, `SEARCH_IGNORE_PATTERNS` directories (find-files.ts) skipped,
+ * binary files (`isBinary` on the first 4 KiB) skipped silently, files over
+ * {@link GREP_MAX_FILE_BYTES} skipped with a `(N file(s) over 1 MiB not searched)` footer (our
+ * addition). Text is decoded like the read tool (BOM, UTF-8, windows-1252).
+ *
+ * Differences from OpenCode (ripgrep): JavaScript regex syntax (Unicode mode when the pattern
+ * allows it, else legacy mode, so `\p{L}` and `\-` both work); no `.gitignore` files are read;
+ * symlinks are not followed; a file path searches just that file; ties in mtime are ordered by path.
+ *
+ * @returns `{ title, output, metadata: { matches, truncated, skippedLarge, skippedUnreadable } }`;
+ *   `title` is the pattern (as in OpenCode); `matches` is N.
+ * @throws ToolInputError `pattern is required`, `Invalid regex pattern "<p>": <why>`,
+ *   `Search path not found: <path>`, or a bad `include` (see `searchGlobs`).
+ * @throws PathNotAllowedError when `path` leaves the session directory and roots.
+ * @throws the signal's reason (an `AbortError`) when `ctx.signal` is aborted (checked per file).
+ */
+export async function grepTool(input: GrepInput, ctx: ToolContext): Promise<ToolOutput> {
+  if (!input.pattern) throw new ToolInputError("pattern is required");
+  const regex = compilePattern(input.pattern);
+  const include = input.include ? searchGlobs("include", input.include) : ["**/*"];
+  const { path } = await resolveToolPath(ctx, "path", input.path);
+  const kind = await pathKind(path);
+  if (kind === undefined) throw new ToolInputError(`Search path not found: ${input.path ?? ctx.directory}`);
+  const files: FoundFile[] = kind === "directory"
+    ? await newestFirst(path, await findFiles(path, include, SEARCH_IGNORE_GLOBS, ctx.signal), ctx.signal)
+    : await newestFirst(dirname(path), [basename(path)], ctx.signal);
+
+  const shown: Match[] = [];
+  let total = 0;
+  let large = 0;
+  let unreadable = 0;
+  for (const file of files) {
+    ctx.signal?.throwIfAborted();
+    let content: Searchable;
+    try {
+      content = await readSearchable(file.path);
+    } catch (err) {
+      if (!(err instanceof Error && "code" in err)) throw err;
+      unreadable++;
+      continue;
+    }
+    if (content.kind === "large") large++;
+    if (content.kind !== "text") continue;
+    const lines = content.text.split(/\r\n|\r|\n/);
+    if (lines[lines.length - 1] === "") lines.pop();
+    for (let i = 0; i < lines.length; i++) {
+      if (!regex.test(lines[i])) continue;
+      total++;
+      if (shown.length < GREP_LIMIT) shown.push({ path: file.path, line: i + 1, text: lines[i] });
+    }
+  }
+  ctx.signal?.throwIfAborted();
+
+  const truncated = total > GREP_LIMIT;
+  const output = total === 0 ? ["No files found"] : render(shown, total, truncated);
+  if (unreadable > 0) output.push("", "(Some paths were inaccessible and skipped)");
+  if (large > 0) output.push("", `(${large} file${large === 1 ? "" : "s"} over ${GREP_MAX_FILE_BYTES / 1024 / 1024} MiB not searched)`);
+  return {
+    title: input.pattern,
+    output: output.join("\n"),
+    metadata: { matches: total, truncated, skippedLarge: large, skippedUnreadable: unreadable },
+  };
+}
+
+function render(shown: Match[], total: number, truncated: boolean): string[] {
+  const output = [`Found ${total} matches${truncated ? ` (showing first ${GREP_LIMIT})` : ""}`];
+  let current = "";
+  for (const match of shown) {
+    if (match.path !== current) {
+      if (current !== "") output.push("");
+      current = match.path;
+      output.push(`${match.path}:`);
+    }
+    const text = match.text.length > GREP_MAX_LINE_LENGTH ? `${match.text.substring(0, GREP_MAX_LINE_LENGTH)}...` : match.text;
+    output.push(`  Line ${match.line}: ${text}`);
+  }
+  if (truncated) {
+    output.push("", `(Results truncated: showing ${GREP_LIMIT} of ${total} matches (${total - GREP_LIMIT} hidden). Consider using a more specific path or pattern.)`);
+  }
+  return output;
+}
+
+/** Compiles the model's pattern; ripgrep's leading inline flags `(?i)` etc. become RegExp flags. */
+function compilePattern(pattern: string): RegExp {
+  const inline = /^\(\?([ims]+)\)/.exec(pattern);
+  const source = inline === null ? pattern : pattern.slice(inline[0].length);
+  const flags = inline === null ? "" : inline[1];
+  try {
+    return new RegExp(source, `${flags}u`);
+  } catch {
+    // Legacy mode accepts identity escapes such as `\-` or `\:` that ripgrep allows.
+  }
+  try {
+    return new RegExp(source, flags);
+  } catch (err) {
+    const why = err instanceof Error ? err.message.replace(/^Invalid regular expression: \/.*\/[a-z]*: /s, "") : String(err);
+    throw new ToolInputError(`Invalid regex pattern ${JSON.stringify(pattern)}: ${why}`);
+  }
+}
+
+/**
+ * Opens without blocking (a FIFO swapped in cannot hang us), sniffs the head for binary content,
+ * then reads and decodes the whole file if it is within the size cap.
+ */
+async function readSearchable(path: string): Promise<Searchable> {
+  const handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const info = await handle.stat();
+    if (!info.isFile()) return { kind: "binary" };
+    const head = new Uint8Array(Math.min(info.size, BINARY_SAMPLE_BYTES));
+    const { bytesRead } = await handle.read(head, 0, head.length, 0);
+    if (isBinary(path, head.subarray(0, bytesRead))) return { kind: "binary" };
+    if (info.size > GREP_MAX_FILE_BYTES) return { kind: "large" };
+    const buf = new Uint8Array(info.size);
+    let n = 0;
+    while (n < buf.length) {
+      const { bytesRead: got } = await handle.read(buf, n, buf.length - n, n);
+      if (got === 0) break;
+      n += got;
+    }
+    return { kind: "text", text: decodeText(buf.subarray(0, n)) };
+  } finally {
+    await handle.close();
+  }
+}

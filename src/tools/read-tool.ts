@@ -1,0 +1,73 @@
+import { READ_DEFAULT_LIMIT, readPath, ReadFailure, type ReadResult } from "./read.js";
+import { resolveToolPath, type ToolContext, type ToolOutput } from "./tool-context.js";
+
+/** Input of {@link readTool}. Follows OpenCode read.ts parameters. */
+export interface ReadInput {
+  /** File or directory to read, absolute or relative to the session directory. */
+  filePath: string;
+  /** First line (or directory entry) to show, 1-based; default 1. */
+  offset?: number;
+  /** Most lines (or entries) to show; default 2000. */
+  limit?: number;
+}
+
+/** A file handed to the model next to the tool output. Follows OpenCode read.ts `attachments`. */
+export interface ToolAttachment {
+  /** Sniffed MIME type: `image/png`, `image/jpeg`, `image/gif`, `image/webp` or `application/pdf`. */
+  mime: string;
+  /** The whole file as a `data:<mime>;base64,…` URL. */
+  url: string;
+}
+
+/** What {@link readTool} returns: a {@link ToolOutput}, plus the attachment for images and PDFs. */
+export type ReadToolOutput = ToolOutput & { attachments?: ToolAttachment[] };
+
+/**
+ * The model's `read` tool: a thin, confined wrapper around `readPath` (read.ts), which holds the
+ * OpenCode read.ts formats and limits. Follows OpenCode read.ts `execute`.
+ *
+ * - text: `output` is the numbered `<content>` block; `metadata: { truncated, totalLines }`.
+ * - directory: `output` is the `<entries>` block; `metadata: { truncated, entries }`.
+ * - image/PDF: `output` is `Image read successfully` / `PDF read successfully`, one attachment
+ *   with a base64 `data:` URL; `metadata: { truncated: false, mime, bytes }`.
+ *
+ * Unlike OpenCode there is no `preview` or `loaded` metadata (no instruction files are attached)
+ * and no "Did you mean" list for a missing file.
+ *
+ * @returns the output; `title` is `filePath` relative to the session directory.
+ * @throws PathNotAllowedError when the path leaves the session directory and roots.
+ * @throws Error with the `ReadFailure` message (`File not found: <path>`, `Cannot read binary
+ *   file: <path>`, offset/limit errors, ...), so the model sees just the reason.
+ * @throws LimitExceededError for an image/PDF over 20 MiB.
+ * @throws the signal's reason (an `AbortError`) when `ctx.signal` is aborted before or after the read.
+ */
+export async function readTool(input: ReadInput, ctx: ToolContext): Promise<ReadToolOutput> {
+  ctx.signal?.throwIfAborted();
+  const { path, title } = await resolveToolPath(ctx, "filePath", input.filePath);
+  let result: ReadResult;
+  try {
+    result = await readPath(path, { offset: input.offset, limit: input.limit, field: "filePath" });
+  } catch (err) {
+    if (err instanceof ReadFailure) throw new Error(err.message);
+    throw err;
+  }
+  ctx.signal?.throwIfAborted();
+
+  switch (result.kind) {
+    case "text":
+      return { title, output: result.output, metadata: { truncated: result.truncated, totalLines: result.totalLines } };
+    case "directory": {
+      const truncated = (input.offset ?? 1) - 1 + (input.limit ?? READ_DEFAULT_LIMIT) < result.entries;
+      return { title, output: result.output, metadata: { truncated, entries: result.entries } };
+    }
+    case "attachment": {
+      const base64 = Buffer.from(result.data.buffer, result.data.byteOffset, result.data.byteLength).toString("base64");
+      return {
+        title,
+        output: result.output,
+        metadata: { truncated: false, mime: result.mime, bytes: result.data.byteLength },
+        attachments: [{ mime: result.mime, url: `data:${result.mime};base64,${base64}` }],
+      };
+    }
+  }
+}

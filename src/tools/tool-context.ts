@@ -1,0 +1,54 @@
+import { relative, resolve } from "node:path";
+import { confinePath } from "./confine.js";
+
+/** What every model tool gets besides its input: where the session works and what it may touch. */
+export interface ToolContext {
+  /** The session directory: absolute and resolved (realpath). Relative tool paths start here. */
+  directory: string;
+  /** Further absolute directories the tools may read (config `roots`); missing ones are ignored. */
+  roots: string[];
+  /** Aborts the call: tools check it between files and throw its reason (an `AbortError`). */
+  signal?: AbortSignal;
+}
+
+/** What a tool returns to the agent loop. Follows OpenCode tool.ts `ExecuteResult`. */
+export interface ToolOutput {
+  /** Short label for UIs: the path relative to the session directory (grep: the pattern). */
+  title: string;
+  /** The text the model sees. */
+  output: string;
+  /** Facts for UIs and logs (counts, truncation), never shown to the model. */
+  metadata: Record<string, unknown>;
+}
+
+/** The model gave a tool an input it cannot use (bad regex, bad glob, missing directory). */
+export class ToolInputError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ToolInputError";
+  }
+}
+
+/** A tool path after resolution and confinement; see {@link resolveToolPath}. */
+export interface ToolPath {
+  /** Real path to work on (symlinks resolved), or the lexical path when it does not exist. */
+  path: string;
+  /** The requested path relative to the session directory (`""` for the directory itself). */
+  title: string;
+}
+
+/**
+ * Resolves a tool's path argument and confines it to the session directory and roots.
+ *
+ * @param ctx - the tool context; `input` is resolved against `ctx.directory`.
+ * @param field - input field named in errors, e.g. `path` or `filePath`.
+ * @param input - absolute or relative path; undefined or empty means the session directory.
+ * @returns the real path and the title (lexical path relative to `ctx.directory`).
+ * @throws PathNotAllowedError when the path or its symlink target leaves
+ *   `[ctx.directory, ...ctx.roots]`, or names a FIFO, socket or device (see `confinePath`).
+ */
+export async function resolveToolPath(ctx: ToolContext, field: string, input: string | undefined): Promise<ToolPath> {
+  const lexical = resolve(ctx.directory, input ?? ".");
+  const path = await confinePath(field, lexical, [ctx.directory, ...ctx.roots]);
+  return { path, title: relative(ctx.directory, lexical) };
+}
