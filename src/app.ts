@@ -1,3 +1,5 @@
+import { createModelResolver, type ModelResolver } from "./agent/providers.js";
+import { createRunner } from "./agent/runner.js";
 import type { LedgerConfig } from "./config/config.js";
 import { EventBus } from "./events/bus.js";
 import type { LedgerDeps } from "./ledger/deps.js";
@@ -15,6 +17,8 @@ export interface StartOptions {
   port?: number;
   /** Working directory: default directory of new sessions. Default `process.cwd()`. */
   cwd?: string;
+  /** Where models come from; default: the providers in `config` (tests may pass scripted models). */
+  models?: ModelResolver;
 }
 
 /** A running ledger: its URL, its database, and a graceful `close`. */
@@ -24,7 +28,10 @@ export interface RunningLedger {
   host: string;
   database: Database;
   deps: LedgerDeps;
-  /** Stops accepting, waits for in-flight requests (up to `graceMs`), closes the database. */
+  /**
+   * Stops accepting, waits for in-flight requests (up to `graceMs`), aborts agent loops still
+   * running (their messages end with an aborted error), closes the database.
+   */
   close(graceMs?: number): Promise<void>;
 }
 
@@ -38,6 +45,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
   try {
     const plugins = await loadPlugins(options.config.plugins);
     const deps: LedgerDeps = { db: database.db, bus: new EventBus(), config: options.config, plugins, cwd: options.cwd ?? process.cwd() };
+    deps.replier = createRunner(deps, options.models ?? createModelResolver(options.config));
     const server = createServer(deps);
     const address = await server.listen(options.port ?? 0, options.host ?? "127.0.0.1");
     return {
@@ -45,7 +53,9 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       database,
       deps,
       async close(graceMs) {
-        await server.close(graceMs);
+        const stopLoops = async () => deps.replier?.stopAll();
+        await server.close(graceMs, stopLoops);
+        await stopLoops();
         await database.close();
       },
     };

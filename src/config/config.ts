@@ -18,7 +18,7 @@ const modelSchema = z.object({
 });
 
 const providerSchema = z.object({
-  npm: z.string().optional(),
+  npm: z.enum(["@ai-sdk/openai-compatible", "@ai-sdk/openai", "@ai-sdk/anthropic"]).optional(),
   name: z.string().optional(),
   options: z.record(z.string(), z.unknown()).default({}),
   models: z.record(z.string(), modelSchema).default({}),
@@ -58,6 +58,9 @@ export const configFileSchema = z.object({
   plugin: z.array(z.string()).default([]),
   plugins: z.array(z.string()).default([]),
   cors: z.object({ origins: z.array(z.string()).default([]) }).default({ origins: [] }),
+  retry: z
+    .object({ attempts: z.number().int().min(0).max(20).default(4), initial_ms: z.number().int().min(0).default(2000), max_ms: z.number().int().min(0).default(30_000) })
+    .default({ attempts: 4, initial_ms: 2000, max_ms: 30_000 }),
 });
 
 /** A parsed `ledger.json` before defaults are merged. */
@@ -84,6 +87,8 @@ export interface LedgerConfig {
   plugins: string[];
   /** Allowed browser origins beyond loopback ones (`*` allows any). */
   corsOrigins: string[];
+  /** Retries of retryable provider errors (429, 5xx): attempts, first delay and cap (ms). */
+  retry: { attempts: number; initialMs: number; maxMs: number };
 }
 
 /** Config file names looked up in the working directory, in order. */
@@ -170,6 +175,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     limits: { ...DEFAULT_LIMITS, ...file.limits },
     plugins: [...file.plugin, ...file.plugins].map((p) => (p.startsWith(".") || path.isAbsolute(p) ? path.resolve(baseDir, p) : p)),
     corsOrigins: file.cors.origins,
+    retry: { attempts: file.retry.attempts, initialMs: file.retry.initial_ms, maxMs: file.retry.max_ms },
   };
 }
 

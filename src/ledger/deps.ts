@@ -15,4 +15,27 @@ export interface LedgerDeps {
   plugins: PluginHost;
   /** The server's working directory: the default directory of new sessions. */
   cwd: string;
+  /** Answers prompts (the agent loop); absent or unavailable when no model provider is configured. */
+  replier?: Replier;
+}
+
+/**
+ * The agent loop as the ledger sees it: one runner per session. Implemented in `src/agent/`
+ * and injected at start, so the ledger does not depend on the loop.
+ */
+export interface Replier {
+  /** True when a model provider is configured, so prompts can be answered. */
+  readonly available: boolean;
+  /**
+   * Makes sure the session's loop runs (starting it, or telling the running one to look again
+   * for new user messages) and resolves when it has gone idle. Never rejects: loop failures end
+   * up on assistant messages.
+   */
+  run(sessionId: string): Promise<void>;
+  /** Cancels the session's running loop and waits for it to stop; false when none was running. */
+  abort(sessionId: string): Promise<boolean>;
+  /** Whether a loop runs for the session in this process. */
+  isRunning(sessionId: string): boolean;
+  /** Cancels every running loop and waits for them (shutdown). */
+  stopAll(): Promise<void>;
 }

@@ -6,7 +6,7 @@ import { listAgents, listModels } from "../ledger/catalog.js";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { NotImplementedError } from "../errors.js";
 import { getMessage, listMessages } from "../ledger/messages.js";
-import { prompt, promptAsync, promptStream } from "../ledger/prompt.js";
+import { abortSession, prompt, promptAsync, promptStream } from "../ledger/prompt.js";
 import * as sessions from "../ledger/sessions.js";
 
 /**
@@ -41,8 +41,8 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     async prompt(req) {
       return { message: await prompt(deps, req) };
     },
-    async *promptStream(req) {
-      for await (const event of promptStream(deps, asPromptRequest(req))) yield { event };
+    async *promptStream(req, ctx) {
+      for await (const event of promptStream(deps, asPromptRequest(req), ctx.signal)) yield { event };
     },
     async promptAsync(req) {
       return { message: await promptAsync(deps, asPromptRequest(req)) };
@@ -57,8 +57,8 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     async *watchSession() {
       throw new NotImplementedError("WatchSession is not implemented yet");
     },
-    async abort() {
-      throw new NotImplementedError("Abort is not implemented yet: there is no agent loop to cancel");
+    async abort(req) {
+      return { aborted: await abortSession(deps, req.sessionId) };
     },
     async listAgents() {
       const { agents, defaultAgent } = listAgents(deps.config);

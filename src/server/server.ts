@@ -16,9 +16,10 @@ export interface LedgerServer {
   listen(port: number, host: string): Promise<{ host: string; port: number; url: string }>;
   /**
    * Graceful shutdown: stops accepting connections, lets in-flight requests finish (their
-   * writes commit) for up to `graceMs` (default 10,000 ms), then closes every socket.
+   * writes commit) for up to `graceMs` (default 10,000 ms); if some still run, calls
+   * `beforeForce` (e.g. abort agent loops) and waits up to 2,000 ms more; then closes every socket.
    */
-  close(graceMs?: number): Promise<void>;
+  close(graceMs?: number, beforeForce?: () => Promise<void>): Promise<void>;
   /** Number of requests being served right now. */
   readonly inFlight: number;
 }
@@ -99,7 +100,7 @@ export function createServer(deps: LedgerDeps): LedgerServer {
         });
       });
     },
-    async close(graceMs = 10_000) {
+    async close(graceMs = 10_000, beforeForce) {
       closing = true;
       // HTTP/2: GOAWAY; streams already open finish, new ones go elsewhere.
       for (const session of sessions) session.close();
@@ -111,6 +112,13 @@ export function createServer(deps: LedgerDeps): LedgerServer {
       // already written by clients are still being parsed), at most `graceMs`.
       const deadline = Date.now() + graceMs;
       while (Date.now() < deadline && (inFlight > 0 || Date.now() - lastRequestAt < DRAIN_QUIET_MS)) await delay(DRAIN_POLL_MS);
+      if (inFlight > 0 && beforeForce) {
+        // Requests still running (e.g. waiting for an agent loop): let the owner end them, then
+        // give their answers a moment to be written.
+        await beforeForce();
+        const last = Date.now() + FORCE_WAIT_MS;
+        while (Date.now() < last && inFlight > 0) await delay(DRAIN_POLL_MS);
+      }
       h1.closeIdleConnections();
       shutdown.abort();
       for (const socket of sockets) socket.destroy();
@@ -148,6 +156,8 @@ function replay(socket: net.Socket, head: Buffer): Duplex {
 /** A draining server waits until no request has arrived for this long (ms). */
 const DRAIN_QUIET_MS = 200;
 const DRAIN_POLL_MS = 20;
+/** After `beforeForce`, how long (ms) remaining requests get to finish. */
+const FORCE_WAIT_MS = 2000;
 
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());

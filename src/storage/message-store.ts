@@ -68,6 +68,11 @@ export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promi
   }
 }
 
+/** Replaces a stored part's data (kind and position never change). */
+export async function updatePart(trx: Transaction<DB>, part: Part): Promise<void> {
+  await trx.updateTable("part").set({ data: toJsonb(PartSchema, part) }).where("id", "=", part.id).execute();
+}
+
 /** Reads one message row by id, or undefined. */
 export async function getMessageRow(db: Kysely<DB>, id: string): Promise<MessageRow | undefined> {
   return db.selectFrom("message").selectAll().where("id", "=", id).executeTakeFirst();

@@ -124,9 +124,10 @@ describe("domain errors", () => {
     }
   });
 
-  it("WatchSession and Abort → UNIMPLEMENTED", async () => {
+  it("Abort with no loop running says so; Abort of an unknown session is NOT_FOUND; WatchSession → UNIMPLEMENTED", async () => {
     const sessionId = await newSession();
-    expect((await failure(t.client.abort({ sessionId }))).code).toBe(Code.Unimplemented);
+    expect((await t.client.abort({ sessionId })).aborted).toBe(false);
+    expect((await failure(t.client.abort({ sessionId: "ses_01M8N3PWC98KEGMQ42T22BSJ1B" }))).code).toBe(Code.NotFound);
     const watched = await drain(t.client.watchSession({ sessionId }));
     expect(watched.items).toEqual([]);
     expect(watched.error?.code).toBe(Code.Unimplemented);

@@ -1,0 +1,54 @@
+import type { AssistantMessage, MessageWithParts, UserMessage } from "../../gen/ledger/v1/message_pb.js";
+
+/** The user message the loop should answer next, with the conversation to send for it. */
+export interface Work {
+  user: UserMessage;
+  /** Messages in conversation order up to and including `user`'s answers so far. */
+  conversation: MessageWithParts[];
+  /** Steps already taken for `user` (assistant messages answering it). */
+  steps: number;
+}
+
+/**
+ * Orders stored messages as a conversation: each user message followed by the assistant
+ * messages that answer it (`parent_id`), in position order. Messages are stored by position, and
+ * a prompt that arrives while the loop answers an earlier one is stored before that answer's
+ * later steps; the model must still see each answer right after its question.
+ */
+export function conversationOrder(history: MessageWithParts[]): MessageWithParts[] {
+  const answers = new Map<string, MessageWithParts[]>();
+  for (const entry of history) {
+    const m = entry.message?.kind;
+    if (m?.case === "assistant") answers.set(m.value.parentId, [...(answers.get(m.value.parentId) ?? []), entry]);
+  }
+  const out: MessageWithParts[] = [];
+  for (const entry of history) {
+    const m = entry.message?.kind;
+    if (m?.case !== "user") continue;
+    out.push(entry, ...(answers.get(m.value.id) ?? []));
+  }
+  return out;
+}
+
+/**
+ * Finds the earliest user message that is not answered yet (OpenCode `SessionPrompt.loop`
+ * answers only the last one; we answer each in order). A user message is answered when its last
+ * assistant message is completed and either failed or finished for a reason other than
+ * `tool-calls`; an assistant message left incomplete by a crash also counts as an answer (so the
+ * loop never repeats a half-done step on its own). `no_reply` messages are context only.
+ */
+export function nextWork(history: MessageWithParts[]): Work | undefined {
+  const ordered = conversationOrder(history);
+  for (let i = 0; i < ordered.length; i++) {
+    const m = ordered[i]!.message?.kind;
+    if (m?.case !== "user" || m.value.noReply) continue;
+    const answers: AssistantMessage[] = [];
+    let j = i + 1;
+    for (; j < ordered.length && ordered[j]!.message?.kind.case === "assistant"; j++) answers.push(ordered[j]!.message!.kind.value as AssistantMessage);
+    const last = answers.at(-1);
+    if (last && (last.error || !last.time?.completed || last.finish !== "tool-calls")) continue;
+    // Later user messages wait their turn: the model sees only what came before this one.
+    return { user: m.value, conversation: ordered.slice(0, j), steps: answers.length };
+  }
+  return undefined;
+}

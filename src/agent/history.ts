@@ -1,0 +1,106 @@
+import type { JsonObject } from "@bufbuild/protobuf";
+import type { AssistantContent, ModelMessage, ToolContent, UserContent } from "ai";
+import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import type { FilePart, Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
+
+/** What the model accepts, for deciding how attachments are sent. */
+export interface HistoryTarget {
+  /** Provider of the model this history is for; provider metadata of other providers is dropped. */
+  providerId: string;
+  /** `modalities.input` of the model ("text", "image", "pdf"). */
+  inputModalities: string[];
+}
+
+/**
+ * Converts a session's stored messages into AI SDK model messages (OpenCode
+ * `MessageV2.toModelMessages`):
+ * - user: text parts (synthetic included, `ignored` left out); agent parts are replaced by the
+ *   synthetic text that follows them; text/directory file parts are left out (their content is in
+ *   the synthetic read output); images and PDFs go only to models whose modalities accept them,
+ *   otherwise an explicit text notice; subtask parts are not sent (they run as tasks);
+ * - assistant: text, reasoning and tool calls, each step's tool results as a `tool` message;
+ *   interrupted tool calls get an error result; provider metadata only when the provider matches;
+ * - assistant messages that produced nothing are skipped.
+ */
+export function toModelMessages(history: MessageWithParts[], target: HistoryTarget): ModelMessage[] {
+  const out: ModelMessage[] = [];
+  for (const entry of history) {
+    const message = entry.message?.kind;
+    if (message?.case === "user") {
+      const content = userContent(entry.parts, target);
+      if (content.length > 0) out.push({ role: "user", content });
+      continue;
+    }
+    if (message?.case !== "assistant") continue;
+    const sameProvider = message.value.model?.providerId === target.providerId;
+    const { content, results } = assistantContent(entry.parts, sameProvider);
+    if (content.length === 0) continue;
+    out.push({ role: "assistant", content });
+    if (results.length > 0) out.push({ role: "tool", content: results });
+  }
+  return out;
+}
+
+function userContent(parts: Part[], target: HistoryTarget): Exclude<UserContent, string> {
+  const content: Exclude<UserContent, string> = [];
+  for (const part of parts) {
+    if (part.kind.case === "text" && !part.kind.value.ignored && part.kind.value.text !== "") content.push({ type: "text", text: part.kind.value.text });
+    if (part.kind.case === "file") content.push(...fileContent(part.kind.value, target));
+  }
+  return content;
+}
+
+function fileContent(file: FilePart, target: HistoryTarget): Exclude<UserContent, string> {
+  const mime = file.mime.toLowerCase();
+  if (mime === "text/plain" || mime === "application/x-directory") return [];
+  const kind = mime.startsWith("image/") ? "image" : mime === "application/pdf" ? "pdf" : undefined;
+  const name = file.filename || file.url.slice(0, 80);
+  if (!kind) return [{ type: "text", text: `[Attached file ${name} (${file.mime}) is not shown to the model]` }];
+  if (!target.inputModalities.includes(kind)) {
+    return [{ type: "text", text: `[Attached ${kind === "image" ? "image" : "PDF"} ${name} (${file.mime}) cannot be read by this model: it does not accept ${kind} input]` }];
+  }
+  return [{ type: "file", data: file.url.startsWith("data:") ? file.url : new URL(file.url), mediaType: file.mime, filename: file.filename || undefined }];
+}
+
+function assistantContent(parts: Part[], sameProvider: boolean): { content: Exclude<AssistantContent, string>; results: ToolContent } {
+  const content: Exclude<AssistantContent, string> = [];
+  const results: ToolContent = [];
+  for (const part of parts) {
+    const options = sameProvider ? providerOptions(part) : undefined;
+    switch (part.kind.case) {
+      case "text":
+        if (part.kind.value.text !== "" && !part.kind.value.ignored) content.push({ type: "text", text: part.kind.value.text, providerOptions: options });
+        break;
+      case "reasoning":
+        if (part.kind.value.text !== "") content.push({ type: "reasoning", text: part.kind.value.text, providerOptions: options });
+        break;
+      case "tool": {
+        const tool = part.kind.value;
+        content.push({ type: "tool-call", toolCallId: tool.callId, toolName: tool.tool, input: toolInput(tool), providerOptions: options });
+        results.push({ type: "tool-result", toolCallId: tool.callId, toolName: tool.tool, output: toolOutput(tool) });
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return { content, results };
+}
+
+function toolInput(tool: ToolPart): unknown {
+  const state = tool.state?.status;
+  return (state?.value && "input" in state.value ? state.value.input : undefined) ?? {};
+}
+
+function toolOutput(tool: ToolPart): { type: "text"; value: string } | { type: "error-text"; value: string } {
+  const state = tool.state?.status;
+  if (state?.case === "completed") return { type: "text", value: state.value.output };
+  if (state?.case === "error") return { type: "error-text", value: state.value.error };
+  return { type: "error-text", value: "Tool execution was interrupted" };
+}
+
+function providerOptions(part: Part): Record<string, JsonObject> | undefined {
+  const value = part.kind.value as { metadata?: JsonObject } | undefined;
+  const metadata = value?.metadata;
+  return metadata && Object.keys(metadata).length > 0 ? (metadata as Record<string, JsonObject>) : undefined;
+}

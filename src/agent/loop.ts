@@ -1,0 +1,139 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
+import { AssistantTimeSchema, MessageSchema, type AssistantMessage, type Message, type UserMessage } from "../../gen/ledger/v1/message_pb.js";
+import { TokensSchema } from "../../gen/ledger/v1/model_pb.js";
+import { newId } from "../ids.js";
+import { sessionLedger, type SessionLedger } from "../ledger/assistant.js";
+import type { LedgerDeps } from "../ledger/deps.js";
+import { withParts } from "../ledger/messages.js";
+import { getSession } from "../ledger/sessions.js";
+import { listMessageRows } from "../storage/message-store.js";
+import { tokens, type StepUsage } from "./ai-sdk-events.js";
+import { nextWork, type Work } from "./conversation.js";
+import { toModelMessages } from "./history.js";
+import { toMessageError, type MessageErrorInit } from "./message-error.js";
+import type { ModelResolver, ResolvedModel } from "./providers.js";
+import { runStep } from "./step.js";
+import { systemPrompt } from "./system.js";
+import { createTools, type TaskRunner } from "./tools.js";
+import { stepCost } from "./usage.js";
+
+/** Steps per user message when the agent sets no `steps` limit. */
+export const DEFAULT_MAX_STEPS = 25;
+
+/** What the loop needs besides the ledger: models, and how to run a subagent task. */
+export interface LoopDeps extends LedgerDeps {
+  models: ModelResolver;
+  /** Runs a subagent in a child session (the task tool); absent inside subagents. */
+  runTask?: (parentSessionId: string) => TaskRunner;
+}
+
+/**
+ * Runs a session's agent loop until every user message is answered (OpenCode
+ * `SessionPrompt.loop`): for the earliest unanswered user message, one assistant message per
+ * model step (`parent_id` = the user message, its agent, model, variant, `path`), repeating
+ * while the model calls tools, up to the agent's step limit (the last allowed step runs without
+ * tools). Emits `session_status` busy at the start and idle at the end (only when there was
+ * work). Errors end up on the assistant message; an unknown model also emits `session_error`.
+ * Stops early when `signal` aborts: the current message gets an aborted error and
+ * `time.completed`.
+ */
+export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSignal): Promise<void> {
+  const ledger = sessionLedger(deps, sessionId);
+  let busy = false;
+  try {
+    while (!signal.aborted) {
+      const work = await findWork(deps, sessionId);
+      if (!work) break;
+      if (!busy) await ledger.setStatus({ case: "busy", value: {} });
+      busy = true;
+      const outcome = await answerStep(deps, ledger, sessionId, work, signal);
+      if (outcome === "stop") break;
+    }
+  } finally {
+    if (busy) await ledger.setStatus({ case: "idle", value: {} });
+  }
+}
+
+/** The next user message to answer, or undefined. */
+export async function findWork(deps: LedgerDeps, sessionId: string): Promise<Work | undefined> {
+  return nextWork(await withParts(deps.db, await listMessageRows(deps.db, sessionId, {})));
+}
+
+async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: string, work: Work, signal: AbortSignal): Promise<"continue" | "stop"> {
+  const session = await getSession(deps, sessionId);
+  const user = work.user;
+  const agent = deps.config.agents.get(user.agent) ?? deps.config.agents.get(deps.config.defaultAgent)!;
+  const assistant = await startAssistant(ledger, session.directory, user);
+  let model: ResolvedModel;
+  try {
+    if (!user.model) throw new Error("the user message names no model and none is configured");
+    model = deps.models.resolve(user.model);
+  } catch (error) {
+    const messageError = toMessageError(error, user.model?.providerId ?? "", false);
+    await ledger.reportError({ case: "sessionError", value: { messageId: assistant.id, error: messageError } });
+    await finish(ledger, assistant, { error: messageError });
+    return "stop";
+  }
+  const maxSteps = agent.steps ?? DEFAULT_MAX_STEPS;
+  const lastStep = work.steps + 1 >= maxSteps;
+  const subagents = [...deps.config.agents.values()].filter((a) => a.mode !== "primary" && !a.hidden).map((a) => a.name);
+  const result = await runStep({
+    ledger,
+    sessionId,
+    messageId: assistant.id,
+    model,
+    variant: user.variant,
+    system: systemPrompt(agent, session.directory, user.system) + (lastStep ? "\n\nThis is your last step: answer now with text only, no more tool calls." : ""),
+    messages: toModelMessages(work.conversation, { providerId: model.providerId, inputModalities: model.config.modalities?.input ?? ["text"] }),
+    tools: lastStep ? undefined : createTools({ agent, rules: session.permission, context: { directory: session.directory, roots: deps.config.roots }, subagents, runTask: deps.runTask?.(sessionId) }),
+    signal,
+    retry: deps.config.retry,
+  });
+  const aborted = result.aborted || signal.aborted;
+  let error: MessageErrorInit | undefined = result.error || aborted ? toMessageError(result.error, model.providerId, aborted) : undefined;
+  if (!error && result.finishReason === "length") error = { message: "The model stopped at its output token limit", kind: { case: "outputLength", value: {} } };
+  await finish(ledger, assistant, { error, finish: result.finishReason, usage: result.usage, cost: result.usage ? stepCost(model.config, result.usage) : 0 });
+  if (error) return "stop";
+  return "continue";
+}
+
+async function startAssistant(ledger: SessionLedger, directory: string, user: UserMessage): Promise<AssistantMessage> {
+  const message = create(MessageSchema, {
+    kind: {
+      case: "assistant",
+      value: {
+        id: newId("msg"),
+        sessionId: user.sessionId,
+        parentId: user.id,
+        agent: user.agent,
+        model: user.model,
+        variant: user.variant,
+        system: user.system,
+        path: { cwd: directory, root: directory },
+        time: { created: timestampNow() },
+      },
+    },
+  });
+  await ledger.addMessage(message);
+  return message.kind.value as AssistantMessage;
+}
+
+async function finish(
+  ledger: SessionLedger,
+  assistant: AssistantMessage,
+  outcome: { error?: MessageErrorInit; finish?: string; usage?: StepUsage; cost?: number },
+): Promise<void> {
+  const message: Message = create(MessageSchema, { kind: { case: "assistant", value: assistant } });
+  const value = message.kind.value as AssistantMessage;
+  if (outcome.error) value.error = create(MessageErrorSchema, outcome.error);
+  value.finish = outcome.finish ?? (outcome.error ? "error" : "");
+  value.cost = outcome.cost ?? 0;
+  const u = outcome.usage;
+  if (u) {
+    value.tokens = create(TokensSchema, tokens(u));
+  }
+  value.time = create(AssistantTimeSchema, { created: assistant.time?.created, completed: timestampNow() });
+  await ledger.saveMessage(message);
+}

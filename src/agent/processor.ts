@@ -1,0 +1,205 @@
+import { create, type JsonObject } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import {
+  PartSchema,
+  ReasoningPartSchema,
+  StepFinishPartSchema,
+  StepStartPartSchema,
+  TextPartSchema,
+  ToolPartSchema,
+  ToolStateSchema,
+  type Part,
+  type ReasoningPart,
+  type TextPart,
+  type ToolPart,
+} from "../../gen/ledger/v1/part_pb.js";
+import { newId } from "../ids.js";
+import type { SessionLedger } from "../ledger/assistant.js";
+import { tokens, type LoopEvent, type StepUsage } from "./ai-sdk-events.js";
+
+/** Longest time (ms) a streaming text/reasoning part goes without its full text being stored. */
+export const SNAPSHOT_INTERVAL_MS = 100;
+
+/** How one model step ended. */
+export interface StepResult {
+  finishReason?: string;
+  usage?: StepUsage;
+  /** The stream's error, when it failed. */
+  error?: unknown;
+  aborted: boolean;
+  /** True when the step produced any part besides step_start (text, reasoning, tool). */
+  produced: boolean;
+}
+
+/** Where the step's parts go: the session ledger and the assistant message they belong to. */
+export interface StepTarget {
+  ledger: SessionLedger;
+  sessionId: string;
+  messageId: string;
+  /** Turns usage into USD for the step_finish part. */
+  cost(usage: StepUsage): number;
+}
+
+interface Streaming {
+  part: Part;
+  value: TextPart | ReasoningPart;
+  seq: bigint;
+  storedAt: number;
+}
+
+/**
+ * Writes one model step into the ledger as it streams (OpenCode `SessionProcessor`): a
+ * `step_start` part when the provider starts the step (a request refused up front writes none); `text`/`reasoning` parts created on start, extended by live `part_delta`
+ * events and stored in full at most every `SNAPSHOT_INTERVAL_MS` and at their end; `tool` parts
+ * moving pending → running → completed | error; and a `step_finish` part with reason, tokens and
+ * cost. Whatever way the stream ends (finish, error, abort, a thrown iterator), open text parts
+ * keep what they have and get `time.end`, and unfinished tool parts end in `error`.
+ */
+export async function processStep(target: StepTarget, events: AsyncIterable<LoopEvent>): Promise<StepResult> {
+  const { ledger } = target;
+  const streaming = new Map<string, Streaming>();
+  const tools = new Map<string, { part: Part; value: ToolPart }>();
+  const result: StepResult = { aborted: false, produced: false };
+  const newPart = (kind: Part["kind"]) => create(PartSchema, { id: newId("prt"), sessionId: target.sessionId, messageId: target.messageId, kind });
+
+  try {
+    for await (const event of events) {
+      switch (event.type) {
+        case "step-start":
+          await ledger.savePart(newPart({ case: "stepStart", value: create(StepStartPartSchema) }));
+          break;
+        case "text-start":
+        case "reasoning-start": {
+          const part = event.type === "text-start"
+            ? newPart({ case: "text", value: create(TextPartSchema, { time: { start: timestampNow() }, metadata: event.metadata as JsonObject }) })
+            : newPart({ case: "reasoning", value: create(ReasoningPartSchema, { time: { start: timestampNow() }, metadata: event.metadata as JsonObject }) });
+          const value = part.kind.value as TextPart | ReasoningPart;
+          const saved = await ledger.savePart(part);
+          streaming.set(event.id, { part, value, seq: saved.seq, storedAt: Date.now() });
+          result.produced = true;
+          break;
+        }
+        case "text-delta":
+        case "reasoning-delta": {
+          const open = streaming.get(event.id);
+          if (!open || event.text === "") break;
+          open.value.text += event.text;
+          ledger.publishDelta({ messageId: target.messageId, partId: open.part.id, field: "text", delta: event.text, seq: open.seq });
+          if (Date.now() - open.storedAt >= SNAPSHOT_INTERVAL_MS) await snapshot(ledger, open);
+          break;
+        }
+        case "text-end":
+        case "reasoning-end": {
+          const open = streaming.get(event.id);
+          if (!open) break;
+          streaming.delete(event.id);
+          if (event.metadata) open.value.metadata = event.metadata as JsonObject;
+          await finishStreaming(ledger, open);
+          break;
+        }
+        case "tool-input-start": {
+          const tool = toolPart(tools, newPart, event.callId, event.tool);
+          tool.value.state = create(ToolStateSchema, { status: { case: "pending", value: { input: {}, raw: "" } } });
+          await ledger.savePart(tool.part);
+          result.produced = true;
+          break;
+        }
+        case "tool-call": {
+          const tool = toolPart(tools, newPart, event.callId, event.tool);
+          tool.value.state = create(ToolStateSchema, {
+            status: { case: "running", value: { input: asObject(event.input), title: "", timeStart: timestampNow() } },
+          });
+          await ledger.savePart(tool.part);
+          result.produced = true;
+          break;
+        }
+        case "tool-result":
+        case "tool-error": {
+          const tool = toolPart(tools, newPart, event.callId, event.tool);
+          const started = tool.value.state?.status.case === "running" ? tool.value.state.status.value.timeStart : timestampNow();
+          tool.value.state = create(ToolStateSchema, {
+            status:
+              event.type === "tool-result"
+                ? { case: "completed", value: { input: asObject(event.input), ...toolOutput(event.output), timeStart: started, timeEnd: timestampNow() } }
+                : { case: "error", value: { input: asObject(event.input), error: errorText(event.error), timeStart: started, timeEnd: timestampNow() } },
+          });
+          tools.delete(event.callId);
+          await ledger.savePart(tool.part);
+          break;
+        }
+        case "step-finish": {
+          result.finishReason = event.finishReason;
+          result.usage = event.usage;
+          const u = event.usage;
+          await ledger.savePart(
+            newPart({
+              case: "stepFinish",
+              value: create(StepFinishPartSchema, {
+                reason: event.finishReason,
+                cost: target.cost(u),
+                tokens: tokens(u),
+              }),
+            }),
+          );
+          break;
+        }
+        case "error":
+          result.error = event.error;
+          break;
+        case "abort":
+          result.aborted = true;
+          break;
+      }
+    }
+  } catch (error) {
+    result.error ??= error;
+  } finally {
+    for (const open of streaming.values()) await finishStreaming(ledger, open);
+    const why = result.aborted ? "aborted" : "Tool execution was interrupted";
+    for (const tool of tools.values()) {
+      const state = tool.value.state?.status;
+      const input = state?.value && "input" in state.value ? state.value.input : undefined;
+      tool.value.state = create(ToolStateSchema, { status: { case: "error", value: { input, error: why, timeEnd: timestampNow() } } });
+      await ledger.savePart(tool.part);
+    }
+  }
+  return result;
+}
+
+async function snapshot(ledger: SessionLedger, open: Streaming): Promise<void> {
+  const saved = await ledger.savePart(open.part);
+  open.seq = saved.seq;
+  open.storedAt = Date.now();
+}
+
+async function finishStreaming(ledger: SessionLedger, open: Streaming): Promise<void> {
+  open.value.time = { $typeName: "ledger.v1.PartTime", start: open.value.time?.start, end: timestampNow() };
+  await snapshot(ledger, open);
+}
+
+function toolPart(tools: Map<string, { part: Part; value: ToolPart }>, newPart: (kind: Part["kind"]) => Part, callId: string, tool: string) {
+  let entry = tools.get(callId);
+  if (!entry) {
+    const part = newPart({ case: "tool", value: create(ToolPartSchema, { callId, tool }) });
+    entry = { part, value: part.kind.value as ToolPart };
+    tools.set(callId, entry);
+  }
+  return entry;
+}
+
+/** A tool's return value: `{ title, output, metadata, attachments }` (see src/agent/tools.ts), or anything else as text. */
+function toolOutput(output: unknown): { output: string; title: string; metadata: JsonObject; attachments: never[] } {
+  if (output && typeof output === "object" && "output" in output) {
+    const o = output as { output: unknown; title?: unknown; metadata?: unknown };
+    return { output: String(o.output), title: typeof o.title === "string" ? o.title : "", metadata: asObject(o.metadata), attachments: [] };
+  }
+  return { output: typeof output === "string" ? output : JSON.stringify(output), title: "", metadata: {}, attachments: [] };
+}
+
+function asObject(value: unknown): JsonObject {
+  return value && typeof value === "object" && !Array.isArray(value) ? (JSON.parse(JSON.stringify(value)) as JsonObject) : {};
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,92 @@
+import { createAnthropic } from "@ai-sdk/anthropic";
+import { createOpenAI } from "@ai-sdk/openai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import type { LanguageModelV3 } from "@ai-sdk/provider";
+import type { LedgerConfig, ModelConfig, ProviderConfig } from "../config/config.js";
+
+/** A model as the loop uses it: the AI SDK model, its config entry and the provider-options key. */
+export interface ResolvedModel {
+  providerId: string;
+  modelId: string;
+  model: LanguageModelV3;
+  config: ModelConfig;
+  /** Key under which `providerOptions` for this provider go (e.g. "openai", "anthropic", or the provider id). */
+  optionsKey: string;
+}
+
+/** Finds models by provider/model id. */
+export interface ModelResolver {
+  /** True when at least one model is configured (otherwise prompts cannot be answered). */
+  readonly configured: boolean;
+  /** The model, or throws `ModelUnavailableError` naming the configured models. */
+  resolve(ref: { providerId: string; modelId: string }): ResolvedModel;
+}
+
+/** The requested model is not configured. `available` lists "provider/model" names that are. */
+export class ModelUnavailableError extends Error {
+  override name = "ModelUnavailableError";
+  constructor(
+    readonly providerId: string,
+    readonly modelId: string,
+    readonly available: string[],
+  ) {
+    super(`model ${providerId}/${modelId} is not configured; configured models: ${available.join(", ") || "(none)"}`);
+  }
+}
+
+/** The npm packages a provider entry may name; `npm` defaults by provider id, else openai-compatible. */
+export const PROVIDER_PACKAGES = ["@ai-sdk/openai-compatible", "@ai-sdk/openai", "@ai-sdk/anthropic"] as const;
+
+/**
+ * Builds AI SDK models from `ledger.json`'s `provider` map (opencode.json style). Built in:
+ * `@ai-sdk/openai-compatible` (Ollama, llama.cpp, vLLM, LM Studio: `options.baseURL`),
+ * `@ai-sdk/openai` and `@ai-sdk/anthropic`. API keys come from `options.apiKey` or the usual
+ * environment variables (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `<PROVIDER_ID>_API_KEY` for
+ * openai-compatible). Providers are created once, on first use.
+ */
+export function createModelResolver(config: LedgerConfig, env: NodeJS.ProcessEnv = process.env): ModelResolver {
+  const providers = new Map<string, { make: (modelId: string) => LanguageModelV3; optionsKey: string }>();
+  const available = Object.entries(config.providers).flatMap(([p, entry]) => Object.keys(entry.models).map((m) => `${p}/${m}`));
+  return {
+    configured: available.length > 0,
+    resolve({ providerId, modelId }) {
+      const entry = config.providers[providerId];
+      const modelConfig = entry?.models[modelId];
+      if (!entry || !modelConfig) throw new ModelUnavailableError(providerId, modelId, available);
+      let provider = providers.get(providerId);
+      if (!provider) {
+        provider = createProvider(providerId, entry, env);
+        providers.set(providerId, provider);
+      }
+      return { providerId, modelId, model: provider.make(modelId), config: modelConfig, optionsKey: provider.optionsKey };
+    },
+  };
+}
+
+function createProvider(providerId: string, entry: ProviderConfig, env: NodeJS.ProcessEnv) {
+  const options = entry.options as { baseURL?: string; apiKey?: string; headers?: Record<string, string> };
+  const npm = entry.npm ?? (providerId === "openai" ? "@ai-sdk/openai" : providerId === "anthropic" ? "@ai-sdk/anthropic" : "@ai-sdk/openai-compatible");
+  switch (npm) {
+    case "@ai-sdk/openai": {
+      const openai = createOpenAI({ baseURL: options.baseURL, apiKey: options.apiKey || env.OPENAI_API_KEY, headers: options.headers });
+      return { make: (id: string) => openai(id), optionsKey: "openai" };
+    }
+    case "@ai-sdk/anthropic": {
+      const anthropic = createAnthropic({ baseURL: options.baseURL, apiKey: options.apiKey || env.ANTHROPIC_API_KEY, headers: options.headers });
+      return { make: (id: string) => anthropic(id), optionsKey: "anthropic" };
+    }
+    case "@ai-sdk/openai-compatible": {
+      const key = options.apiKey || env[`${providerId.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_API_KEY`];
+      const compatible = createOpenAICompatible({
+        name: providerId,
+        baseURL: options.baseURL ?? "http://127.0.0.1:11434/v1",
+        apiKey: key,
+        headers: options.headers,
+        includeUsage: true,
+      });
+      return { make: (id: string) => compatible.chatModel(id), optionsKey: providerId };
+    }
+    default:
+      throw new Error(`provider ${providerId}: npm package "${npm}" is not supported; use one of ${PROVIDER_PACKAGES.join(", ")}`);
+  }
+}

@@ -1,0 +1,80 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate, timestampNow } from "@bufbuild/protobuf/wkt";
+import { stepCountIs, streamText, type ModelMessage, type ToolSet } from "ai";
+import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
+import { newId } from "../ids.js";
+import type { SessionLedger } from "../ledger/assistant.js";
+import { toLoopEvents, type LoopEvent } from "./ai-sdk-events.js";
+import { retryAdvice, toMessageError } from "./message-error.js";
+import { processStep, type StepResult } from "./processor.js";
+import type { ResolvedModel } from "./providers.js";
+import { stepCost } from "./usage.js";
+
+/** One model call: what to send, where to write. */
+export interface StepRequest {
+  ledger: SessionLedger;
+  sessionId: string;
+  messageId: string;
+  model: ResolvedModel;
+  variant?: string;
+  system: string;
+  messages: ModelMessage[];
+  tools?: ToolSet;
+  signal: AbortSignal;
+  retry: { attempts: number; initialMs: number; maxMs: number };
+}
+
+/**
+ * Runs one model step (`streamText` limited to one step, no SDK retries) and writes it with
+ * `processStep`. A retryable provider error (429, 5xx, a dropped connection) that came before
+ * any output is retried up to `retry.attempts` times with exponential backoff (or the provider's
+ * `retry-after`), each retry recorded as a `retry` part and a `session_status` retry event.
+ */
+export async function runStep(request: StepRequest): Promise<StepResult> {
+  const { ledger, model } = request;
+  for (let attempt = 1; ; attempt++) {
+    const result = await processStep(
+      { ledger, sessionId: request.sessionId, messageId: request.messageId, cost: (usage) => stepCost(model.config, usage) },
+      modelEvents(request),
+    );
+    if (!result.error || result.aborted || request.signal.aborted) return result;
+    const advice = retryAdvice(result.error);
+    if (!advice.retryable || result.produced || attempt > request.retry.attempts) return result;
+    const wait = advice.afterMs ?? Math.min(request.retry.initialMs * 2 ** (attempt - 1), request.retry.maxMs);
+    const error = toMessageError(result.error, model.providerId, false);
+    await ledger.savePart(
+      create(PartSchema, { id: newId("prt"), sessionId: request.sessionId, messageId: request.messageId, kind: { case: "retry", value: { attempt, error, timeCreated: timestampNow() } } }),
+    );
+    await ledger.setStatus({ case: "retry", value: { attempt, message: error.message, next: timestampFromDate(new Date(Date.now() + wait)) } });
+    await sleep(wait, request.signal);
+    await ledger.setStatus({ case: "busy", value: {} });
+  }
+}
+
+async function* modelEvents(request: StepRequest): AsyncIterable<LoopEvent> {
+  const options = { ...request.model.config.options, ...(request.variant ? request.model.config.variants[request.variant] : undefined) };
+  const stream = streamText({
+    model: request.model.model,
+    system: request.system,
+    messages: request.messages,
+    tools: request.tools,
+    stopWhen: stepCountIs(1),
+    maxRetries: 0,
+    abortSignal: request.signal,
+    providerOptions: Object.keys(options).length > 0 ? { [request.model.optionsKey]: options as never } : undefined,
+    onError: () => {},
+  });
+  for await (const part of stream.fullStream) yield* toLoopEvents(part);
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+  });
+}

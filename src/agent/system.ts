@@ -1,0 +1,19 @@
+import type { AgentInfo } from "../config/agents.js";
+
+/**
+ * The system prompt of a step: the agent's own prompt (or the default one), where the agent
+ * works, and the user message's extra `system` text.
+ */
+export function systemPrompt(agent: AgentInfo, directory: string, extra: string | undefined): string {
+  const base =
+    agent.prompt ??
+    [
+      `You are ${agent.name}, a coding agent working in the project directory ${directory}.`,
+      "Use the tools to read, list, glob and grep files before you answer; cite file paths.",
+      agent.permission.edit === "deny" ? "You are read-only: do not propose to change files yourself." : "",
+      "Answer concisely.",
+    ]
+      .filter(Boolean)
+      .join("\n");
+  return extra ? `${base}\n\n${extra}` : base;
+}

@@ -1,0 +1,69 @@
+import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
+import { SessionEventSchema, type SessionEvent, type SessionStatus, type SessionStatusSchema } from "../../gen/ledger/v1/event_pb.js";
+import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
+import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
+import { insertMessage, insertParts, updateMessage, updatePart } from "../storage/message-store.js";
+import type { WriterDeps } from "./writer.js";
+import { writeSession } from "./writer.js";
+
+/**
+ * The writes the agent loop makes to a session, each its own short transaction under the
+ * session row lock (so seq and positions stay gap-free and user prompts can interleave
+ * between them). Every write appends its event; events reach the bus after commit.
+ */
+export interface SessionLedger {
+  /** Inserts a new message (assistant or user) at the next position; emits `message_updated`. */
+  addMessage(message: Message): Promise<SessionEvent>;
+  /** Replaces a stored message; emits `message_updated`. */
+  saveMessage(message: Message): Promise<SessionEvent>;
+  /**
+   * Inserts a part (first call for its id, at the next position) or replaces it (later calls);
+   * emits `part_updated`. Returns the event: its `seq` is the snapshot seq that live deltas extend.
+   */
+  savePart(part: Part): Promise<SessionEvent>;
+  /** Records the loop status (`busy`, `retry`, `idle`) as a `session_status` event. */
+  setStatus(status: MessageInitShape<typeof SessionStatusSchema>["status"]): Promise<SessionEvent>;
+  /** Records a problem that does not fail the request as a `session_error` event. */
+  reportError(error: NonNullable<MessageInitShape<typeof SessionEventSchema>["kind"]> & { case: "sessionError" }): Promise<SessionEvent>;
+  /**
+   * Sends a live `part_delta` (not stored) carrying `seq`, the seq of the part snapshot it
+   * extends, straight to the bus.
+   */
+  publishDelta(delta: { messageId: string; partId: string; field: string; delta: string; seq: bigint }): void;
+}
+
+/** A `SessionLedger` for one session. Throws `SessionNotFoundError` (NOT_FOUND) from each write if the session is gone. */
+export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedger {
+  const stored = new Set<string>();
+  const one = async (fn: Parameters<typeof writeSession<SessionEvent>>[2]) => (await writeSession(deps, sessionId, fn, { touch: false })).result;
+  return {
+    addMessage: (message) =>
+      one(async (w) => {
+        await insertMessage(w.trx, { message, position: w.nextPosition() });
+        return w.emit({ case: "messageUpdated", value: { message: clone(MessageSchema, message) } });
+      }),
+    saveMessage: (message) =>
+      one(async (w) => {
+        await updateMessage(w.trx, message);
+        return w.emit({ case: "messageUpdated", value: { message: clone(MessageSchema, message) } });
+      }),
+    savePart: (part) =>
+      one(async (w) => {
+        if (stored.has(part.id)) await updatePart(w.trx, part);
+        else await insertParts(w.trx, [{ part, position: w.nextPosition() }]);
+        stored.add(part.id);
+        return w.emit({ case: "partUpdated", value: { part: clone(PartSchema, part) } });
+      }),
+    setStatus: (status) => one(async (w) => w.emit({ case: "sessionStatus", value: { status } })),
+    reportError: (error) => one(async (w) => w.emit(error)),
+    publishDelta(delta) {
+      const { seq, ...value } = delta;
+      deps.bus.publish([create(SessionEventSchema, { sessionId, seq, time: undefined, kind: { case: "partDelta", value } })]);
+    },
+  };
+}
+
+/** Whether a status event says the loop is idle. */
+export function isIdle(status: SessionStatus | undefined): boolean {
+  return status?.status.case === "idle";
+}

@@ -1,0 +1,205 @@
+import { writeFile } from "node:fs/promises";
+import path from "node:path";
+import { createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import type { AssistantMessage, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { text } from "../support/prompt.js";
+
+// The loop end to end: the real service, @ai-sdk/openai-compatible pointed at a local server
+// speaking the OpenAI streaming protocol, and a gRPC client (h2c) reading PromptStream.
+
+let t: TestLedger;
+let fake: FakeOpenAI;
+let other: FakeOpenAI;
+let grpc: Client<typeof SessionService>;
+
+beforeAll(async () => {
+  fake = await startFakeOpenAI();
+  other = await startFakeOpenAI();
+  t = await startTestLedger({
+    model: "local/qwen",
+    provider: {
+      local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { qwen: { cost: { input: 1, output: 2 } } } },
+      second: { npm: "@ai-sdk/openai-compatible", options: { baseURL: other.url }, models: { small: {} } },
+    },
+    retry: { attempts: 2, initial_ms: 10, max_ms: 50 },
+  });
+  await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\n");
+  grpc = createClient(SessionService, createGrpcTransport({ baseUrl: t.ledger.url }));
+});
+afterAll(async () => {
+  await t?.close();
+  await fake?.close();
+  await other?.close();
+});
+
+const newSession = async () => (await t.client.createSession({ directory: t.dir })).session!.id;
+const assistantOf = (m: MessageWithParts | undefined) => (m?.message?.kind.case === "assistant" ? m.message.kind.value : undefined) as AssistantMessage | undefined;
+
+async function streamPrompt(sessionId: string, words: string): Promise<SessionEvent[]> {
+  const events: SessionEvent[] = [];
+  for await (const res of grpc.promptStream({ sessionId, parts: [text(words)] })) events.push(res.event!);
+  return events;
+}
+
+describe("streaming a text answer", () => {
+  it("streams deltas that add up to the stored text, each part announced before its first delta", async () => {
+    fake.push({ kind: "stream", chunks: [{ text: "Hello" }, { text: ", " }, { text: "world" }, { text: "!" }], delayMs: 5, usage: { prompt_tokens: 10, completion_tokens: 4 } });
+    const sessionId = await newSession();
+    const events = await streamPrompt(sessionId, "say hello");
+    const kinds = events.map((e) => e.kind.case);
+    expect(kinds.at(-1)).toBe("sessionStatus");
+    expect(events.at(-1)!.kind.value).toMatchObject({ status: { case: "idle" } });
+    expect(kinds).toContain("partDelta");
+
+    const { messages } = await t.client.listMessages({ sessionId });
+    expect(messages).toHaveLength(2);
+    const answer = messages[1]!;
+    const a = assistantOf(answer)!;
+    expect(a.parentId).toBe(messages[0]!.message!.kind.value!.id);
+    expect(a.finish).toBe("stop");
+    expect(a.time?.completed).toBeDefined();
+    expect(a.tokens).toMatchObject({ input: 10n, output: 4n });
+    expect(a.cost).toBeCloseTo((10 * 1 + 4 * 2) / 1e6);
+    expect(answer.parts.map((p) => p.kind.case)).toEqual(["stepStart", "text", "stepFinish"]);
+    const textPart = answer.parts[1]!;
+    const deltas = events.filter((e) => e.kind.case === "partDelta" && e.kind.value.partId === textPart.id).map((e) => (e.kind.value as { delta: string }).delta);
+    expect(deltas.join("")).toBe("Hello, world!");
+    expect(textPart.kind.value).toMatchObject({ text: "Hello, world!" });
+
+    const firstUpdate = new Map<string, number>();
+    events.forEach((e, i) => {
+      if (e.kind.case === "partUpdated" && !firstUpdate.has(e.kind.value.part!.id)) firstUpdate.set(e.kind.value.part!.id, i);
+    });
+    events.forEach((e, i) => {
+      if (e.kind.case === "partDelta") expect(firstUpdate.get(e.kind.value.partId)).toBeLessThan(i);
+    });
+    const stored = events.filter((e) => e.kind.case !== "partDelta").map((e) => Number(e.seq));
+    expect(stored).toEqual(stored.map((_, i) => stored[0]! + i));
+  });
+});
+
+describe("tools", () => {
+  it("runs read, then answers with the file's content in the history", async () => {
+    fake.push(
+      { kind: "stream", chunks: [{ toolCall: { id: "call_1", name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) } }] },
+      { kind: "stream", chunks: [{ text: "The notes say hello." }] },
+    );
+    const sessionId = await newSession();
+    const before = fake.requests.length;
+    const res = await t.client.prompt({ sessionId, parts: [text("what do the notes say?")] });
+    expect(res.message?.parts.map((p) => p.kind.case)).toEqual(["stepStart", "text", "stepFinish"]);
+    const { messages } = await t.client.listMessages({ sessionId });
+    expect(messages.map((m) => m.message?.kind.case)).toEqual(["user", "assistant", "assistant"]);
+    const toolStep = messages[1]!;
+    expect(assistantOf(toolStep)!.finish).toBe("tool-calls");
+    const tool = toolStep.parts.find((p) => p.kind.case === "tool")!;
+    expect(tool.kind.value).toMatchObject({ callId: "call_1", tool: "read" });
+    const state = tool.kind.case === "tool" ? tool.kind.value.state?.status : undefined;
+    expect(state?.case).toBe("completed");
+    expect(state?.case === "completed" && state.value.output).toContain("1: hello from notes");
+    const second = fake.requests[before + 1]!.body.messages as Array<{ role: string; content: unknown }>;
+    expect(second.find((m) => m.role === "tool")?.content).toContain("hello from notes");
+  });
+});
+
+describe("errors", () => {
+  it("records a 401 as a provider auth error on the assistant message", async () => {
+    fake.push({ kind: "error", status: 401 });
+    const sessionId = await newSession();
+    const res = await t.client.prompt({ sessionId, parts: [text("hi")] });
+    const a = assistantOf(res.message)!;
+    expect(a.error?.kind.case).toBe("providerAuth");
+    expect(a.time?.completed).toBeDefined();
+  });
+
+  it("retries a 429 and records a retry part before the answer", async () => {
+    fake.push({ kind: "error", status: 429, headers: { "retry-after": "0" } }, { kind: "stream", chunks: [{ text: "after retry" }] });
+    const sessionId = await newSession();
+    const res = await t.client.prompt({ sessionId, parts: [text("hi")] });
+    expect(res.message?.parts.map((p) => p.kind.case)).toEqual(["retry", "stepStart", "text", "stepFinish"]);
+    expect(assistantOf(res.message)!.error).toBeUndefined();
+  });
+
+  it("answers an unknown model with an error naming the configured ones and a session_error", async () => {
+    const sessionId = await newSession();
+    const res = await t.client.prompt({ sessionId, model: { providerId: "local", modelId: "nope" }, parts: [text("hi")] });
+    const a = assistantOf(res.message)!;
+    expect(a.error?.kind.case).toBe("modelNotFound");
+    expect(a.error?.message).toContain("local/qwen");
+    const rows = await t.ledger.deps.db.selectFrom("session_event").select("kind").where("session_id", "=", sessionId).where("kind", "=", "session_error").execute();
+    expect(rows).toHaveLength(1);
+  });
+});
+
+describe("abort", () => {
+  it("cancels a hanging stream and leaves a usable session, five times in a row", async () => {
+    const sessionId = await newSession();
+    for (let i = 0; i < 5; i++) {
+      fake.push({ kind: "stream", chunks: [{ text: `partial ${i}` }, { hang: true }] });
+      const call = t.client.prompt({ sessionId, parts: [text(`question ${i}`)] });
+      // Abort once this question's answer is streaming (its text part exists).
+      await waitFor(async () => {
+        const answers = (await t.client.listMessages({ sessionId })).messages.filter((m) => assistantOf(m));
+        return answers.length === i + 1 && answers[i]!.parts.some((p) => p.kind.case === "text");
+      });
+      expect((await t.client.abort({ sessionId })).aborted).toBe(true);
+      const res = await call;
+      const a = assistantOf(res.message)!;
+      expect(a.error?.kind.case).toBe("aborted");
+      expect(a.time?.completed).toBeDefined();
+    }
+    fake.push({ kind: "stream", chunks: [{ text: "fine again" }] });
+    const res = await t.client.prompt({ sessionId, parts: [text("still there?")] });
+    expect(res.message?.parts.find((p) => p.kind.case === "text")?.kind.value).toMatchObject({ text: "fine again" });
+    expect((await t.client.abort({ sessionId })).aborted).toBe(false);
+  });
+});
+
+describe("one runner per session", () => {
+  it("answers two prompts sent at once, each in its own messages", async () => {
+    fake.push({ kind: "stream", chunks: [{ text: "first answer" }], delayMs: 10 }, { kind: "stream", chunks: [{ text: "second answer" }], delayMs: 10 });
+    const sessionId = await newSession();
+    const [a, b] = await Promise.all([t.client.prompt({ sessionId, parts: [text("one")] }), t.client.prompt({ sessionId, parts: [text("two")] })]);
+    const { messages } = await t.client.listMessages({ sessionId });
+    const users = messages.filter((m) => m.message?.kind.case === "user").map((m) => m.message!.kind.value!.id);
+    const answers = messages.filter((m) => assistantOf(m)).map((m) => assistantOf(m)!);
+    expect(users).toHaveLength(2);
+    // Each user message answered once, in order, by one runner: the second answer starts after the first completed.
+    expect(answers.map((x) => x.parentId)).toEqual(users);
+    expect(timestampMs(answers[1]!.time!.created!)).toBeGreaterThanOrEqual(timestampMs(answers[0]!.time!.completed!));
+    for (const m of messages) for (const p of m.parts) expect(p.messageId).toBe(m.message!.kind.value!.id);
+    expect(assistantOf(a.message)!.parentId).not.toBe(assistantOf(b.message)!.parentId);
+  });
+});
+
+describe("model switch", () => {
+  it("answers turn one with provider A and turn two with provider B", async () => {
+    fake.push({ kind: "stream", chunks: [{ reasoning: "thinking" }, { text: "from A" }] });
+    other.push({ kind: "stream", chunks: [{ text: "from B" }] });
+    const sessionId = await newSession();
+    await t.client.prompt({ sessionId, parts: [text("a?")] });
+    const res = await t.client.prompt({ sessionId, model: { providerId: "second", modelId: "small" }, parts: [text("b?")] });
+    expect(res.message?.parts.find((p) => p.kind.case === "text")?.kind.value).toMatchObject({ text: "from B" });
+    const sent = other.requests.at(-1)!.body.messages as Array<{ role: string; content: unknown }>;
+    expect(sent.map((m) => m.role)).toEqual(["system", "user", "assistant", "user"]);
+  });
+});
+
+function timestampMs(t: { seconds: bigint; nanos: number }): number {
+  return Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6);
+}
+
+async function waitFor(check: () => Promise<boolean>, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error("condition not met in time");
+}
