@@ -24,7 +24,9 @@ export type LoopEvent =
   | { type: "tool-error"; callId: string; tool: string; input: unknown; error: unknown }
   | { type: "step-finish"; finishReason: string; usage: StepUsage; metadata?: Record<string, unknown> }
   | { type: "error"; error: unknown }
-  | { type: "abort" };
+  | { type: "abort" }
+  /** After a step asked for JSON output: the parsed value, or why there is none. */
+  | { type: "structured"; value?: unknown; error?: unknown };
 
 /**
  * Converts one AI SDK `fullStream` part into loop events (zero or one). Parts the loop does not

@@ -1,8 +1,9 @@
-import { create } from "@bufbuild/protobuf";
-import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { timestampNow, ValueSchema } from "@bufbuild/protobuf/wkt";
 import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
 import { AssistantTimeSchema, MessageSchema, type AssistantMessage, type Message, type UserMessage } from "../../gen/ledger/v1/message_pb.js";
 import { TokensSchema } from "../../gen/ledger/v1/model_pb.js";
+import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../ids.js";
 import { sessionLedger, type SessionLedger } from "../ledger/assistant.js";
 import type { LedgerDeps } from "../ledger/deps.js";
@@ -14,10 +15,14 @@ import { nextWork, type Work } from "./conversation.js";
 import { toModelMessages } from "./history.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
 import type { ModelResolver, ResolvedModel } from "./providers.js";
+import type { StepResult } from "./processor.js";
 import { runStep } from "./step.js";
 import { systemPrompt } from "./system.js";
 import { createTools, type TaskRunner } from "./tools.js";
 import { stepCost } from "./usage.js";
+
+/** Retries of a `json_schema` answer when the request sets `retry_count` 0 (OpenCode's default). */
+export const DEFAULT_STRUCTURED_RETRIES = 2;
 
 /** Steps per user message when the agent sets no `steps` limit. */
 export const DEFAULT_MAX_STEPS = 25;
@@ -79,22 +84,38 @@ async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: stri
   const maxSteps = agent.steps ?? DEFAULT_MAX_STEPS;
   const lastStep = work.steps + 1 >= maxSteps;
   const subagents = [...deps.config.agents.values()].filter((a) => a.mode !== "primary" && !a.hidden).map((a) => a.name);
-  const result = await runStep({
-    ledger,
-    sessionId,
-    messageId: assistant.id,
-    model,
-    variant: user.variant,
-    system: systemPrompt(agent, session.directory, user.system) + (lastStep ? "\n\nThis is your last step: answer now with text only, no more tool calls." : ""),
-    messages: toModelMessages(work.conversation, { providerId: model.providerId, inputModalities: model.config.modalities?.input ?? ["text"] }),
-    tools: lastStep ? undefined : createTools({ agent, rules: session.permission, context: { directory: session.directory, roots: deps.config.roots }, subagents, runTask: deps.runTask?.(sessionId) }),
-    signal,
-    retry: deps.config.retry,
-  });
+  const schema = user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.schema ?? {}) : undefined;
+  const tries = schema && user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.retryCount || DEFAULT_STRUCTURED_RETRIES) + 1 : 1;
+  const base = systemPrompt(agent, session.directory, user.system) + (lastStep ? "\n\nThis is your last step: answer now with text only, no more tool calls." : "");
+  let hint = "";
+  let result: StepResult;
+  for (let attempt = 1; ; attempt++) {
+    result = await runStep({
+      ledger,
+      sessionId,
+      messageId: assistant.id,
+      model,
+      variant: user.variant,
+      system: base + hint,
+      messages: toModelMessages(work.conversation, { providerId: model.providerId, inputModalities: model.config.modalities?.input ?? ["text"] }),
+      tools: lastStep ? undefined : createTools({ agent, rules: session.permission, context: { directory: session.directory, roots: deps.config.roots }, subagents, runTask: deps.runTask?.(sessionId) }),
+      signal,
+      retry: deps.config.retry,
+      schema,
+    });
+    const wantsRetry = schema && !result.error && !result.aborted && result.finishReason !== "tool-calls" && result.structured === undefined;
+    if (!wantsRetry || attempt >= tries) break;
+    const why = result.structuredError instanceof Error ? result.structuredError.message : "no JSON output";
+    await ledger.savePart(create(PartSchema, { id: newId("prt"), sessionId, messageId: assistant.id, kind: { case: "retry", value: { attempt, error: { message: why, kind: { case: "structuredOutput", value: { retries: attempt } } }, timeCreated: timestampNow() } } }));
+    hint = `\n\nYour previous answer did not match the required JSON schema (${why}). Answer again with JSON only.`;
+  }
   const aborted = result.aborted || signal.aborted;
   let error: MessageErrorInit | undefined = result.error || aborted ? toMessageError(result.error, model.providerId, aborted) : undefined;
   if (!error && result.finishReason === "length") error = { message: "The model stopped at its output token limit", kind: { case: "outputLength", value: {} } };
-  await finish(ledger, assistant, { error, finish: result.finishReason, usage: result.usage, cost: result.usage ? stepCost(model.config, result.usage) : 0 });
+  if (!error && schema && result.finishReason !== "tool-calls" && result.structured === undefined) {
+    error = { message: `The model did not produce JSON matching the schema after ${tries} attempts`, kind: { case: "structuredOutput", value: { retries: tries - 1 } } };
+  }
+  await finish(ledger, assistant, { error, finish: result.finishReason, usage: result.usage, cost: result.usage ? stepCost(model.config, result.usage) : 0, structured: result.structured });
   if (error) return "stop";
   return "continue";
 }
@@ -123,13 +144,14 @@ async function startAssistant(ledger: SessionLedger, directory: string, user: Us
 async function finish(
   ledger: SessionLedger,
   assistant: AssistantMessage,
-  outcome: { error?: MessageErrorInit; finish?: string; usage?: StepUsage; cost?: number },
+  outcome: { error?: MessageErrorInit; finish?: string; usage?: StepUsage; cost?: number; structured?: unknown },
 ): Promise<void> {
   const message: Message = create(MessageSchema, { kind: { case: "assistant", value: assistant } });
   const value = message.kind.value as AssistantMessage;
   if (outcome.error) value.error = create(MessageErrorSchema, outcome.error);
   value.finish = outcome.finish ?? (outcome.error ? "error" : "");
   value.cost = outcome.cost ?? 0;
+  if (outcome.structured !== undefined) value.structured = fromJson(ValueSchema, outcome.structured as JsonValue);
   const u = outcome.usage;
   if (u) {
     value.tokens = create(TokensSchema, tokens(u));

@@ -29,6 +29,10 @@ export interface StepResult {
   aborted: boolean;
   /** True when the step produced any part besides step_start (text, reasoning, tool). */
   produced: boolean;
+  /** The step's structured output (JSON matching the requested schema), when it produced one. */
+  structured?: unknown;
+  /** Why a requested structured output is missing or invalid. */
+  structuredError?: unknown;
 }
 
 /** Where the step's parts go: the session ledger and the assistant message they belong to. */
@@ -148,6 +152,10 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           break;
         case "abort":
           result.aborted = true;
+          break;
+        case "structured":
+          if (event.error === undefined) result.structured = event.value;
+          else result.structuredError = event.error;
           break;
       }
     }

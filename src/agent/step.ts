@@ -1,6 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate, timestampNow } from "@bufbuild/protobuf/wkt";
-import { stepCountIs, streamText, type ModelMessage, type ToolSet } from "ai";
+import type { JsonObject } from "@bufbuild/protobuf";
+import { jsonSchema, Output, stepCountIs, streamText, type JSONSchema7, type ModelMessage, type ToolSet } from "ai";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../ids.js";
 import type { SessionLedger } from "../ledger/assistant.js";
@@ -22,6 +23,8 @@ export interface StepRequest {
   tools?: ToolSet;
   signal: AbortSignal;
   retry: { attempts: number; initialMs: number; maxMs: number };
+  /** JSON schema the final answer must match (`format: json_schema`); yields a `structured` event. */
+  schema?: JsonObject;
 }
 
 /**
@@ -62,9 +65,21 @@ async function* modelEvents(request: StepRequest): AsyncIterable<LoopEvent> {
     maxRetries: 0,
     abortSignal: request.signal,
     providerOptions: Object.keys(options).length > 0 ? { [request.model.optionsKey]: options as never } : undefined,
+    output: request.schema ? Output.object({ schema: jsonSchema(request.schema as JSONSchema7) }) : undefined,
     onError: () => {},
   });
-  for await (const part of stream.fullStream) yield* toLoopEvents(part);
+  let finish: string | undefined;
+  for await (const part of stream.fullStream) {
+    if (part.type === "finish-step") finish = part.finishReason;
+    yield* toLoopEvents(part);
+  }
+  if (request.schema && finish && finish !== "tool-calls") {
+    try {
+      yield { type: "structured", value: await stream.output };
+    } catch (error) {
+      yield { type: "structured", error };
+    }
+  }
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

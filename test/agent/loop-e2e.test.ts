@@ -178,6 +178,29 @@ describe("one runner per session", () => {
   });
 });
 
+describe("structured output", () => {
+  const format = {
+    kind: { case: "jsonSchema" as const, value: { schema: { type: "object", properties: { answer: { type: "string" } }, required: ["answer"] }, retryCount: 1 } },
+  };
+
+  it("stores JSON matching the schema on the assistant message, retrying an invalid answer", async () => {
+    fake.push({ kind: "stream", chunks: [{ text: "not json" }] }, { kind: "stream", chunks: [{ text: '{"answer":"42"}' }] });
+    const sessionId = await newSession();
+    const res = await t.client.prompt({ sessionId, format, parts: [text("the answer?")] });
+    const a = assistantOf(res.message)!;
+    expect(a.error).toBeUndefined();
+    expect(a.structured?.kind).toEqual({ case: "structValue", value: expect.objectContaining({ fields: { answer: expect.objectContaining({ kind: { case: "stringValue", value: "42" } }) } }) });
+    expect(res.message?.parts.map((p) => p.kind.case)).toEqual(["stepStart", "text", "stepFinish", "retry", "stepStart", "text", "stepFinish"]);
+  });
+
+  it("fails with a structured output error after the configured retries", async () => {
+    fake.push({ kind: "stream", chunks: [{ text: "nope" }] }, { kind: "stream", chunks: [{ text: "still nope" }] });
+    const sessionId = await newSession();
+    const res = await t.client.prompt({ sessionId, format, parts: [text("the answer?")] });
+    expect(assistantOf(res.message)!.error?.kind).toEqual({ case: "structuredOutput", value: expect.objectContaining({ retries: 1 }) });
+  });
+});
+
 describe("model switch", () => {
   it("answers turn one with provider A and turn two with provider B", async () => {
     fake.push({ kind: "stream", chunks: [{ reasoning: "thinking" }, { text: "from A" }] });
