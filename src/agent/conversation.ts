@@ -7,6 +7,8 @@ export interface Work {
   conversation: MessageWithParts[];
   /** Steps already taken for `user` (assistant messages answering it). */
   steps: number;
+  /** Subtask parts of `user` not run yet, in order (each runs as a `task` tool call). */
+  subtasks: Array<{ partId: string; prompt: string; description: string; agent: string; model?: { providerId: string; modelId: string } }>;
 }
 
 /**
@@ -48,7 +50,11 @@ export function nextWork(history: MessageWithParts[]): Work | undefined {
     const last = answers.at(-1);
     if (last && (last.error || !last.time?.completed || last.finish !== "tool-calls")) continue;
     // Later user messages wait their turn: the model sees only what came before this one.
-    return { user: m.value, conversation: ordered.slice(0, j), steps: answers.length };
+    const done = new Set(ordered.slice(i + 1, j).flatMap((e) => e.parts.flatMap((p) => (p.kind.case === "tool" ? [p.kind.value.callId] : []))));
+    const subtasks = ordered[i]!.parts.flatMap((p) =>
+      p.kind.case === "subtask" && !done.has(p.id) ? [{ partId: p.id, prompt: p.kind.value.prompt, description: p.kind.value.description, agent: p.kind.value.agent, model: p.kind.value.model }] : [],
+    );
+    return { user: m.value, conversation: ordered.slice(0, j), steps: answers.length, subtasks };
   }
   return undefined;
 }

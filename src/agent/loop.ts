@@ -10,12 +10,12 @@ import type { LedgerDeps } from "../ledger/deps.js";
 import { withParts } from "../ledger/messages.js";
 import { getSession } from "../ledger/sessions.js";
 import { listMessageRows } from "../storage/message-store.js";
-import { tokens, type StepUsage } from "./ai-sdk-events.js";
+import { tokens, type LoopEvent, type StepUsage } from "./ai-sdk-events.js";
 import { nextWork, type Work } from "./conversation.js";
 import { toModelMessages } from "./history.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
 import type { ModelResolver, ResolvedModel } from "./providers.js";
-import type { StepResult } from "./processor.js";
+import { processStep, type StepResult } from "./processor.js";
 import { runStep } from "./step.js";
 import { systemPrompt } from "./system.js";
 import { createTools, type TaskRunner } from "./tools.js";
@@ -71,6 +71,8 @@ async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: stri
   const user = work.user;
   const agent = deps.config.agents.get(user.agent) ?? deps.config.agents.get(deps.config.defaultAgent)!;
   const assistant = await startAssistant(ledger, session.directory, user);
+  const subtask = work.subtasks[0];
+  if (subtask) return runSubtask(deps, ledger, sessionId, assistant, subtask, signal);
   let model: ResolvedModel;
   try {
     if (!user.model) throw new Error("the user message names no model and none is configured");
@@ -118,6 +120,38 @@ async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: stri
   await finish(ledger, assistant, { error, finish: result.finishReason, usage: result.usage, cost: result.usage ? stepCost(model.config, result.usage) : 0, structured: result.structured });
   if (error) return "stop";
   return "continue";
+}
+
+/**
+ * Runs one subtask part of the user message as a `task` tool call (call id = the part id) in its
+ * own assistant message, finishing with `tool-calls` so the loop goes on to the next subtask and
+ * then to the model. OpenCode runs only the last subtask; we run all of them, in order.
+ */
+async function runSubtask(
+  deps: LoopDeps,
+  ledger: SessionLedger,
+  sessionId: string,
+  assistant: AssistantMessage,
+  subtask: Work["subtasks"][number],
+  signal: AbortSignal,
+): Promise<"continue" | "stop"> {
+  const input = { description: subtask.description, prompt: subtask.prompt, subagent_type: subtask.agent };
+  const events = (async function* (): AsyncIterable<LoopEvent> {
+    yield { type: "step-start" };
+    yield { type: "tool-call", callId: subtask.partId, tool: "task", input };
+    try {
+      const runTask = deps.runTask?.(sessionId);
+      if (!runTask) throw new Error("subagents are not available here");
+      const output = await runTask({ description: subtask.description, prompt: subtask.prompt, agent: subtask.agent, model: subtask.model }, signal);
+      yield { type: "tool-result", callId: subtask.partId, tool: "task", input, output };
+    } catch (error) {
+      yield { type: "tool-error", callId: subtask.partId, tool: "task", input, error };
+    }
+  })();
+  const result = await processStep({ ledger, sessionId, messageId: assistant.id, cost: () => 0 }, events);
+  const error = signal.aborted ? toMessageError(undefined, "", true) : undefined;
+  await finish(ledger, assistant, { error, finish: "tool-calls" });
+  return error || result.error ? "stop" : "continue";
 }
 
 async function startAssistant(ledger: SessionLedger, directory: string, user: UserMessage): Promise<AssistantMessage> {

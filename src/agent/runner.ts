@@ -81,7 +81,7 @@ function taskRunner(deps: LedgerDeps & { models: ModelResolver }, parentSessionI
       deps,
       create(CreateSessionRequestSchema, { directory: parent.directory, title: `${input.description} (@${input.agent} subagent)`, parentId: parentSessionId, agent: input.agent }),
     );
-    const stored = await storePrompt(deps, create(PromptRequestSchema, { sessionId: child.id, agent: input.agent, parts: [{ kind: { case: "text", value: { text: input.prompt } } }] }));
+    const stored = await storePrompt(deps, create(PromptRequestSchema, { sessionId: child.id, agent: input.agent, model: input.model, parts: [{ kind: { case: "text", value: { text: input.prompt } } }] }));
     await runLoop({ ...deps }, child.id, signal);
     const userId = stored.message.message?.kind.value?.id ?? "";
     const answer = await finalAnswer(deps, child.id, userId);

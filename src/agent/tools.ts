@@ -10,7 +10,10 @@ import { readTool } from "../tools/read-tool.js";
 import type { ToolContext, ToolOutput } from "../tools/tool-context.js";
 
 /** Runs a subagent for the task tool and returns its final text. */
-export type TaskRunner = (input: { description: string; prompt: string; agent: string }, signal: AbortSignal) => Promise<ToolOutput>;
+export type TaskRunner = (
+  input: { description: string; prompt: string; agent: string; model?: { providerId: string; modelId: string } },
+  signal: AbortSignal,
+) => Promise<ToolOutput>;
 
 /**
  * Whether `agent` may use `toolName` in this session: the session's rules (from a prompt's

@@ -84,6 +84,27 @@ describe("streaming a text answer", () => {
   });
 });
 
+describe("text snapshots while streaming", () => {
+  /** part_updated events of non-synthetic text parts, in order (the user's own text part first). */
+  const textUpdates = (events: SessionEvent[]) =>
+    events.filter((e) => e.kind.case === "partUpdated" && e.kind.value.part?.kind.case === "text" && !e.kind.value.part.kind.value.synthetic);
+
+  it("stores the full text while a slow part streams, not only at its end", async () => {
+    fake.push({ kind: "stream", chunks: [{ text: "one " }, { text: "two " }, { text: "three" }], delayMs: 150 });
+    const events = await streamPrompt(await newSession(), "slowly");
+    const updates = textUpdates(events).slice(1); // the first is the user's own text part
+    expect(updates.length).toBeGreaterThanOrEqual(3);
+    expect(updates.at(-1)!.kind.value).toMatchObject({ part: { kind: { value: { text: "one two three" } } } });
+  });
+
+  it("does not store a fast part once per token", async () => {
+    fake.push({ kind: "stream", chunks: Array.from({ length: 60 }, (_, i) => ({ text: `t${i} ` })) });
+    const events = await streamPrompt(await newSession(), "quickly");
+    expect(events.filter((e) => e.kind.case === "partDelta")).toHaveLength(60);
+    expect(textUpdates(events).slice(1).length).toBeLessThan(10);
+  });
+});
+
 describe("tools", () => {
   it("runs read, then answers with the file's content in the history", async () => {
     fake.push(
@@ -175,6 +196,29 @@ describe("one runner per session", () => {
     expect(timestampMs(answers[1]!.time!.created!)).toBeGreaterThanOrEqual(timestampMs(answers[0]!.time!.completed!));
     for (const m of messages) for (const p of m.parts) expect(p.messageId).toBe(m.message!.kind.value!.id);
     expect(assistantOf(a.message)!.parentId).not.toBe(assistantOf(b.message)!.parentId);
+  });
+});
+
+describe("subtasks", () => {
+  it("runs every subtask part in order in child sessions, then answers", async () => {
+    fake.push({ kind: "stream", chunks: [{ text: "found A" }] }, { kind: "stream", chunks: [{ text: "found B" }] }, { kind: "stream", chunks: [{ text: "summary" }] });
+    const sessionId = await newSession();
+    const subtask = (prompt: string) => ({ kind: { case: "subtask" as const, value: { prompt, description: `look ${prompt}`, agent: "explore" } } });
+    const res = await t.client.prompt({ sessionId, parts: [text("investigate"), subtask("A"), subtask("B")] });
+    expect(res.message?.parts.find((p) => p.kind.case === "text")?.kind.value).toMatchObject({ text: "summary" });
+    const { messages } = await t.client.listMessages({ sessionId });
+    expect(messages.map((m) => m.message?.kind.case)).toEqual(["user", "assistant", "assistant", "assistant"]);
+    const outputs = messages.slice(1, 3).map((m) => {
+      const tool = m.parts.find((p) => p.kind.case === "tool");
+      const state = tool?.kind.case === "tool" ? tool.kind.value.state?.status : undefined;
+      return { call: tool?.kind.case === "tool" ? tool.kind.value.callId : "", status: state?.case, output: state?.case === "completed" ? state.value.output : "" };
+    });
+    const subtaskIds = messages[0]!.parts.filter((p) => p.kind.case === "subtask").map((p) => p.id);
+    expect(outputs.map((o) => [o.call, o.status])).toEqual(subtaskIds.map((id) => [id, "completed"]));
+    expect(outputs[0]!.output).toContain("found A");
+    expect(outputs[1]!.output).toContain("found B");
+    const children = await t.ledger.deps.db.selectFrom("session").select("id").where("parent_id", "=", sessionId).execute();
+    expect(children).toHaveLength(2);
   });
 });
 

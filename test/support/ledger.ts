@@ -4,6 +4,7 @@ import path from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import type { ModelResolver } from "../../src/agent/providers.js";
 import { startLedger, type RunningLedger } from "../../src/app.js";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { createTestDatabase, type TestDatabase } from "./db.js";
@@ -21,15 +22,17 @@ export interface TestLedger {
 
 /**
  * Starts a ledger for one test file: a new database (engine from `LEDGER_TEST_DB`), `config`
- * as the raw ledger.json object, cwd in a new temp dir. Call `close()` in `afterAll`.
+ * as the raw ledger.json object, cwd in a new temp dir. `options.models` replaces the
+ * providers of `config` (e.g. `mockResolver` from ./mock-models.ts). Call `close()` in `afterAll`.
  */
-export async function startTestLedger(config: Record<string, unknown> = {}): Promise<TestLedger> {
+export async function startTestLedger(config: Record<string, unknown> = {}, options: { models?: ModelResolver } = {}): Promise<TestLedger> {
   const dir = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-test-")));
   const database = await createTestDatabase();
   const ledger = await startLedger({
     config: buildConfig(configFileSchema.parse(config), undefined, dir),
     database: database.target,
     cwd: dir,
+    models: options.models,
   });
   const client = createClient(SessionService, createConnectTransport({ baseUrl: ledger.url, httpVersion: "1.1", useBinaryFormat: false }));
   return {

@@ -1,0 +1,33 @@
+import { createClient, type Client } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { loadConfig } from "../config/config.js";
+import { startLocal } from "./local.js";
+
+/** A Connect client of `ledger.v1.SessionService`. */
+export type Ledger = Client<typeof SessionService>;
+
+/** Where a client command finds its server: `--url`, or an in-process one on `--db` with `--config`. */
+export interface ClientOptions {
+  url?: string;
+  db?: string;
+  config?: string;
+}
+
+/**
+ * Runs `fn` with a client of the server at `--url`, or, without one, of a server started in
+ * this process on a random loopback port (embedded database, closed again afterwards).
+ */
+export async function withClient<T>(opts: ClientOptions, fn: (client: Ledger) => Promise<T>): Promise<T> {
+  if (opts.url) return fn(connect(opts.url));
+  const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db });
+  try {
+    return await fn(connect(ledger.url));
+  } finally {
+    await ledger.close();
+  }
+}
+
+function connect(baseUrl: string): Ledger {
+  return createClient(SessionService, createConnectTransport({ baseUrl, httpVersion: "1.1" }));
+}
