@@ -1,23 +1,14 @@
-import { stat } from "node:fs/promises";
-import path from "node:path";
-import { pathToFileURL } from "node:url";
-import { create, toJsonString } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { toJsonString } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { Command, Option } from "commander";
 import { MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
-import { PartInputSchema, type PartInput } from "../../gen/ledger/v1/part_pb.js";
-import { ListSessionsResponseSchema, SessionService } from "../../gen/ledger/v1/service_pb.js";
-import { loadConfig, parseModelRef } from "../config/config.js";
+import { ListSessionsResponseSchema } from "../../gen/ledger/v1/service_pb.js";
+import { loadConfig } from "../config/config.js";
+import { withClient, type ClientOptions } from "./client.js";
 import { startLocal } from "./local.js";
 import { formatMessage, formatSession } from "./print.js";
-
-type Ledger = Client<typeof SessionService>;
-interface ClientOptions {
-  url?: string;
-  db?: string;
-  config?: string;
-}
+import { runPrompt, type PromptOptions } from "./prompt.js";
+import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
 
 const program = new Command("ledger")
   .description("session-ledger: a gRPC/Connect service that stores agent prompts as an ordered ledger of messages and parts")
@@ -50,7 +41,7 @@ program
 
 program
   .command("prompt")
-  .description("send a prompt (text plus files) and print the stored message")
+  .description("send a prompt (text plus files) and stream the reply, or print the stored message")
   .argument("<text>", "the prompt text")
   .option("--file <path>", "attach a file or directory (repeatable)", collect, [])
   .option("--session <id>", "prompt this session (default: a new session)")
@@ -61,8 +52,40 @@ program
   .option("--url <url>", "talk to a running server instead of starting one")
   .option("--db <dir>", "embedded database directory when no --url (default ./.ledger/db)")
   .option("--config <path>", "config file")
-  .option("--json", "print the stored message as JSON")
-  .action(async (text: string, opts: PromptOptions) => withClient(opts, (client) => runPrompt(client, text, opts)));
+  .option("--json", "print the stored message, or the final assistant message, as JSON (no live output)")
+  .addHelpText(
+    "after",
+    `
+Output (without --json): the first line is "session ses_...". With a model configured (or
+--model), the reply is streamed: text as it arrives, one line per tool call state
+("→ read notes.txt … running", "✓ read notes.txt", "✗ read notes.txt: error"), then
+"tokens: in N, out N, reasoning N, cache r/w N/N · cost $0.0000 · steps N". Reasoning
+("thinking: ..."), retry notices and errors go to stderr, with a spinner when it is a terminal.
+Without a model the message is stored with no reply (a note on stderr says how to add one).
+
+Ctrl-C aborts the run (Abort RPC) and waits for it to end; a second Ctrl-C quits at once (with
+--url the server may then go on running it: stop it with "ledger abort SESSION_ID --url URL").
+
+Exit codes:
+  ${EXIT_OK}    answered (or stored, with --no-reply / no model)
+  ${EXIT_FAILED}    the request failed, or the answer ended with an error ("error: <kind>: message" on stderr)
+  ${EXIT_ABORTED}  the run was aborted (Ctrl-C, or "ledger abort" from elsewhere)`,
+  )
+  .action(async (text: string, opts: PromptOptions) => {
+    process.exitCode = await withClient(opts, (client) => runPrompt(client, text, opts));
+  });
+
+program
+  .command("abort")
+  .description("abort the agent loop running for a session")
+  .argument("<session>", "session id")
+  .option("--url <url>", "the server running the loop (without it a fresh in-process server is asked, where nothing runs)")
+  .option("--db <dir>", "embedded database directory when no --url")
+  .option("--config <path>", "config file")
+  .addHelpText("after", '\nPrints "aborted" or "no loop was running". Abort only reaches loops of the server it talks to:\npass the --url of the "ledger serve" that runs the prompt.')
+  .action(async (sessionId: string, opts: ClientOptions) =>
+    withClient(opts, async (client) => print((await client.abort({ sessionId })).aborted ? "aborted" : "no loop was running")),
+  );
 
 program
   .command("sessions")
@@ -98,66 +121,6 @@ program
       } while (pageToken);
     }),
   );
-
-interface PromptOptions extends ClientOptions {
-  file: string[];
-  session?: string;
-  dir?: string;
-  agent?: string;
-  model?: string;
-  reply: boolean;
-  json?: boolean;
-}
-
-async function runPrompt(client: Ledger, text: string, opts: PromptOptions): Promise<void> {
-  const files = await Promise.all(opts.file.map(fileDraft));
-  let noReply = !opts.reply;
-  if (!noReply && !opts.model && (await client.listModels({})).models.length === 0) {
-    noReply = true;
-    process.stderr.write(
-      "note: no model is configured, so the message is stored without a reply.\n" +
-        '      To get answers, add a provider to ledger.json, e.g. {"model": "local/qwen", "provider": {"local": {"npm": "@ai-sdk/openai-compatible",\n' +
-        '      "options": {"baseURL": "http://127.0.0.1:11434/v1"}, "models": {"qwen": {}}}}} (see README "Configuration").\n',
-    );
-  }
-  const sessionId = opts.session ?? (await client.createSession({ directory: path.resolve(opts.dir ?? ".") })).session!.id;
-  const res = await client
-    .prompt({
-      sessionId,
-      agent: opts.agent,
-      model: opts.model ? parseModelRef(opts.model) : undefined,
-      noReply,
-      parts: [create(PartInputSchema, { kind: { case: "text", value: { text } } }), ...files],
-    })
-    .catch(async (error: unknown) => {
-      // A session made for this prompt alone must not stay behind empty.
-      if (!opts.session && !(error instanceof ConnectError && error.code === Code.FailedPrecondition)) {
-        await client.deleteSession({ sessionId }).catch(() => undefined);
-      }
-      throw error;
-    });
-  if (opts.json) return print(toJsonString(MessageWithPartsSchema, res.message!, { prettySpaces: 2 }));
-  print(`session ${sessionId}`);
-  print(formatMessage(res.message!));
-}
-
-async function fileDraft(file: string): Promise<PartInput> {
-  const absolute = path.resolve(file);
-  const info = await stat(absolute).catch(() => undefined);
-  const mime = info?.isDirectory() ? "application/x-directory" : "text/plain";
-  const url = pathToFileURL(absolute).href + (info?.isDirectory() ? "/" : "");
-  return create(PartInputSchema, { kind: { case: "file", value: { mime, filename: path.basename(absolute), url } } });
-}
-
-async function withClient(opts: ClientOptions, fn: (client: Ledger) => Promise<void>): Promise<void> {
-  if (opts.url) return fn(createClient(SessionService, createConnectTransport({ baseUrl: opts.url, httpVersion: "1.1" })));
-  const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db });
-  try {
-    await fn(createClient(SessionService, createConnectTransport({ baseUrl: ledger.url, httpVersion: "1.1" })));
-  } finally {
-    await ledger.close();
-  }
-}
 
 function collect(value: string, previous: string[]): string[] {
   return [...previous, value];

@@ -1,5 +1,7 @@
+import type { JsonObject } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import type { MessageError } from "../../gen/ledger/v1/error_pb.js";
+import type { AssistantMessage, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
 
@@ -29,6 +31,30 @@ export function formatMessage(entry: MessageWithParts): string {
 export function formatSession(session: Session): string {
   const updated = session.timeUpdated ? timestampDate(session.timeUpdated).toISOString() : "";
   return `${session.id}  ${updated}  ${String(session.messageCount).padStart(4)} msgs  ${session.directory}  ${session.title}`;
+}
+
+/** `tokens: in N, out N, reasoning N, cache r/w N/N · cost $0.0000 · steps N`, summed over the run's assistant messages. */
+export function summary(messages: AssistantMessage[]): string {
+  const sum = (pick: (m: AssistantMessage) => bigint | undefined) => messages.reduce((total, m) => total + (pick(m) ?? 0n), 0n);
+  const cost = messages.reduce((total, m) => total + m.cost, 0);
+  const shown = cost > 0 && cost < 0.0001 ? cost.toFixed(6) : cost.toFixed(4);
+  return (
+    `tokens: in ${sum((m) => m.tokens?.input)}, out ${sum((m) => m.tokens?.output)}, reasoning ${sum((m) => m.tokens?.reasoning)}, ` +
+    `cache r/w ${sum((m) => m.tokens?.cache?.read)}/${sum((m) => m.tokens?.cache?.write)} · cost $${shown} · steps ${messages.length}`
+  );
+}
+
+/** The error's kind as in the proto (`provider_auth`, `api`, `aborted`...). */
+export function errorKind(error: MessageError): string {
+  return (error.kind.case ?? "unknown").replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
+/** The main argument of a tool call, for its line: a path, pattern or description, cut at 80 characters. */
+export function describeInput(input: JsonObject | undefined): string {
+  if (!input) return "";
+  const key = ["filePath", "path", "pattern", "description", "url", "command"].find((k) => typeof input[k] === "string");
+  const value = key ? String(input[key]) : Object.keys(input).length > 0 ? JSON.stringify(input) : "";
+  return value.length > 80 ? `${value.slice(0, 79)}…` : value;
 }
 
 function formatPart(part: Part, n: number): string[] {

@@ -1,10 +1,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 
 const BIN = path.resolve(import.meta.dirname, "../../bin/ledger.js");
 const SESSION_LINE = /^session (ses_[0-9A-HJKMNP-TV-Z]{26})$/;
@@ -41,8 +42,8 @@ function dbArgs(): string[] {
   return TEST_ENGINE === "pglite" ? ["--db", path.join(dir, "db")] : [];
 }
 
-function start(args: string[]): ChildProcess {
-  return spawn(process.execPath, [BIN, ...args], { cwd: dir, env: childEnv(), stdio: ["ignore", "pipe", "pipe"] });
+function start(args: string[], cwd = dir): ChildProcess {
+  return spawn(process.execPath, [BIN, ...args], { cwd, env: childEnv(), stdio: ["ignore", "pipe", "pipe"] });
 }
 
 interface Run {
@@ -232,6 +233,168 @@ describe("ledger serve", () => {
       expect(run.code, run.stderr).toBe(0);
       expect(run.stdout.split("\n").filter(Boolean)).toHaveLength(1);
       expect(run.stderr).toContain("SIGTERM");
+    },
+    CLI_TIMEOUT,
+  );
+});
+
+/** Resolves with the first match of `pattern` in the child's stdout so far; rejects if it exits first. */
+function waitForOutput(child: ChildProcess, pattern: RegExp, exited: Promise<Run>): Promise<RegExpExecArray> {
+  return new Promise((resolve, reject) => {
+    let seen = "";
+    const onData = (chunk: Buffer | string) => {
+      seen += String(chunk);
+      const match = pattern.exec(seen);
+      if (!match) return;
+      child.stdout!.off("data", onData);
+      resolve(match);
+    };
+    child.stdout!.on("data", onData);
+    void exited.then((run) => reject(new Error(`exited (${run.code}) before printing ${pattern}:\n${run.stdout}\n${run.stderr}`)));
+  });
+}
+
+describe("ledger prompt with a model (streamed)", () => {
+  // A project directory of its own: its ledger.json configures the fake provider, which the
+  // no-model tests above must not see.
+  let fake: FakeOpenAI;
+  let project: string;
+  const SUMMARY = /^tokens: in (\d+), out (\d+), reasoning (\d+), cache r\/w (\d+)\/(\d+) · cost \$(\d+\.\d+) · steps (\d+)$/m;
+
+  beforeAll(async () => {
+    fake = await startFakeOpenAI();
+    project = path.join(dir, "project");
+    await mkdir(project);
+    await writeFile(path.join(project, "notes.txt"), "hello from notes\n");
+    const config = {
+      model: "local/qwen",
+      retry: { attempts: 2, initial_ms: 10, max_ms: 50 },
+      provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url }, models: { qwen: { cost: { input: 1, output: 2 } } } } },
+    };
+    await writeFile(path.join(project, "ledger.json"), JSON.stringify(config, null, 2));
+  });
+  afterAll(async () => {
+    await fake?.close();
+  });
+
+  const prompt = (...args: string[]) => finished(start(["prompt", ...args, ...dbArgs()], project));
+
+  it(
+    "streams a tool call and the answer, then the token/cost summary; exit 0",
+    async () => {
+      const before = fake.requests.length;
+      fake.push(
+        { kind: "error", status: 429, headers: { "retry-after": "0" } },
+        {
+          kind: "stream",
+          chunks: [{ toolCall: { id: "call_1", name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) } }],
+          usage: { prompt_tokens: 1000, completion_tokens: 10 },
+        },
+        {
+          kind: "stream",
+          chunks: [{ text: "The notes " }, { text: "contain a greeting" }, { text: ": hi there." }],
+          delayMs: 20,
+          usage: { prompt_tokens: 1200, completion_tokens: 30 },
+        },
+      );
+      const run = await prompt("what is in notes.txt?", "--file", "notes.txt");
+      expectOk(run);
+      const lines = run.stdout.split("\n");
+      const sessionId = SESSION_LINE.exec(lines[0])?.[1];
+      expect(sessionId, run.stdout).toBeDefined();
+      expect(lines).toContain("→ read notes.txt … running");
+      expect(lines).toContain("✓ read notes.txt");
+      expect(run.stdout.split("The notes contain a greeting: hi there.")).toHaveLength(2);
+      expect(lines).toContain("The notes contain a greeting: hi there.");
+      // The user's parts (the prompt, the synthetic file read) are not echoed.
+      expect(run.stdout).not.toContain("hello from notes");
+      expect(run.stdout).not.toContain("what is in notes.txt?");
+      const summary = SUMMARY.exec(run.stdout);
+      expect(summary?.slice(1)).toEqual(["2200", "40", "0", "0", "0", "0.0023", "2"]);
+      expect(lines.filter(Boolean).at(-1)).toBe(summary?.[0]);
+      expect(run.stderr).toContain("retrying in 0s (attempt 1): ");
+      // The tool really ran: its output went back to the model.
+      const second = fake.requests[before + 2]!.body.messages as Array<{ role: string; content: unknown }>;
+      expect(second.find((m) => m.role === "tool")?.content).toContain("hello from notes");
+
+      const messages = await finished(start(["messages", sessionId!, ...dbArgs()], project));
+      expectOk(messages);
+      expect(messages.stdout.match(/ assistant /g)).toHaveLength(2);
+    },
+    CLI_TIMEOUT,
+  );
+
+  it(
+    "--json waits for the final assistant message and prints it",
+    async () => {
+      fake.push({ kind: "stream", chunks: [{ text: "json answer" }], usage: { prompt_tokens: 5, completion_tokens: 2 } });
+      const run = await prompt("hi", "--json");
+      expectOk(run);
+      const answer = JSON.parse(run.stdout) as { message: { assistant: { finish: string } }; parts: Array<{ text?: { text: string } }> };
+      expect(answer.message.assistant.finish).toBe("stop");
+      expect(answer.parts.map((p) => p.text?.text).filter(Boolean)).toEqual(["json answer"]);
+    },
+    CLI_TIMEOUT,
+  );
+
+  it(
+    "a 401 from the provider: an error line on stderr and exit 1",
+    async () => {
+      fake.push({ kind: "error", status: 401 });
+      const run = await prompt("hi");
+      expect(run.code, run.stderr).toBe(1);
+      expect(run.stdout.split("\n")[0]).toMatch(SESSION_LINE);
+      expect(run.stderr).toMatch(/^error: provider_auth: .*401/m);
+      expect(SUMMARY.exec(run.stdout)?.[7]).toBe("1");
+    },
+    CLI_TIMEOUT,
+  );
+
+  it(
+    "Ctrl-C aborts the run, waits for it to end, and exits 130",
+    async () => {
+      fake.push({ kind: "stream", chunks: [{ text: "partial answer" }, { hang: true }] });
+      const child = start(["prompt", "tell me a long story", ...dbArgs()], project);
+      const exited = finished(child);
+      await waitForOutput(child, /partial answer/, exited);
+      child.kill("SIGINT");
+      const run = await exited;
+      expect(run.code, run.stderr).toBe(130);
+      expect(run.stderr).toContain("interrupted: aborting the run");
+      expect(run.stderr).toMatch(/^error: aborted: /m);
+      expect(run.stdout).toMatch(SUMMARY);
+    },
+    CLI_TIMEOUT,
+  );
+
+  it(
+    "ledger abort against ledger serve stops a running prompt --url, which exits 130",
+    async () => {
+      const serveArgs = ["serve", "--port", "0", ...(TEST_ENGINE === "pglite" ? ["--db", path.join(dir, "project-serve-db")] : [])];
+      const serve = start(serveArgs, project);
+      const served = finished(serve);
+      try {
+        const url = (await waitForOutput(serve, /listening on (http:\/\/\S+)\n/, served))[1]!;
+        fake.push({ kind: "stream", chunks: [{ text: "partial answer" }, { hang: true }] });
+        const child = start(["prompt", "--url", url, "tell me a long story"], project);
+        const exited = finished(child);
+        const sessionId = (await waitForOutput(child, /^session (ses_\w+)\n[^]*partial answer/, exited))[1]!;
+
+        const abort = await finished(start(["abort", sessionId, "--url", url], project));
+        expectOk(abort);
+        expect(abort.stdout).toBe("aborted\n");
+        const run = await exited;
+        expect(run.code, run.stderr).toBe(130);
+        expect(run.stderr).toMatch(/^error: aborted: /m);
+        expect(run.stdout).toMatch(SUMMARY);
+
+        const again = await finished(start(["abort", sessionId, "--url", url], project));
+        expectOk(again);
+        expect(again.stdout).toBe("no loop was running\n");
+      } finally {
+        if (serve.exitCode === null) serve.kill("SIGTERM");
+      }
+      expect((await served).code).toBe(0);
     },
     CLI_TIMEOUT,
   );

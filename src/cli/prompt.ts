@@ -1,0 +1,170 @@
+import { stat } from "node:fs/promises";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { create, toJsonString } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { MessageWithPartsSchema, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import { PartInputSchema, type PartInput } from "../../gen/ledger/v1/part_pb.js";
+import { parseModelRef } from "../config/config.js";
+import type { ClientOptions, Ledger } from "./client.js";
+import { errorKind, formatMessage } from "./print.js";
+import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK, PromptRenderer } from "./render.js";
+import { createSpinner } from "./spinner.js";
+
+/** How long to wait for the stream to end after a successful Abort before giving up on it (ms). */
+export const ABORT_GRACE_MS = 5_000;
+
+/** The options of `ledger prompt`. */
+export interface PromptOptions extends ClientOptions {
+  file: string[];
+  session?: string;
+  dir?: string;
+  agent?: string;
+  model?: string;
+  reply: boolean;
+  json?: boolean;
+}
+
+/** The fields `Prompt` and `PromptStream` share, as sent by the CLI. */
+interface Request {
+  sessionId: string;
+  agent?: string;
+  model?: { providerId: string; modelId: string };
+  noReply: boolean;
+  parts: PartInput[];
+}
+
+/**
+ * `ledger prompt`: sends the text and files, and returns the exit code. With `--no-reply`, or
+ * when no model is configured (a note on stderr says how to add one), it stores the message and
+ * prints it (unary `Prompt`). Otherwise it streams the run with `PromptStream` and renders it
+ * live (see `PromptRenderer`), or, with `--json`, waits for the final assistant message
+ * (unary `Prompt`) and prints it as JSON. While a run is going, the first Ctrl-C aborts it
+ * (Abort RPC) and waits for the end; a second one exits at once with {@link EXIT_ABORTED}.
+ */
+export async function runPrompt(client: Ledger, text: string, opts: PromptOptions): Promise<number> {
+  const files = await Promise.all(opts.file.map(fileDraft));
+  let noReply = !opts.reply;
+  if (!noReply && !opts.model && (await client.listModels({})).models.length === 0) {
+    noReply = true;
+    process.stderr.write(
+      "note: no model is configured, so the message is stored without a reply.\n" +
+        '      To get answers, add a provider to ledger.json, e.g. {"model": "local/qwen", "provider": {"local": {"npm": "@ai-sdk/openai-compatible",\n' +
+        '      "options": {"baseURL": "http://127.0.0.1:11434/v1"}, "models": {"qwen": {}}}}} (see README "Configuration").\n',
+    );
+  }
+  const sessionId = opts.session ?? (await client.createSession({ directory: path.resolve(opts.dir ?? ".") })).session!.id;
+  const request: Request = {
+    sessionId,
+    agent: opts.agent,
+    model: opts.model ? parseModelRef(opts.model) : undefined,
+    noReply,
+    parts: [create(PartInputSchema, { kind: { case: "text", value: { text } } }), ...files],
+  };
+  // A session made for this prompt alone must not stay behind empty.
+  const forget = async (error: unknown): Promise<never> => {
+    if (!opts.session && !(error instanceof ConnectError && error.code === Code.FailedPrecondition)) {
+      await client.deleteSession({ sessionId }).catch(() => undefined);
+    }
+    throw error;
+  };
+
+  if (noReply) {
+    const res = await client.prompt(request).catch(forget);
+    if (opts.json) print(toJsonString(MessageWithPartsSchema, res.message!, { prettySpaces: 2 }));
+    else print(`session ${sessionId}\n${formatMessage(res.message!)}`);
+    return EXIT_OK;
+  }
+  if (opts.json) {
+    const interrupt = onInterrupt(() => void abort(client, sessionId, (text) => process.stderr.write(text)));
+    try {
+      const res = await client.prompt(request).catch(forget);
+      print(toJsonString(MessageWithPartsSchema, res.message!, { prettySpaces: 2 }));
+      return exitCodeOf(res.message);
+    } finally {
+      interrupt.dispose();
+    }
+  }
+  return streamPrompt(client, request, forget);
+}
+
+async function streamPrompt(client: Ledger, request: Request, forget: (error: unknown) => Promise<never>): Promise<number> {
+  const spinner = createSpinner(process.stderr, () => !renderer.midLine);
+  const renderer = new PromptRenderer({
+    out: (s) => process.stdout.write(s),
+    err: (s) => process.stderr.write(s),
+    spinner,
+    dim: process.stderr.isTTY === true,
+  });
+  const stream = new AbortController();
+  let received = false;
+  let gaveUp = false;
+  const interrupt = onInterrupt(() => {
+    void abort(client, request.sessionId, (text) => renderer.notice(text)).then((aborted) => {
+      // The loop is over; if the stream still has not ended, stop waiting for it.
+      if (aborted) setTimeout(() => ((gaveUp = true), stream.abort()), ABORT_GRACE_MS).unref();
+    });
+  });
+  spinner.set("sending");
+  try {
+    for await (const res of client.promptStream(request, { signal: stream.signal })) {
+      received = true;
+      if (res.event) renderer.event(res.event);
+    }
+  } catch (error) {
+    if (!gaveUp) {
+      renderer.close();
+      if (!received) await forget(error);
+      throw error;
+    }
+  } finally {
+    interrupt.dispose();
+  }
+  const outcome = renderer.finish();
+  return gaveUp && outcome.exitCode === EXIT_FAILED ? EXIT_ABORTED : outcome.exitCode;
+}
+
+/** Sends Abort for the session, reporting through `say` (stderr). Resolves whether a loop was aborted (false on failure). */
+async function abort(client: Ledger, sessionId: string, say: (text: string) => void): Promise<boolean> {
+  say("interrupted: aborting the run (press Ctrl-C again to quit now)\n");
+  try {
+    const res = await client.abort({ sessionId });
+    if (!res.aborted) say("no loop was running\n");
+    return res.aborted;
+  } catch (error) {
+    say(`warning: abort failed: ${error instanceof Error ? error.message : String(error)}\n`);
+    return false;
+  }
+}
+
+/** Handles SIGINT while a run is going: the first calls `first`, the second exits with {@link EXIT_ABORTED}. */
+function onInterrupt(first: () => void): { dispose(): void } {
+  let count = 0;
+  const handler = () => {
+    if (++count > 1) process.exit(EXIT_ABORTED);
+    first();
+  };
+  process.on("SIGINT", handler);
+  return { dispose: () => void process.off("SIGINT", handler) };
+}
+
+/** {@link EXIT_OK}, {@link EXIT_FAILED} or {@link EXIT_ABORTED} from a final assistant message's error (printed on stderr). */
+function exitCodeOf(message: MessageWithParts | undefined): number {
+  const kind = message?.message?.kind;
+  if (kind?.case !== "assistant" || !kind.value.error) return EXIT_OK;
+  const error = kind.value.error;
+  process.stderr.write(`error: ${errorKind(error)}: ${error.message}\n`);
+  return error.kind.case === "aborted" ? EXIT_ABORTED : EXIT_FAILED;
+}
+
+async function fileDraft(file: string): Promise<PartInput> {
+  const absolute = path.resolve(file);
+  const info = await stat(absolute).catch(() => undefined);
+  const mime = info?.isDirectory() ? "application/x-directory" : "text/plain";
+  const url = pathToFileURL(absolute).href + (info?.isDirectory() ? "/" : "");
+  return create(PartInputSchema, { kind: { case: "file", value: { mime, filename: path.basename(absolute), url } } });
+}
+
+function print(text: string): void {
+  process.stdout.write(`${text}\n`);
+}
