@@ -57,14 +57,14 @@ export function toLoopEvents<T extends ToolSet>(part: TextStreamPart<T>): LoopEv
       return [{ type: "error", error: part.error }];
     case "abort":
       return [{ type: "abort" }];
+    case "start-step":
+      return [{ type: "step-start" }];
     case "tool-input-delta":
     case "tool-input-end":
     case "tool-output-denied":
     case "tool-approval-request":
     case "source":
     case "file":
-    case "start-step":
-      return [{ type: "step-start" }];
     case "start":
     case "finish":
     case "raw":

@@ -49,6 +49,8 @@ interface Streaming {
   value: TextPart | ReasoningPart;
   seq: bigint;
   storedAt: number;
+  /** Length of `value.text` in Unicode code points (delta offsets count these). */
+  length: number;
 }
 
 /**
@@ -79,7 +81,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
             : newPart({ case: "reasoning", value: create(ReasoningPartSchema, { time: { start: timestampNow() }, metadata: event.metadata as JsonObject }) });
           const value = part.kind.value as TextPart | ReasoningPart;
           const saved = await ledger.savePart(part);
-          streaming.set(event.id, { part, value, seq: saved.seq, storedAt: Date.now() });
+          streaming.set(event.id, { part, value, seq: saved.seq, storedAt: Date.now(), length: 0 });
           result.produced = true;
           break;
         }
@@ -88,7 +90,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           const open = streaming.get(event.id);
           if (!open || event.text === "") break;
           open.value.text += event.text;
-          ledger.publishDelta({ messageId: target.messageId, partId: open.part.id, field: "text", delta: event.text, seq: open.seq });
+          ledger.publishDelta({ messageId: target.messageId, partId: open.part.id, field: "text", delta: event.text, seq: open.seq, offset: BigInt(open.length) });
+          open.length += codePoints(event.text);
           if (Date.now() - open.storedAt >= SNAPSHOT_INTERVAL_MS) await snapshot(ledger, open);
           break;
         }
@@ -110,6 +113,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
         }
         case "tool-call": {
           const tool = toolPart(tools, newPart, event.callId, event.tool);
+          if (event.metadata) tool.value.metadata = asObject(event.metadata);
           tool.value.state = create(ToolStateSchema, {
             status: { case: "running", value: { input: asObject(event.input), title: "", timeStart: timestampNow() } },
           });
@@ -206,6 +210,12 @@ function toolOutput(output: unknown): { output: string; title: string; metadata:
 
 function asObject(value: unknown): JsonObject {
   return value && typeof value === "object" && !Array.isArray(value) ? (JSON.parse(JSON.stringify(value)) as JsonObject) : {};
+}
+
+function codePoints(text: string): number {
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
 }
 
 function errorText(error: unknown): string {
