@@ -1,5 +1,7 @@
 import { createModelResolver, type ModelResolver } from "./agent/providers.js";
 import { createRunner } from "./agent/runner.js";
+import { postgresLocks, processLocks } from "./agent/session-lock.js";
+import { startPgRelay } from "./events/pg-relay.js";
 import type { LedgerConfig } from "./config/config.js";
 import { EventBus } from "./events/bus.js";
 import type { LedgerDeps } from "./ledger/deps.js";
@@ -44,8 +46,12 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
   const database = await openDatabase(options.database);
   try {
     const plugins = await loadPlugins(options.config.plugins);
-    const deps: LedgerDeps = { db: database.db, bus: new EventBus(), config: options.config, plugins, cwd: options.cwd ?? process.cwd() };
-    deps.replier = createRunner(deps, options.models ?? createModelResolver(options.config));
+    const bus = new EventBus();
+    const target = options.database;
+    const relay = target.kind === "postgres" ? await startPgRelay({ url: target.url, db: database.db, bus }) : undefined;
+    const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, cwd: options.cwd ?? process.cwd() };
+    const locks = target.kind === "postgres" ? postgresLocks(target.url) : processLocks();
+    deps.replier = createRunner(deps, options.models ?? createModelResolver(options.config), locks);
     const server = createServer(deps);
     const address = await server.listen(options.port ?? 0, options.host ?? "127.0.0.1");
     return {
@@ -56,6 +62,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
         const stopLoops = async () => deps.replier?.stopAll();
         await server.close(graceMs, stopLoops);
         await stopLoops();
+        await relay?.close();
         await database.close();
       },
     };

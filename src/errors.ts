@@ -93,6 +93,26 @@ export class PreconditionError extends LedgerError {
   }
 }
 
+/**
+ * A stream cursor (`after_seq`) is outside the retained event log: older than what retention
+ * kept, or ahead of the log. Maps to `OUT_OF_RANGE`; the client reloads with ListMessages and
+ * watches from the session's current seq.
+ */
+export class CursorOutOfRangeError extends LedgerError {
+  constructor(
+    readonly reason: "CURSOR_EXPIRED" | "CURSOR_AHEAD",
+    readonly afterSeq: bigint,
+    readonly bounds: { prunedSeq: bigint; lastSeq: bigint },
+  ) {
+    super(
+      reason === "CURSOR_EXPIRED"
+        ? `after_seq: events up to seq ${bounds.prunedSeq} are no longer retained (asked for events after ${afterSeq}); reload the session with ListMessages, then WatchSession from after_seq=${bounds.lastSeq}`
+        : `after_seq: ${afterSeq} is ahead of the session's log (last seq ${bounds.lastSeq})`,
+      { field: "after_seq", after_seq: String(afterSeq), pruned_seq: String(bounds.prunedSeq), last_seq: String(bounds.lastSeq), action: "reload with ListMessages" },
+    );
+  }
+}
+
 /** The feature exists in the contract but is not built yet. Maps to `UNIMPLEMENTED`. */
 export class NotImplementedError extends LedgerError {
   readonly reason = "NOT_IMPLEMENTED";

@@ -37,9 +37,11 @@ export function conversationOrder(history: MessageWithParts[]): MessageWithParts
  * answers only the last one; we answer each in order). A user message is answered when its last
  * assistant message is completed and either failed or finished for a reason other than
  * `tool-calls`; an assistant message left incomplete by a crash also counts as an answer (so the
- * loop never repeats a half-done step on its own). `no_reply` messages are context only.
+ * loop never repeats a half-done step on its own), and so does one that used `maxSteps` steps.
+ * `resume` names a user message whose interrupted or aborted answer should be continued
+ * (ResumeSession). `no_reply` messages are context only.
  */
-export function nextWork(history: MessageWithParts[]): Work | undefined {
+export function nextWork(history: MessageWithParts[], options: { maxSteps?: (user: UserMessage) => number; resume?: string } = {}): Work | undefined {
   const ordered = conversationOrder(history);
   for (let i = 0; i < ordered.length; i++) {
     const m = ordered[i]!.message?.kind;
@@ -48,7 +50,9 @@ export function nextWork(history: MessageWithParts[]): Work | undefined {
     let j = i + 1;
     for (; j < ordered.length && ordered[j]!.message?.kind.case === "assistant"; j++) answers.push(ordered[j]!.message!.kind.value as AssistantMessage);
     const last = answers.at(-1);
-    if (last && (last.error || !last.time?.completed || last.finish !== "tool-calls")) continue;
+    const resuming = options.resume === m.value.id && last !== undefined && (!last.time?.completed || isInterruption(last));
+    if (!resuming && last && (last.error || !last.time?.completed || last.finish !== "tool-calls")) continue;
+    if (!resuming && answers.length >= (options.maxSteps?.(m.value) ?? Infinity)) continue;
     // Later user messages wait their turn: the model sees only what came before this one.
     const done = new Set(ordered.slice(i + 1, j).flatMap((e) => e.parts.flatMap((p) => (p.kind.case === "tool" ? [p.kind.value.callId] : []))));
     const subtasks = ordered[i]!.parts.flatMap((p) =>
@@ -57,4 +61,10 @@ export function nextWork(history: MessageWithParts[]): Work | undefined {
     return { user: m.value, conversation: ordered.slice(0, j), steps: answers.length, subtasks };
   }
   return undefined;
+}
+
+/** An answer cut short by a crash, a shutdown or an abort (ResumeSession may continue it). */
+export function isInterruption(message: AssistantMessage): boolean {
+  const kind = message.error?.kind.case;
+  return kind === "interrupted" || kind === "aborted";
 }

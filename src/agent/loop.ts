@@ -24,6 +24,9 @@ import { stepCost } from "./usage.js";
 /** Retries of a `json_schema` answer when the request sets `retry_count` 0 (OpenCode's default). */
 export const DEFAULT_STRUCTURED_RETRIES = 2;
 
+/** `finish` of an answer's last message when the agent's step limit cut it short. */
+export const STEP_LIMIT_FINISH = "step-limit";
+
 /** Steps per user message when the agent sets no `steps` limit. */
 export const DEFAULT_MAX_STEPS = 25;
 
@@ -42,14 +45,14 @@ export interface LoopDeps extends LedgerDeps {
  * tools). Emits `session_status` busy at the start and idle at the end (only when there was
  * work). Errors end up on the assistant message; an unknown model also emits `session_error`.
  * Stops early when `signal` aborts: the current message gets an aborted error and
- * `time.completed`.
+ * `time.completed`. `resume` (ResumeSession) continues that user message's interrupted answer.
  */
-export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSignal): Promise<void> {
+export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSignal, options: { resume?: string } = {}): Promise<void> {
   const ledger = sessionLedger(deps, sessionId);
   let busy = false;
   try {
     while (!signal.aborted) {
-      const work = await findWork(deps, sessionId);
+      const work = await findWork(deps, sessionId, options.resume);
       if (!work) break;
       if (!busy) await ledger.setStatus({ case: "busy", value: {} });
       busy = true;
@@ -62,8 +65,9 @@ export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSi
 }
 
 /** The next user message to answer, or undefined. */
-export async function findWork(deps: LedgerDeps, sessionId: string): Promise<Work | undefined> {
-  return nextWork(await withParts(deps.db, await listMessageRows(deps.db, sessionId, {})));
+export async function findWork(deps: LedgerDeps, sessionId: string, resume?: string): Promise<Work | undefined> {
+  const maxSteps = (user: UserMessage) => deps.config.agents.get(user.agent)?.steps ?? DEFAULT_MAX_STEPS;
+  return nextWork(await withParts(deps.db, await listMessageRows(deps.db, sessionId, {})), { maxSteps, resume });
 }
 
 async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: string, work: Work, signal: AbortSignal): Promise<"continue" | "stop"> {
@@ -117,7 +121,9 @@ async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: stri
   if (!error && schema && result.finishReason !== "tool-calls" && result.structured === undefined) {
     error = { message: `The model did not produce JSON matching the schema after ${tries} attempts`, kind: { case: "structuredOutput", value: { retries: tries - 1 } } };
   }
-  await finish(ledger, assistant, { error, finish: result.finishReason, usage: result.usage, cost: result.usage ? stepCost(model.config, result.usage) : 0, structured: result.structured });
+  // The last allowed step may still call tools: it ends the answer all the same.
+  const finishReason = lastStep && result.finishReason === "tool-calls" ? STEP_LIMIT_FINISH : result.finishReason;
+  await finish(ledger, assistant, { error, finish: finishReason, usage: result.usage, cost: result.usage ? stepCost(model.config, result.usage) : 0, structured: result.structured });
   if (error) return "stop";
   return "continue";
 }

@@ -7,35 +7,47 @@ import { createSession } from "../ledger/sessions.js";
 import type { ToolOutput } from "../tools/tool-context.js";
 import { runLoop, type LoopDeps } from "./loop.js";
 import type { ModelResolver } from "./providers.js";
+import type { Release, SessionLocks } from "./session-lock.js";
 import type { TaskRunner } from "./tools.js";
 
 interface Running {
   controller: AbortController;
   /** Set when a prompt arrived while the loop ran: look again before going idle for good. */
   wake: boolean;
+  /** A user message whose interrupted answer the next run continues (ResumeSession). */
+  resume?: string;
   done: Promise<void>;
 }
 
 /**
- * One agent loop per session in this process (OpenCode `SessionPrompt` runner state). A prompt
- * for a session whose loop runs joins it: the loop answers each stored user message in order
- * and looks again before it stops. `abort` cancels the loop through its `AbortSignal`.
+ * One agent loop per session (OpenCode `SessionPrompt` runner state), across processes through
+ * `locks`: a run first takes the session's lock (waiting while another replica runs the
+ * session), then loops until every user message is answered, then looks again before releasing.
+ * A prompt for a session whose loop runs here joins it; one stored on another replica is picked
+ * up by the lock holder's next look or, after it releases, by the waiting run of that replica.
+ * `abort` cancels the loop (or the wait) through its `AbortSignal`.
  */
-export function createRunner(deps: LedgerDeps, models: ModelResolver): Replier {
+export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: SessionLocks): Replier {
   const running = new Map<string, Running>();
   const loopDeps: LoopDeps = { ...deps, models, runTask: (parent) => taskRunner({ ...deps, models }, parent) };
 
-  const start = (sessionId: string): Running => {
-    const entry: Running = { controller: new AbortController(), wake: false, done: Promise.resolve() };
+  const start = (sessionId: string, resume?: string): Running => {
+    const entry: Running = { controller: new AbortController(), wake: false, resume, done: Promise.resolve() };
+    const signal = entry.controller.signal;
     entry.done = (async () => {
+      let release: Release | undefined;
       try {
+        release = await locks.acquire(sessionId, signal);
         do {
           entry.wake = false;
-          await runLoop(loopDeps, sessionId, entry.controller.signal);
-        } while (entry.wake && !entry.controller.signal.aborted);
+          const resumeNow = entry.resume;
+          entry.resume = undefined;
+          await runLoop(loopDeps, sessionId, signal, { resume: resumeNow });
+        } while (entry.wake && !signal.aborted);
       } catch (error) {
-        process.stderr.write(`agent loop of ${sessionId} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+        if (!signal.aborted) process.stderr.write(`agent loop of ${sessionId} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
       } finally {
+        await release?.();
         running.delete(sessionId);
       }
     })();
@@ -45,13 +57,14 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver): Replier {
 
   return {
     available: models.configured,
-    run(sessionId) {
+    run(sessionId, options = {}) {
       const entry = running.get(sessionId);
       if (entry) {
         entry.wake = true;
+        entry.resume ??= options.resume;
         return entry.done;
       }
-      return start(sessionId).done;
+      return start(sessionId, options.resume).done;
     },
     async abort(sessionId) {
       const entry = running.get(sessionId);

@@ -1,20 +1,19 @@
-import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import type { EventBus } from "./bus.js";
+import type { BusItem, EventBus } from "./bus.js";
 
 /** A live feed of one session's events, buffered from the moment it was opened. */
-export interface Subscription extends AsyncIterable<SessionEvent> {
+export interface Subscription extends AsyncIterable<BusItem> {
   /** Stops the feed: pending and later reads end. Idempotent. */
   close(): void;
 }
 
 /**
- * Subscribes to `sessionId` on the bus and buffers every event until it is read, so events
+ * Subscribes to `sessionId` on the bus and buffers every item until it is read, so items
  * published between opening and the first read are not lost. The feed ends when `close()` is
  * called or `signal` aborts (e.g. the client went away). Memory grows with unread events; a
  * stream reader consumes them as fast as the client does.
  */
 export function subscribe(bus: EventBus, sessionId: string, signal?: AbortSignal): Subscription {
-  const buffer: SessionEvent[] = [];
+  const buffer: BusItem[] = [];
   let wake: (() => void) | undefined;
   let closed = false;
   const unsubscribe = bus.subscribe(sessionId, (event) => {

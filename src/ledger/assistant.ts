@@ -29,7 +29,7 @@ export interface SessionLedger {
    * Sends a live `part_delta` (not stored) carrying `seq`, the seq of the part snapshot it
    * extends, straight to the bus.
    */
-  publishDelta(delta: { messageId: string; partId: string; field: string; delta: string; seq: bigint }): void;
+  publishDelta(delta: { messageId: string; partId: string; field: string; delta: string; seq: bigint; offset: bigint }): void;
 }
 
 /** A `SessionLedger` for one session. Throws `SessionNotFoundError` (NOT_FOUND) from each write if the session is gone. */
@@ -58,7 +58,9 @@ export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedge
     reportError: (error) => one(async (w) => w.emit(error)),
     publishDelta(delta) {
       const { seq, ...value } = delta;
-      deps.bus.publish([create(SessionEventSchema, { sessionId, seq, time: undefined, kind: { case: "partDelta", value } })]);
+      const event = create(SessionEventSchema, { sessionId, seq, kind: { case: "partDelta", value } });
+      deps.bus.publish([event]);
+      deps.relay?.delta(event);
     },
   };
 }

@@ -1,6 +1,7 @@
 import type { Kysely } from "kysely";
 import type { LedgerConfig } from "../config/config.js";
 import type { EventBus } from "../events/bus.js";
+import type { Relay } from "../events/pg-relay.js";
 import type { PluginHost } from "../plugins/plugins.js";
 import type { DB } from "../storage/schema.js";
 
@@ -11,6 +12,8 @@ import type { DB } from "../storage/schema.js";
 export interface LedgerDeps {
   db: Kysely<DB>;
   bus: EventBus;
+  /** Cross-replica fan-out (Postgres only). */
+  relay?: Relay;
   config: LedgerConfig;
   plugins: PluginHost;
   /** The server's working directory: the default directory of new sessions. */
@@ -31,7 +34,7 @@ export interface Replier {
    * for new user messages) and resolves when it has gone idle. Never rejects: loop failures end
    * up on assistant messages.
    */
-  run(sessionId: string): Promise<void>;
+  run(sessionId: string, options?: { resume?: string }): Promise<void>;
   /** Cancels the session's running loop and waits for it to stop; false when none was running. */
   abort(sessionId: string): Promise<boolean>;
   /** Whether a loop runs for the session in this process. */

@@ -10,9 +10,7 @@ import { newId } from "../ids.js";
 import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
 import { insertMessage, insertParts } from "../storage/message-store.js";
 import { getSession, rowToSession } from "../storage/session-store.js";
-import { subscribe } from "../events/subscription.js";
-import { finalAnswer } from "./answers.js";
-import type { LedgerDeps, Replier } from "./deps.js";
+import type { LedgerDeps } from "./deps.js";
 import { AlreadyExistsError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
 import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
 import { promptFingerprint } from "./prompt-hash.js";
@@ -104,80 +102,6 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest): Pro
   }
 }
 
-/**
- * The `Prompt` RPC: stores the prompt; with `no_reply` returns the user message, otherwise runs
- * (or joins) the session's agent loop and returns the final assistant message answering it.
- * Without a configured model provider it throws `PreconditionError` (FAILED_PRECONDITION,
- * reason `NO_MODEL_PROVIDER`) whose metadata names the stored `message_id`. Same errors as
- * `storePrompt` otherwise.
- */
-export async function prompt(deps: LedgerDeps, request: PromptRequest): Promise<MessageWithParts> {
-  const stored = await storePrompt(deps, request);
-  if (request.noReply) return stored.message;
-  const replier = requireReplier(deps, stored);
-  const userId = stored.message.message!.kind.value!.id;
-  await replier.run(request.sessionId);
-  const answer = await finalAnswer(deps, request.sessionId, userId);
-  if (!answer) throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });
-  return answer;
-}
-
-/**
- * The `PromptStream` RPC: stores the prompt and yields the events of its transaction (the user
- * message and each part, with their `seq`) first, then every event of the loop run live
- * (`message_updated`, `part_updated`, `part_delta`, `session_status`...), ending after the final
- * assistant message answering it and the `idle` status. A client that goes away (`signal`) stops
- * only its stream, never the run. On a replayed `message_id` it yields the original events and
- * ends if the message was already answered.
- */
-export async function* promptStream(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
-  const live = subscribe(deps.bus, request.sessionId, signal);
-  try {
-    const stored = await storePrompt(deps, request);
-    yield* stored.events;
-    if (request.noReply) return;
-    const replier = requireReplier(deps, stored);
-    const userId = stored.message.message!.kind.value!.id;
-    if (stored.replayed && (await finalAnswer(deps, request.sessionId, userId))) return;
-    const lastSeq = stored.events.at(-1)?.seq ?? 0n;
-    void replier.run(request.sessionId);
-    let answered = false;
-    for await (const event of live) {
-      if (event.kind.case !== "partDelta" && event.seq <= lastSeq) continue;
-      yield event;
-      if (isFinalAnswer(event, userId)) answered = true;
-      if (answered && event.kind.case === "sessionStatus" && event.kind.value.status.case === "idle") return;
-    }
-  } finally {
-    live.close();
-  }
-}
-
-/**
- * The `PromptAsync` RPC: answers with the user message once it is committed (durable); the loop
- * runs in the background (unless `no_reply`). Throws like `storePrompt`, and
- * `NO_MODEL_PROVIDER` when a reply is wanted but no provider is configured (the message stays stored).
- */
-export async function promptAsync(deps: LedgerDeps, request: PromptRequest): Promise<MessageWithParts> {
-  const stored = await storePrompt(deps, request);
-  if (!request.noReply) void requireReplier(deps, stored).run(request.sessionId);
-  return stored.message;
-}
-
-/** The `Abort` RPC: cancels the session's running loop; false when none ran. Throws `SessionNotFoundError`. */
-export async function abortSession(deps: LedgerDeps, sessionId: string): Promise<boolean> {
-  if (!(await getSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
-  return (await deps.replier?.abort(sessionId)) ?? false;
-}
-
-/** True for the `message_updated` of a completed assistant message that ends the answer to `userId`. */
-function isFinalAnswer(event: SessionEvent, userId: string): boolean {
-  if (event.kind.case !== "messageUpdated") return false;
-  const message = event.kind.value.message?.kind;
-  if (message?.case !== "assistant" || message.value.parentId !== userId || !message.value.time?.completed) return false;
-  return message.value.error !== undefined || message.value.finish !== "tool-calls";
-}
-
 function emitPromptEvents(
   emit: (kind: EventKind) => SessionEvent,
   message: Message,
@@ -221,14 +145,4 @@ function mapConflict(error: unknown, request: PromptRequest, messageId: string):
     return new AlreadyExistsError(index >= 0 ? `parts[${index}].id` : "parts", id, "is already used by another part");
   }
   return error;
-}
-
-function requireReplier(deps: LedgerDeps, stored: StoredPrompt): Replier {
-  if (deps.replier?.available) return deps.replier;
-  const user = stored.message.message?.kind.value;
-  throw new PreconditionError(
-    "NO_MODEL_PROVIDER",
-    `no_reply: the message ${user?.id} was stored, but no model provider is configured to answer it; add a provider to ledger.json or send no_reply`,
-    { message_id: user?.id ?? "", session_id: user?.sessionId ?? "" },
-  );
 }

@@ -47,6 +47,7 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
     await store.insertSession(trx, session, now);
     await appendEvents(trx, [event]);
     await trx.updateTable("session").set({ last_seq: 1 }).where("id", "=", session.id).execute();
+    await deps.relay?.notify(trx, session.id, 1n);
   });
   deps.bus.publish([event]);
   return session;

@@ -4,6 +4,7 @@ import type { Kysely, Transaction } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
 import type { EventBus } from "../events/bus.js";
+import type { Relay } from "../events/pg-relay.js";
 import { appendEvents } from "../storage/event-store.js";
 import type { DB } from "../storage/schema.js";
 import { lockSession, rowToSession, updateSession } from "../storage/session-store.js";
@@ -26,10 +27,11 @@ export interface SessionWrite {
   emit(kind: EventKind): SessionEvent;
 }
 
-/** Where writes go: the database and the in-process event bus. */
+/** Where writes go: the database, the in-process event bus and (on Postgres) the relay to other replicas. */
 export interface WriterDeps {
   db: Kysely<DB>;
   bus: EventBus;
+  relay?: Relay;
 }
 
 /**
@@ -74,6 +76,7 @@ export async function writeSession<T>(
     };
     const result = await fn(write);
     await appendEvents(trx, events);
+    if (events.length > 0) await deps.relay?.notify(trx, sessionId, BigInt(lastSeq));
     const touched = options.touch ?? true;
     await updateSession(trx, session, { lastSeq, lastPosition }, touched ? now : row.time_updated);
     return { result, events };

@@ -6,6 +6,7 @@ import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_de
 import {
   AgentNotFoundError,
   AlreadyExistsError,
+  CursorOutOfRangeError,
   InvalidArgumentError,
   LedgerError,
   LimitExceededError,
@@ -34,6 +35,7 @@ const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code
   [PathNotAllowedError, Code.PermissionDenied],
   [PreconditionError, Code.FailedPrecondition],
   [NotImplementedError, Code.Unimplemented],
+  [CursorOutOfRangeError, Code.OutOfRange],
   [PluginError, Code.Internal],
 ];
 

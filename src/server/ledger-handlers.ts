@@ -4,9 +4,9 @@ import { AgentSchema, ModelSchema } from "../../gen/ledger/v1/model_pb.js";
 import { PromptRequestSchema, type PromptAsyncRequest, type PromptRequest, type PromptStreamRequest, type SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { listAgents, listModels } from "../ledger/catalog.js";
 import type { LedgerDeps } from "../ledger/deps.js";
-import { NotImplementedError } from "../errors.js";
 import { getMessage, listMessages } from "../ledger/messages.js";
-import { abortSession, prompt, promptAsync, promptStream } from "../ledger/prompt.js";
+import { abortSession, prompt, promptAsync, promptStream, resumeSession } from "../ledger/reply.js";
+import { watchSession } from "../ledger/watch.js";
 import * as sessions from "../ledger/sessions.js";
 
 /**
@@ -38,8 +38,8 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     async forkSession(req) {
       return { session: await sessions.forkSession(deps, req.sessionId, req.messageId) };
     },
-    async prompt(req) {
-      return { message: await prompt(deps, req) };
+    async prompt(req, ctx) {
+      return { message: await prompt(deps, req, ctx.signal) };
     },
     async *promptStream(req, ctx) {
       for await (const event of promptStream(deps, asPromptRequest(req), ctx.signal)) yield { event };
@@ -53,9 +53,11 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     async getMessage(req) {
       return { message: await getMessage(deps, req.sessionId, req.messageId) };
     },
-    // eslint-disable-next-line require-yield
-    async *watchSession() {
-      throw new NotImplementedError("WatchSession is not implemented yet");
+    async *watchSession(req, ctx) {
+      for await (const event of watchSession(deps, req.sessionId, req.afterSeq, ctx.signal)) yield { event };
+    },
+    async *resumeSession(req, ctx) {
+      for await (const event of resumeSession(deps, req.sessionId, ctx.signal)) yield { event };
     },
     async abort(req) {
       return { aborted: await abortSession(deps, req.sessionId) };

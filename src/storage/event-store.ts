@@ -1,6 +1,6 @@
 import { fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import type { Kysely, Transaction } from "kysely";
+import { sql, type Kysely, type Transaction } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { toJsonb } from "./jsonb.js";
 import { protoCaseName } from "./proto-names.js";
@@ -47,4 +47,23 @@ export async function listEvents(db: Kysely<DB>, sessionId: string, afterSeq: nu
 /** Maps an event row to `ledger.v1.SessionEvent`. */
 export function rowToEvent(row: SessionEventRow): SessionEvent {
   return fromJson(SessionEventSchema, row.data as JsonObject, { ignoreUnknownFields: true });
+}
+
+/**
+ * Retention: deletes events older than `cutoff` and raises each affected session's
+ * `pruned_seq` to the highest seq deleted, in one statement. Returns the number of events deleted.
+ */
+export async function pruneEvents(db: Kysely<DB>, cutoff: Date): Promise<number> {
+  const result = await sql<{ deleted: string }>`
+    with deleted as (
+      delete from session_event where time < ${cutoff} returning session_id, seq
+    ), per_session as (
+      select session_id, max(seq) as max_seq, count(*) as n from deleted group by session_id
+    ), bumped as (
+      update session set pruned_seq = greatest(session.pruned_seq, per_session.max_seq)
+      from per_session where session.id = per_session.session_id
+      returning per_session.n
+    )
+    select coalesce(sum(n), 0)::text as deleted from bumped`.execute(db);
+  return Number(result.rows[0]?.deleted ?? 0);
 }

@@ -20,6 +20,8 @@ export interface SessionTable {
   data: Json;
   last_seq: CounterColumn;
   last_position: CounterColumn;
+  /** Highest event seq removed by retention (0: none); readers behind it must reload. */
+  pruned_seq: CounterColumn;
   time_created: ColumnType<Date, Date | undefined, never>;
   time_updated: ColumnType<Date, Date | undefined, Date>;
 }

@@ -124,13 +124,14 @@ describe("domain errors", () => {
     }
   });
 
-  it("Abort with no loop running says so; Abort of an unknown session is NOT_FOUND; WatchSession → UNIMPLEMENTED", async () => {
+  it("Abort with no loop running says so; Abort of an unknown session is NOT_FOUND; WatchSession ahead of the log is OUT_OF_RANGE", async () => {
     const sessionId = await newSession();
     expect((await t.client.abort({ sessionId })).aborted).toBe(false);
     expect((await failure(t.client.abort({ sessionId: "ses_01M8N3PWC98KEGMQ42T22BSJ1B" }))).code).toBe(Code.NotFound);
-    const watched = await drain(t.client.watchSession({ sessionId }));
+    const watched = await drain(t.client.watchSession({ sessionId, afterSeq: 99n }));
     expect(watched.items).toEqual([]);
-    expect(watched.error?.code).toBe(Code.Unimplemented);
+    expect(watched.error?.code).toBe(Code.OutOfRange);
+    expect(watched.error?.findDetails(ErrorInfoSchema)[0]?.reason).toBe("CURSOR_AHEAD");
   });
 });
 

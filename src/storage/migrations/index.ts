@@ -1,5 +1,6 @@
 import type { Migration } from "kysely/migration";
 import * as createLedger from "./2026-11-30T0200-create-ledger.js";
+import * as eventRetention from "./2026-11-30T0300-event-retention.js";
 
 /**
  * Every migration, listed statically (not `FileMigrationProvider`) so tsx, vitest and compiled
@@ -7,4 +8,5 @@ import * as createLedger from "./2026-11-30T0200-create-ledger.js";
  */
 export const migrations: Record<string, Migration> = {
   "2026-11-30T0200-create-ledger": createLedger,
+  "2026-11-30T0300-event-retention": eventRetention,
 };

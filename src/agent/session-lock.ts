@@ -1,0 +1,65 @@
+import pg from "pg";
+
+/** Releases a held session lock. */
+export type Release = () => Promise<void>;
+
+/** One agent loop per session across every process that shares the database. */
+export interface SessionLocks {
+  /**
+   * Waits until this process holds the session's lock and returns its release. Rejects with the
+   * signal's reason when `signal` aborts while waiting.
+   */
+  acquire(sessionId: string, signal: AbortSignal): Promise<Release>;
+}
+
+/**
+ * Postgres advisory locks (`pg_advisory_lock(hashtextextended(session_id, 0))`), each held on a
+ * dedicated connection for as long as the loop runs: if the holder dies, Postgres ends its
+ * session and the lock goes to the next waiter (another replica). Waiting is cancelled by
+ * closing the waiting connection.
+ */
+export function postgresLocks(url: string): SessionLocks {
+  return {
+    async acquire(sessionId, signal) {
+      signal.throwIfAborted();
+      const client = new pg.Client({ connectionString: url, application_name: "ledger-loop-lock" });
+      client.on("error", () => {});
+      await client.connect();
+      const cancel = () => void client.end().catch(() => {});
+      signal.addEventListener("abort", cancel, { once: true });
+      try {
+        await client.query("select pg_advisory_lock(hashtextextended($1, 0))", [sessionId]);
+      } catch (error) {
+        await client.end().catch(() => {});
+        signal.throwIfAborted();
+        throw error;
+      } finally {
+        signal.removeEventListener("abort", cancel);
+      }
+      return async () => {
+        await client.query("select pg_advisory_unlock(hashtextextended($1, 0))", [sessionId]).catch(() => {});
+        await client.end().catch(() => {});
+      };
+    },
+  };
+}
+
+/** In-process locks, for the embedded database (one process by construction). */
+export function processLocks(): SessionLocks {
+  const tails = new Map<string, Promise<void>>();
+  return {
+    async acquire(sessionId, signal) {
+      signal.throwIfAborted();
+      const previous = tails.get(sessionId) ?? Promise.resolve();
+      let release!: () => void;
+      const mine = new Promise<void>((resolve) => (release = resolve));
+      const tail = previous.then(() => mine);
+      tails.set(sessionId, tail);
+      await previous;
+      return async () => {
+        release();
+        if (tails.get(sessionId) === tail) tails.delete(sessionId);
+      };
+    },
+  };
+}

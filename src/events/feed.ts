@@ -1,0 +1,70 @@
+import type { Kysely } from "kysely";
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { listEvents } from "../storage/event-store.js";
+import type { DB } from "../storage/schema.js";
+import { isHint, type EventBus } from "./bus.js";
+import { subscribe } from "./subscription.js";
+
+/** Rows read per query while replaying or filling a gap. */
+const PAGE = 500;
+
+/**
+ * A session's events after `afterSeq`, in `seq` order, without gaps or duplicates: first the
+ * stored ones (replayed from `session_event` in pages), then live ones. It subscribes to the bus
+ * before reading the table, so nothing committed in between is missed; a live event ahead of the
+ * last seq yielded, or a hint from another replica, makes it read the missing rows from the
+ * table (they are committed: writers of a session serialize on its row and publish after
+ * commit). Live `part_delta` events are yielded once the snapshot they extend has been yielded,
+ * and dropped when a newer snapshot of that part already was (it contains them).
+ * Ends when `signal` aborts. Throws what the database throws.
+ */
+export async function* followSession(
+  deps: { db: Kysely<DB>; bus: EventBus },
+  sessionId: string,
+  afterSeq: bigint,
+  signal?: AbortSignal,
+): AsyncGenerator<SessionEvent> {
+  const live = subscribe(deps.bus, sessionId, signal);
+  let last = afterSeq;
+  const snapshots = new Map<string, bigint>();
+  async function* catchUp(): AsyncGenerator<SessionEvent> {
+    for (;;) {
+      const page = await listEvents(deps.db, sessionId, Number(last), PAGE);
+      for (const event of page) {
+        last = event.seq;
+        if (event.kind.case === "partUpdated" && event.kind.value.part) snapshots.set(event.kind.value.part.id, event.seq);
+        yield event;
+      }
+      if (page.length < PAGE) return;
+    }
+  }
+  try {
+    yield* catchUp();
+    for await (const item of live) {
+      if (isHint(item)) {
+        if (item.seq > last) yield* catchUp();
+        continue;
+      }
+      if (item.kind.case === "partDelta") {
+        if (item.seq > last) yield* catchUp();
+        if (item.seq >= (snapshots.get(item.kind.value.partId) ?? 0n)) yield item;
+        continue;
+      }
+      // The log goes with a deleted session: there is nothing left to fill a gap from.
+      if (item.kind.case === "sessionDeleted") {
+        yield item;
+        return;
+      }
+      if (item.seq <= last) continue;
+      if (item.seq > last + 1n) {
+        yield* catchUp();
+        continue;
+      }
+      last = item.seq;
+      if (item.kind.case === "partUpdated" && item.kind.value.part) snapshots.set(item.kind.value.part.id, item.seq);
+      yield item;
+    }
+  } finally {
+    live.close();
+  }
+}

@@ -1,0 +1,153 @@
+import { randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import { sql, type Kysely, type Transaction } from "kysely";
+import pg from "pg";
+import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import type { DB } from "../storage/schema.js";
+import type { BusItem, EventBus } from "./bus.js";
+
+/** Channel of commit hints: `origin|session_id|seq`. */
+export const EVENTS_CHANNEL = "ledger_events";
+/** Channel of batched live deltas: `origin|[[session, seq, message, part, field, delta, offset], ...]`. */
+export const DELTAS_CHANNEL = "ledger_deltas";
+/** Postgres refuses NOTIFY payloads of 8000 bytes or more; stay well under. */
+const MAX_PAYLOAD_BYTES = 7000;
+/** Longest delta text (code points) sent in one piece; longer ones are split. */
+const MAX_DELTA_CHARS = 1500;
+/** Deltas are sent in batches at most this often (ms): never one NOTIFY per token. */
+const DELTA_FLUSH_MS = 15;
+
+/** Cross-process fan-out over Postgres LISTEN/NOTIFY (design.md §6). */
+export interface Relay {
+  /**
+   * Queues a hint that `sessionId`'s log reached `seq`, inside the writing transaction: Postgres
+   * delivers it at commit and drops it on rollback. One per transaction.
+   */
+  notify(trx: Transaction<DB>, sessionId: string, seq: bigint): Promise<void>;
+  /** Sends a live delta to the other replicas (batched, under the payload limit). */
+  delta(event: SessionEvent): void;
+  /** Stops listening and flushes pending deltas. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the relay: one dedicated `pg.Client` LISTENs on both channels and republishes what
+ * other processes send on the local bus (commit hints as `Hint`s, deltas as `part_delta`
+ * events; its own messages are recognised by `origin` and skipped). If the connection drops it
+ * reconnects with backoff (100 ms doubling to 5 s) and then hints every watched session at its
+ * current `last_seq`, so readers resync from the table.
+ */
+export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: EventBus }): Promise<Relay> {
+  const origin = randomUUID().slice(0, 8);
+  const { db, bus } = options;
+  let client: pg.Client | undefined;
+  let closed = false;
+  let queue: string[] = [];
+  let timer: NodeJS.Timeout | undefined;
+
+  const onNotification = (message: pg.Notification) => {
+    const payload = message.payload ?? "";
+    const bar = payload.indexOf("|");
+    if (bar < 0 || payload.slice(0, bar) === origin) return;
+    const body = payload.slice(bar + 1);
+    if (message.channel === EVENTS_CHANNEL) {
+      const [sessionId, seq] = body.split("|");
+      if (sessionId && seq) bus.publish([{ hint: true, sessionId, seq: BigInt(seq) }]);
+      return;
+    }
+    const items: BusItem[] = (JSON.parse(body) as Array<[string, string, string, string, string, string, string]>).map(([sessionId, seq, messageId, partId, field, delta, offset]) =>
+      create(SessionEventSchema, { sessionId, seq: BigInt(seq), kind: { case: "partDelta", value: { messageId, partId, field, delta, offset: BigInt(offset) } } }),
+    );
+    bus.publish(items);
+  };
+
+  const connect = async (attempt = 0): Promise<void> => {
+    if (closed) return;
+    const next = new pg.Client({ connectionString: options.url, application_name: "ledger-relay" });
+    next.on("notification", onNotification);
+    next.on("error", () => void reconnect(next));
+    next.on("end", () => void reconnect(next));
+    try {
+      await next.connect();
+      await next.query(`listen ${EVENTS_CHANNEL}`);
+      await next.query(`listen ${DELTAS_CHANNEL}`);
+      client = next;
+      if (attempt > 0) await resync();
+    } catch {
+      await next.end().catch(() => {});
+      await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 5000)));
+      return connect(attempt + 1);
+    }
+  };
+  const reconnect = async (from: pg.Client) => {
+    if (closed || client !== from) return;
+    client = undefined;
+    await from.end().catch(() => {});
+    await connect(1);
+  };
+  const resync = async () => {
+    const watched = bus.watchedSessions();
+    if (watched.length === 0) return;
+    const rows = await db.selectFrom("session").select(["id", "last_seq"]).where("id", "in", watched).execute();
+    bus.publish(rows.map((r) => ({ hint: true as const, sessionId: r.id, seq: BigInt(r.last_seq) })));
+  };
+  const flush = async () => {
+    timer = undefined;
+    const batch = queue;
+    queue = [];
+    for (const payload of pack(batch)) await sql`select pg_notify(${DELTAS_CHANNEL}, ${`${origin}|${payload}`})`.execute(db).catch(() => {});
+  };
+
+  await connect();
+  return {
+    async notify(trx, sessionId, seq) {
+      await sql`select pg_notify(${EVENTS_CHANNEL}, ${`${origin}|${sessionId}|${seq}`})`.execute(trx);
+    },
+    delta(event) {
+      if (event.kind.case !== "partDelta") return;
+      const d = event.kind.value;
+      let offset = d.offset;
+      for (const piece of split(d.delta)) {
+        queue.push(JSON.stringify([event.sessionId, String(event.seq), d.messageId, d.partId, d.field, piece.text, String(offset)]));
+        offset += BigInt(piece.length);
+      }
+      timer ??= setTimeout(() => void flush(), DELTA_FLUSH_MS);
+    },
+    async close() {
+      closed = true;
+      if (timer) clearTimeout(timer);
+      await flush();
+      await client?.end().catch(() => {});
+    },
+  };
+}
+
+/** Joins JSON items into arrays whose payloads stay under the NOTIFY limit. */
+function pack(items: string[]): string[] {
+  const out: string[] = [];
+  let current: string[] = [];
+  let size = 2;
+  for (const item of items) {
+    const bytes = Buffer.byteLength(item) + 1;
+    if (current.length > 0 && size + bytes > MAX_PAYLOAD_BYTES) {
+      out.push(`[${current.join(",")}]`);
+      current = [];
+      size = 2;
+    }
+    current.push(item);
+    size += bytes;
+  }
+  if (current.length > 0) out.push(`[${current.join(",")}]`);
+  return out;
+}
+
+/** Splits a delta into pieces of at most MAX_DELTA_CHARS code points (their lengths in code points). */
+function split(text: string): Array<{ text: string; length: number }> {
+  const chars = [...text];
+  const pieces: Array<{ text: string; length: number }> = [];
+  for (let i = 0; i < chars.length; i += MAX_DELTA_CHARS) {
+    const slice = chars.slice(i, i + MAX_DELTA_CHARS);
+    pieces.push({ text: slice.join(""), length: slice.length });
+  }
+  return pieces.length > 0 ? pieces : [{ text: "", length: 0 }];
+}

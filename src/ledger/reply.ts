@@ -1,0 +1,150 @@
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
+import { PreconditionError, SessionNotFoundError } from "../errors.js";
+import { followSession } from "../events/feed.js";
+import { getSession } from "../storage/session-store.js";
+import { finalAnswer } from "./answers.js";
+import type { LedgerDeps, Replier } from "./deps.js";
+import { storePrompt, type StoredPrompt } from "./prompt.js";
+
+/**
+ * The `Prompt` RPC: stores the prompt; with `no_reply` returns the user message, otherwise has
+ * the session's agent loop answer it (on this replica or the one running the session) and
+ * returns the final assistant message. Without a configured model provider it throws
+ * `PreconditionError` (FAILED_PRECONDITION, reason `NO_MODEL_PROVIDER`) whose metadata names the
+ * stored `message_id`. Same errors as `storePrompt` otherwise.
+ */
+export async function prompt(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal): Promise<MessageWithParts> {
+  const stored = await storePrompt(deps, request);
+  if (request.noReply) return stored.message;
+  for await (const _ of answerEvents(deps, stored, signal)) {
+    // Wait for the answer; the events themselves go to PromptStream/WatchSession readers.
+  }
+  const userId = stored.message.message!.kind.value!.id;
+  const answer = await finalAnswer(deps, request.sessionId, userId);
+  if (!answer) throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });
+  return answer;
+}
+
+/**
+ * The `PromptStream` RPC: stores the prompt and yields the events of its transaction (the user
+ * message and each part, with their `seq`) first, then every event of the run as it happens
+ * (`session_status`, `message_updated`, `part_updated`, `part_delta`...), ending after the final
+ * assistant message answering it and the `idle` status. A client that goes away (`signal`)
+ * stops only its stream, never the run; it re-attaches with `WatchSession(after_seq)`. On a
+ * replayed `message_id` it yields the original events and ends if the message was answered.
+ */
+export async function* promptStream(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
+  const stored = await storePrompt(deps, request);
+  yield* stored.events;
+  if (request.noReply) return;
+  yield* answerEvents(deps, stored, signal);
+}
+
+/**
+ * The `PromptAsync` RPC: answers with the user message once it is committed (durable); the loop
+ * runs in the background (unless `no_reply`). Throws like `storePrompt`, and
+ * `NO_MODEL_PROVIDER` when a reply is wanted but no provider is configured (the message stays stored).
+ */
+export async function promptAsync(deps: LedgerDeps, request: PromptRequest): Promise<MessageWithParts> {
+  const stored = await storePrompt(deps, request);
+  if (!request.noReply) void requireReplier(deps, stored).run(request.sessionId);
+  return stored.message;
+}
+
+/**
+ * The `ResumeSession` RPC: reruns the loop for the session's last user message (not
+ * `no_reply`) whose answer was interrupted (crash, shutdown), aborted, or never started, and
+ * streams the run like `promptStream` (from the session's current seq). Throws
+ * `SessionNotFoundError`, `PreconditionError` NOTHING_TO_RESUME when that message is answered,
+ * and NO_MODEL_PROVIDER like `prompt`.
+ */
+export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
+  const row = await getSession(deps.db, sessionId);
+  if (!row) throw new SessionNotFoundError(sessionId);
+  const user = await lastPrompt(deps, sessionId);
+  if (!user) throw new PreconditionError("NOTHING_TO_RESUME", `session ${sessionId} has no prompt to answer`, { session_id: sessionId });
+  const answer = (await finalAnswer(deps, sessionId, user.id))?.message?.kind;
+  const last = answer?.case === "assistant" ? answer.value : undefined;
+  const resumable = !last || !last.time?.completed || last.error?.kind.case === "interrupted" || last.error?.kind.case === "aborted" || last.finish === "tool-calls";
+  if (!resumable) throw new PreconditionError("NOTHING_TO_RESUME", `the last prompt (${user.id}) of session ${sessionId} is already answered`, { session_id: sessionId, message_id: user.id });
+  const replier = requireReplier(deps, user);
+  yield* untilAnswered(deps, sessionId, user.id, BigInt(row.last_seq), replier.run(sessionId, { resume: user.id }), signal);
+}
+
+/** The `Abort` RPC: cancels the session's running loop; false when none ran. Throws `SessionNotFoundError`. */
+export async function abortSession(deps: LedgerDeps, sessionId: string): Promise<boolean> {
+  if (!(await getSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+  return (await deps.replier?.abort(sessionId)) ?? false;
+}
+
+/**
+ * Starts (or joins) the loop for a stored prompt and yields the session's events after it until
+ * the final answer to it and the next `idle`. Ends at once for a replayed, already answered prompt.
+ */
+async function* answerEvents(deps: LedgerDeps, stored: StoredPrompt, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
+  const replier = requireReplier(deps, stored);
+  const user = stored.message.message!.kind.value!;
+  if (stored.replayed && (await finalAnswer(deps, user.sessionId, user.id))) return;
+  const after = stored.events.at(-1)?.seq ?? 0n;
+  yield* untilAnswered(deps, user.sessionId, user.id, after, replier.run(user.sessionId), signal);
+}
+
+/**
+ * Follows the session from `after` until the final answer to `userId` and the next `idle`.
+ * `ran` resolves when this process's loop run ended: if the message is still unanswered then
+ * (e.g. aborted before its first step), nothing will answer it and this throws
+ * `PreconditionError` NOT_ANSWERED. Ends quietly when the client goes away (`signal`).
+ */
+async function* untilAnswered(deps: LedgerDeps, sessionId: string, userId: string, after: bigint, ran: Promise<void>, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
+  const stop = new AbortController();
+  let answered = false;
+  void ran.then(async () => {
+    await new Promise((resolve) => setTimeout(resolve, RUN_END_GRACE_MS));
+    if (!answered && !(await finalAnswer(deps, sessionId, userId))) stop.abort();
+  });
+  const feedSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;
+  for await (const event of followSession(deps, sessionId, after, feedSignal)) {
+    yield event;
+    if (isFinalAnswer(event, userId)) answered = true;
+    if (answered && event.kind.case === "sessionStatus" && event.kind.value.status.case === "idle") return;
+  }
+  if (!answered && stop.signal.aborted && !signal?.aborted) {
+    throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });
+  }
+}
+
+/** After this process's run ends, how long (ms) its last events get to reach a reader. */
+const RUN_END_GRACE_MS = 200;
+
+/** True for the `message_updated` of a completed assistant message that ends the answer to `userId`. */
+export function isFinalAnswer(event: SessionEvent, userId: string): boolean {
+  if (event.kind.case !== "messageUpdated") return false;
+  const message = event.kind.value.message?.kind;
+  if (message?.case !== "assistant" || message.value.parentId !== userId || !message.value.time?.completed) return false;
+  return message.value.error !== undefined || message.value.finish !== "tool-calls";
+}
+
+function requireReplier(deps: LedgerDeps, stored: StoredPrompt | { id: string; sessionId: string }): Replier {
+  if (deps.replier?.available) return deps.replier;
+  const user = "message" in stored ? stored.message.message?.kind.value : stored;
+  throw new PreconditionError(
+    "NO_MODEL_PROVIDER",
+    `no_reply: the message ${user?.id} was stored, but no model provider is configured to answer it; add a provider to ledger.json or send no_reply`,
+    { message_id: user?.id ?? "", session_id: user?.sessionId ?? "" },
+  );
+}
+
+/** The session's last user message that asked for an answer (not `no_reply`), or undefined. */
+async function lastPrompt(deps: LedgerDeps, sessionId: string): Promise<{ id: string; sessionId: string } | undefined> {
+  const rows = await deps.db
+    .selectFrom("message")
+    .select(["id", "data"])
+    .where("session_id", "=", sessionId)
+    .where("role", "=", "user")
+    .orderBy("position", "desc")
+    .execute();
+  const row = rows.find((r) => !(r.data as { user?: { noReply?: boolean } }).user?.noReply);
+  return row ? { id: row.id, sessionId } : undefined;
+}

@@ -1,0 +1,25 @@
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { CursorOutOfRangeError, SessionNotFoundError } from "../errors.js";
+import { followSession } from "../events/feed.js";
+import { getSession } from "../storage/session-store.js";
+import type { LedgerDeps } from "./deps.js";
+
+/**
+ * The `WatchSession` RPC: replays the session's stored events with `seq > afterSeq` in order,
+ * then follows live ones (deltas included) with no gap or duplicate at the hand-over, from any
+ * replica. Ends after a `session_deleted` event or when the client goes away (`signal`).
+ * Throws `SessionNotFoundError` (NOT_FOUND), and `CursorOutOfRangeError` (OUT_OF_RANGE) when
+ * `afterSeq` is below what retention kept (`CURSOR_EXPIRED`: reload with ListMessages) or
+ * ahead of the log (`CURSOR_AHEAD`).
+ */
+export async function* watchSession(deps: LedgerDeps, sessionId: string, afterSeq: bigint, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
+  const row = await getSession(deps.db, sessionId);
+  if (!row) throw new SessionNotFoundError(sessionId);
+  const bounds = { prunedSeq: BigInt(row.pruned_seq), lastSeq: BigInt(row.last_seq) };
+  if (afterSeq < bounds.prunedSeq) throw new CursorOutOfRangeError("CURSOR_EXPIRED", afterSeq, bounds);
+  if (afterSeq > bounds.lastSeq) throw new CursorOutOfRangeError("CURSOR_AHEAD", afterSeq, bounds);
+  for await (const event of followSession(deps, sessionId, afterSeq, signal)) {
+    yield event;
+    if (event.kind.case === "sessionDeleted") return;
+  }
+}
