@@ -1,7 +1,9 @@
 import { createModelResolver, type ModelResolver } from "./agent/providers.js";
+import { recoverInterrupted } from "./agent/recovery.js";
 import { createRunner } from "./agent/runner.js";
 import { postgresLocks, processLocks } from "./agent/session-lock.js";
-import { startPgRelay } from "./events/pg-relay.js";
+import { startPgRelay, type Relay } from "./events/pg-relay.js";
+import { pruneEvents } from "./storage/event-store.js";
 import type { LedgerConfig } from "./config/config.js";
 import { EventBus } from "./events/bus.js";
 import type { LedgerDeps } from "./ledger/deps.js";
@@ -44,16 +46,23 @@ export interface RunningLedger {
  */
 export async function startLedger(options: StartOptions): Promise<RunningLedger> {
   const database = await openDatabase(options.database);
+  const target = options.database;
+  const bus = new EventBus();
+  let relay: Relay | undefined;
   try {
     const plugins = await loadPlugins(options.config.plugins);
-    const bus = new EventBus();
-    const target = options.database;
-    const relay = target.kind === "postgres" ? await startPgRelay({ url: target.url, db: database.db, bus }) : undefined;
+    relay = target.kind === "postgres" ? await startPgRelay({ url: target.url, db: database.db, bus }) : undefined;
     const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, cwd: options.cwd ?? process.cwd() };
     const locks = target.kind === "postgres" ? postgresLocks(target.url) : processLocks();
     deps.replier = createRunner(deps, options.models ?? createModelResolver(options.config), locks);
+    const recovered = await recoverInterrupted(deps, locks);
+    if (recovered.messages > 0 || recovered.sessions > 0) {
+      process.stderr.write(`recovered ${recovered.messages} interrupted answer(s) in ${recovered.sessions} session(s); ResumeSession reruns them\n`);
+    }
+    const retention = startRetention(database.db, options.config.eventRetentionMs);
     const server = createServer(deps);
     const address = await server.listen(options.port ?? 0, options.host ?? "127.0.0.1");
+    const openRelay = relay;
     return {
       ...address,
       database,
@@ -62,12 +71,25 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
         const stopLoops = async () => deps.replier?.stopAll();
         await server.close(graceMs, stopLoops);
         await stopLoops();
-        await relay?.close();
+        clearInterval(retention);
+        await openRelay?.close();
         await database.close();
       },
     };
   } catch (error) {
+    await relay?.close();
     await database.close();
     throw error;
   }
+}
+
+/** How often (ms) old events are pruned. */
+const RETENTION_INTERVAL_MS = 10 * 60 * 1000;
+
+/** Prunes events older than `retentionMs` now and every 10 minutes; failures are logged. */
+function startRetention(db: Database["db"], retentionMs: number): NodeJS.Timeout {
+  const prune = () =>
+    void pruneEvents(db, new Date(Date.now() - retentionMs)).catch((error: unknown) => process.stderr.write(`event retention failed: ${String(error)}\n`));
+  prune();
+  return setInterval(prune, RETENTION_INTERVAL_MS).unref();
 }

@@ -16,6 +16,8 @@ interface Running {
   wake: boolean;
   /** A user message whose interrupted answer the next run continues (ResumeSession). */
   resume?: string;
+  /** The loop has stopped looking for work and is releasing the lock. */
+  finishing: boolean;
   done: Promise<void>;
 }
 
@@ -32,7 +34,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
   const loopDeps: LoopDeps = { ...deps, models, runTask: (parent) => taskRunner({ ...deps, models }, parent) };
 
   const start = (sessionId: string, resume?: string): Running => {
-    const entry: Running = { controller: new AbortController(), wake: false, resume, done: Promise.resolve() };
+    const entry: Running = { controller: new AbortController(), wake: false, resume, finishing: false, done: Promise.resolve() };
     const signal = entry.controller.signal;
     entry.done = (async () => {
       let release: Release | undefined;
@@ -44,9 +46,11 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
           entry.resume = undefined;
           await runLoop(loopDeps, sessionId, signal, { resume: resumeNow });
         } while (entry.wake && !signal.aborted);
+        entry.finishing = true;
       } catch (error) {
         if (!signal.aborted) process.stderr.write(`agent loop of ${sessionId} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
       } finally {
+        entry.finishing = true;
         await release?.();
         running.delete(sessionId);
       }
@@ -55,20 +59,22 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     return entry;
   };
 
+  const run = (sessionId: string, options: { resume?: string } = {}): Promise<void> => {
+    const entry = running.get(sessionId);
+    if (!entry) return start(sessionId, options.resume).done;
+    // A loop that stopped looking would miss this prompt: run again once it has let go.
+    if (entry.finishing) return entry.done.then(() => run(sessionId, options));
+    entry.wake = true;
+    entry.resume ??= options.resume;
+    return entry.done;
+  };
+
   return {
     available: models.configured,
-    run(sessionId, options = {}) {
-      const entry = running.get(sessionId);
-      if (entry) {
-        entry.wake = true;
-        entry.resume ??= options.resume;
-        return entry.done;
-      }
-      return start(sessionId, options.resume).done;
-    },
+    run,
     async abort(sessionId) {
       const entry = running.get(sessionId);
-      if (!entry) return false;
+      if (!entry || entry.finishing) return false;
       entry.controller.abort();
       await entry.done;
       return true;

@@ -10,6 +10,8 @@ export interface SessionLocks {
    * signal's reason when `signal` aborts while waiting.
    */
   acquire(sessionId: string, signal: AbortSignal): Promise<Release>;
+  /** Takes the lock only if it is free right now; undefined when another run holds it. */
+  tryAcquire(sessionId: string): Promise<Release | undefined>;
 }
 
 /**
@@ -36,11 +38,24 @@ export function postgresLocks(url: string): SessionLocks {
       } finally {
         signal.removeEventListener("abort", cancel);
       }
-      return async () => {
-        await client.query("select pg_advisory_unlock(hashtextextended($1, 0))", [sessionId]).catch(() => {});
-        await client.end().catch(() => {});
-      };
+      return unlock(client, sessionId);
     },
+    async tryAcquire(sessionId) {
+      const client = new pg.Client({ connectionString: url, application_name: "ledger-loop-lock" });
+      client.on("error", () => {});
+      await client.connect();
+      const { rows } = await client.query<{ locked: boolean }>("select pg_try_advisory_lock(hashtextextended($1, 0)) as locked", [sessionId]);
+      if (rows[0]?.locked) return unlock(client, sessionId);
+      await client.end().catch(() => {});
+      return undefined;
+    },
+  };
+}
+
+function unlock(client: pg.Client, sessionId: string): Release {
+  return async () => {
+    await client.query("select pg_advisory_unlock(hashtextextended($1, 0))", [sessionId]).catch(() => {});
+    await client.end().catch(() => {});
   };
 }
 
@@ -60,6 +75,10 @@ export function processLocks(): SessionLocks {
         release();
         if (tails.get(sessionId) === tail) tails.delete(sessionId);
       };
+    },
+    async tryAcquire(sessionId) {
+      if (tails.has(sessionId)) return undefined;
+      return this.acquire(sessionId, new AbortController().signal);
     },
   };
 }

@@ -58,6 +58,7 @@ export const configFileSchema = z.object({
   plugin: z.array(z.string()).default([]),
   plugins: z.array(z.string()).default([]),
   cors: z.object({ origins: z.array(z.string()).default([]) }).default({ origins: [] }),
+  events: z.object({ retention_hours: z.number().positive().default(168) }).default({ retention_hours: 168 }),
   retry: z
     .object({ attempts: z.number().int().min(0).max(20).default(4), initial_ms: z.number().int().min(0).default(2000), max_ms: z.number().int().min(0).default(30_000) })
     .default({ attempts: 4, initial_ms: 2000, max_ms: 30_000 }),
@@ -87,6 +88,8 @@ export interface LedgerConfig {
   plugins: string[];
   /** Allowed browser origins beyond loopback ones (`*` allows any). */
   corsOrigins: string[];
+  /** Events older than this (ms) are pruned; WatchSession cursors behind them get OUT_OF_RANGE. Default 7 days. */
+  eventRetentionMs: number;
   /** Retries of retryable provider errors (429, 5xx): attempts, first delay and cap (ms). */
   retry: { attempts: number; initialMs: number; maxMs: number };
 }
@@ -176,6 +179,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     plugins: [...file.plugin, ...file.plugins].map((p) => (p.startsWith(".") || path.isAbsolute(p) ? path.resolve(baseDir, p) : p)),
     corsOrigins: file.cors.origins,
     retry: { attempts: file.retry.attempts, initialMs: file.retry.initial_ms, maxMs: file.retry.max_ms },
+    eventRetentionMs: file.events.retention_hours * 3600 * 1000,
   };
 }
 

@@ -17,10 +17,10 @@ export interface SessionLedger {
   /** Replaces a stored message; emits `message_updated`. */
   saveMessage(message: Message): Promise<SessionEvent>;
   /**
-   * Inserts a part (first call for its id, at the next position) or replaces it (later calls);
-   * emits `part_updated`. Returns the event: its `seq` is the snapshot seq that live deltas extend.
+   * Inserts a part (first call for its id, at the next position) or replaces it (later calls,
+   * or `existing` for a part stored by another run); emits `part_updated`. Returns the event: its `seq` is the snapshot seq that live deltas extend.
    */
-  savePart(part: Part): Promise<SessionEvent>;
+  savePart(part: Part, options?: { existing?: boolean }): Promise<SessionEvent>;
   /** Records the loop status (`busy`, `retry`, `idle`) as a `session_status` event. */
   setStatus(status: MessageInitShape<typeof SessionStatusSchema>["status"]): Promise<SessionEvent>;
   /** Records a problem that does not fail the request as a `session_error` event. */
@@ -47,9 +47,9 @@ export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedge
         await updateMessage(w.trx, message);
         return w.emit({ case: "messageUpdated", value: { message: clone(MessageSchema, message) } });
       }),
-    savePart: (part) =>
+    savePart: (part, options) =>
       one(async (w) => {
-        if (stored.has(part.id)) await updatePart(w.trx, part);
+        if (stored.has(part.id) || options?.existing) await updatePart(w.trx, part);
         else await insertParts(w.trx, [{ part, position: w.nextPosition() }]);
         stored.add(part.id);
         return w.emit({ case: "partUpdated", value: { part: clone(PartSchema, part) } });

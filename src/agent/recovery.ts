@@ -1,0 +1,92 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { sql } from "kysely";
+import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
+import { AssistantTimeSchema, type AssistantMessage } from "../../gen/ledger/v1/message_pb.js";
+import { ToolStateSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
+import { sessionLedger } from "../ledger/assistant.js";
+import type { LedgerDeps } from "../ledger/deps.js";
+import { withParts } from "../ledger/messages.js";
+import { rowToEvent } from "../storage/event-store.js";
+import type { SessionLocks } from "./session-lock.js";
+
+/** What recovery did. */
+export interface RecoveryReport {
+  /** Assistant messages closed with an `interrupted` error. */
+  messages: number;
+  /** Sessions returned to `idle`. */
+  sessions: number;
+}
+
+/**
+ * Brings work interrupted by a dead runner (`kill -9`, power loss) back into a sane state, for
+ * every session whose loop lock is free (a live replica's sessions are left alone): assistant
+ * messages without `time.completed` get an `interrupted` error and `time.completed`; their
+ * pending/running tool parts end in `error`; streaming text and reasoning parts keep the text
+ * stored so far and get `time.end`; a session whose last status is `busy`/`retry` returns to
+ * `idle`. `ResumeSession` can then rerun the loop for the interrupted prompt.
+ */
+export async function recoverInterrupted(deps: LedgerDeps, locks: SessionLocks): Promise<RecoveryReport> {
+  const report: RecoveryReport = { messages: 0, sessions: 0 };
+  const open = await deps.db
+    .selectFrom("message")
+    .selectAll()
+    .where("role", "=", "assistant")
+    .where(sql<boolean>`not (data -> 'assistant' -> 'time' ? 'completed')`)
+    .orderBy("position")
+    .execute();
+  const busy = await sql<{ session_id: string; data: Record<string, unknown>; seq: string; kind: string; time: Date }>`
+    select distinct on (session_id) session_id, seq, kind, data, time from session_event
+    where kind = 'session_status' order by session_id, seq desc`.execute(deps.db);
+  const stuck = busy.rows.map(rowToEvent).filter((e) => e.kind.case === "sessionStatus" && e.kind.value.status.case !== "idle").map((e) => e.sessionId);
+  const sessions = new Set([...open.map((r) => r.session_id), ...stuck]);
+  for (const sessionId of sessions) {
+    const release = await locks.tryAcquire(sessionId);
+    if (!release) continue;
+    try {
+      const ledger = sessionLedger(deps, sessionId);
+      for (const entry of await withParts(deps.db, open.filter((r) => r.session_id === sessionId))) {
+        for (const part of entry.parts) if (closePart(part)) await ledger.savePart(part, { existing: true });
+        const message = entry.message!;
+        const assistant = message.kind.value as AssistantMessage;
+        assistant.error = create(MessageErrorSchema, { message: "Interrupted: the process running this answer stopped", kind: { case: "interrupted", value: {} } });
+        assistant.time = create(AssistantTimeSchema, { created: assistant.time?.created, completed: timestampNow() });
+        assistant.finish ||= "error";
+        await ledger.saveMessage(message);
+        report.messages++;
+      }
+      if (stuck.includes(sessionId) || open.some((r) => r.session_id === sessionId)) {
+        await ledger.setStatus({ case: "idle", value: {} });
+        report.sessions++;
+      }
+    } finally {
+      await release();
+    }
+  }
+  return report;
+}
+
+/** Ends an unfinished part in place; true when it changed. */
+function closePart(part: Part): boolean {
+  switch (part.kind.case) {
+    case "text":
+    case "reasoning": {
+      const time = part.kind.value.time;
+      if (time?.end || !time) return false;
+      time.end = timestampNow();
+      return true;
+    }
+    case "tool": {
+      const state = part.kind.value.state?.status;
+      if (state?.case !== "pending" && state?.case !== "running") return false;
+      const input = state.value.input;
+      const start = state.case === "running" ? state.value.timeStart : undefined;
+      part.kind.value.state = create(ToolStateSchema, {
+        status: { case: "error", value: { input, error: "Tool execution was interrupted: the process running it stopped", timeStart: start, timeEnd: timestampNow() } },
+      });
+      return true;
+    }
+    default:
+      return false;
+  }
+}
