@@ -59,6 +59,15 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     return entry;
   };
 
+  const abortHere = async (sessionId: string): Promise<boolean> => {
+    const entry = running.get(sessionId);
+    if (!entry || entry.finishing) return false;
+    entry.controller.abort();
+    await entry.done;
+    return true;
+  };
+  deps.relay?.onAbort((sessionId) => void abortHere(sessionId));
+
   const run = (sessionId: string, options: { resume?: string } = {}): Promise<void> => {
     const entry = running.get(sessionId);
     if (!entry) return start(sessionId, options.resume).done;
@@ -73,11 +82,11 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     available: models.configured,
     run,
     async abort(sessionId) {
-      const entry = running.get(sessionId);
-      if (!entry || entry.finishing) return false;
-      entry.controller.abort();
-      await entry.done;
-      return true;
+      if (await abortHere(sessionId)) return true;
+      if (!deps.relay) return false;
+      // Another replica may hold the session: ask them all, and report whether the log says it runs.
+      await deps.relay.requestAbort(sessionId);
+      return runningSomewhere(deps, sessionId);
     },
     isRunning: (sessionId) => running.has(sessionId),
     async stopAll() {
@@ -86,6 +95,20 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
       await Promise.all(entries.map((e) => e.done));
     },
   };
+}
+
+/** Whether the session's last status event says a loop runs (on any replica). */
+async function runningSomewhere(deps: LedgerDeps, sessionId: string): Promise<boolean> {
+  const last = await deps.db
+    .selectFrom("session_event")
+    .select("data")
+    .where("session_id", "=", sessionId)
+    .where("kind", "=", "session_status")
+    .orderBy("seq", "desc")
+    .limit(1)
+    .executeTakeFirst();
+  const status = (last?.data as { sessionStatus?: Record<string, unknown> } | undefined)?.sessionStatus;
+  return status !== undefined && !("idle" in status);
 }
 
 /**

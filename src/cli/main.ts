@@ -24,6 +24,9 @@ program
   .action(async (opts: { host: string; port: number; db?: string; config?: string }) => {
     const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db, host: opts.host, port: opts.port });
     process.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
+    if (ledger.database.kind === "pglite") {
+      process.stderr.write("note: the embedded database serves one process; to run several replicas, point them all at Postgres with DATABASE_URL\n");
+    }
     process.stdout.write(`session-ledger listening on ${ledger.url}\n`);
     let stopping = false;
     const stop = (signal: string) => {

@@ -10,6 +10,8 @@ import type { BusItem, EventBus } from "./bus.js";
 export const EVENTS_CHANNEL = "ledger_events";
 /** Channel of batched live deltas: `origin|[[session, seq, message, part, field, delta, offset], ...]`. */
 export const DELTAS_CHANNEL = "ledger_deltas";
+/** Channel of requests to other replicas: `origin|abort|session_id`. */
+export const CONTROL_CHANNEL = "ledger_control";
 /** Postgres refuses NOTIFY payloads of 8000 bytes or more; stay well under. */
 const MAX_PAYLOAD_BYTES = 7000;
 /** Longest delta text (code points) sent in one piece; longer ones are split. */
@@ -26,6 +28,10 @@ export interface Relay {
   notify(trx: Transaction<DB>, sessionId: string, seq: bigint): Promise<void>;
   /** Sends a live delta to the other replicas (batched, under the payload limit). */
   delta(event: SessionEvent): void;
+  /** Asks every other replica to abort the session's loop if it runs there. */
+  requestAbort(sessionId: string): Promise<void>;
+  /** Handles abort requests from other replicas. */
+  onAbort(handler: (sessionId: string) => void): void;
   /** Stops listening and flushes pending deltas. */
   close(): Promise<void>;
 }
@@ -44,12 +50,17 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
   let closed = false;
   let queue: string[] = [];
   let timer: NodeJS.Timeout | undefined;
+  let abortHandler: ((sessionId: string) => void) | undefined;
 
   const onNotification = (message: pg.Notification) => {
     const payload = message.payload ?? "";
     const bar = payload.indexOf("|");
     if (bar < 0 || payload.slice(0, bar) === origin) return;
     const body = payload.slice(bar + 1);
+    if (message.channel === CONTROL_CHANNEL) {
+      if (body.startsWith("abort|")) abortHandler?.(body.slice("abort|".length));
+      return;
+    }
     if (message.channel === EVENTS_CHANNEL) {
       const [sessionId, seq] = body.split("|");
       if (sessionId && seq) bus.publish([{ hint: true, sessionId, seq: BigInt(seq) }]);
@@ -71,6 +82,7 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       await next.connect();
       await next.query(`listen ${EVENTS_CHANNEL}`);
       await next.query(`listen ${DELTAS_CHANNEL}`);
+      await next.query(`listen ${CONTROL_CHANNEL}`);
       client = next;
       if (attempt > 0) await resync();
     } catch {
@@ -112,6 +124,12 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
         offset += BigInt(piece.length);
       }
       timer ??= setTimeout(() => void flush(), DELTA_FLUSH_MS);
+    },
+    async requestAbort(sessionId) {
+      await sql`select pg_notify(${CONTROL_CHANNEL}, ${`${origin}|abort|${sessionId}`})`.execute(db);
+    },
+    onAbort(handler) {
+      abortHandler = handler;
     },
     async close() {
       closed = true;

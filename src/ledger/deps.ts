@@ -35,7 +35,11 @@ export interface Replier {
    * up on assistant messages.
    */
   run(sessionId: string, options?: { resume?: string }): Promise<void>;
-  /** Cancels the session's running loop and waits for it to stop; false when none was running. */
+  /**
+   * Cancels the session's running loop. Here: waits for it to stop and answers true. On Postgres,
+   * when it runs on another replica: asks that replica (NOTIFY) and answers whether the session's
+   * log shows a running loop. False when none runs.
+   */
   abort(sessionId: string): Promise<boolean>;
   /** Whether a loop runs for the session in this process. */
   isRunning(sessionId: string): boolean;
