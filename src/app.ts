@@ -4,10 +4,11 @@ import { createRunner } from "./agent/runner.js";
 import { postgresLocks, processLocks } from "./agent/session-lock.js";
 import { startPgRelay, type Relay } from "./events/pg-relay.js";
 import { pruneEvents } from "./storage/event-store.js";
-import type { LedgerConfig } from "./config/config.js";
+import { ConfigError, type LedgerConfig } from "./config/config.js";
 import { EventBus } from "./events/bus.js";
 import type { LedgerDeps } from "./ledger/deps.js";
 import { loadPlugins } from "./plugins/plugins.js";
+import { isLoopback } from "./server/auth.js";
 import { createServer } from "./server/server.js";
 import { openDatabase, type Database, type DatabaseTarget } from "./storage/db.js";
 
@@ -40,11 +41,16 @@ export interface RunningLedger {
 }
 
 /**
- * Opens the database (running migrations), loads plugins, and starts the server on one
- * plaintext port. Throws when the database cannot be opened or a plugin cannot be loaded; the
- * database is closed again in that case.
+ * Opens the database (running migrations), loads plugins, recovers interrupted answers, and
+ * starts the server on one plaintext port. Throws `ConfigError` when a non-loopback `host` has
+ * no token, and when the database cannot be opened or a plugin cannot be loaded (closing what
+ * was opened).
  */
 export async function startLedger(options: StartOptions): Promise<RunningLedger> {
+  const host = options.host ?? "127.0.0.1";
+  if (!isLoopback(host) && !options.config.token) {
+    throw new ConfigError(`--host ${host}: binding a non-loopback address requires a bearer token; set LEDGER_TOKEN (16+ characters) or auth.token in ledger.json`);
+  }
   const database = await openDatabase(options.database);
   const target = options.database;
   const bus = new EventBus();
@@ -61,7 +67,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     }
     const retention = startRetention(database.db, options.config.eventRetentionMs);
     const server = createServer(deps);
-    const address = await server.listen(options.port ?? 0, options.host ?? "127.0.0.1");
+    const address = await server.listen(options.port ?? 0, host);
     const openRelay = relay;
     return {
       ...address,

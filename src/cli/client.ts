@@ -1,4 +1,4 @@
-import { createClient, type Client } from "@connectrpc/connect";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { loadConfig } from "../config/config.js";
@@ -15,7 +15,7 @@ export interface ClientOptions {
 }
 
 /**
- * Runs `fn` with a client of the server at `--url`, or, without one, of a server started in
+ * Runs `fn` with a client (sending `LEDGER_TOKEN` as a bearer token when set) of the server at `--url`, or, without one, of a server started in
  * this process on a random loopback port (embedded database, closed again afterwards).
  */
 export async function withClient<T>(opts: ClientOptions, fn: (client: Ledger) => Promise<T>): Promise<T> {
@@ -29,5 +29,10 @@ export async function withClient<T>(opts: ClientOptions, fn: (client: Ledger) =>
 }
 
 function connect(baseUrl: string): Ledger {
-  return createClient(SessionService, createConnectTransport({ baseUrl, httpVersion: "1.1" }));
+  const token = process.env.LEDGER_TOKEN;
+  const auth: Interceptor = (next) => (req) => {
+    if (token) req.header.set("authorization", `Bearer ${token}`);
+    return next(req);
+  };
+  return createClient(SessionService, createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [auth] }));
 }

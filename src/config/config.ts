@@ -58,6 +58,7 @@ export const configFileSchema = z.object({
   plugin: z.array(z.string()).default([]),
   plugins: z.array(z.string()).default([]),
   cors: z.object({ origins: z.array(z.string()).default([]) }).default({ origins: [] }),
+  auth: z.object({ token: z.string().min(16).optional() }).default({}),
   events: z.object({ retention_hours: z.number().positive().default(168) }).default({ retention_hours: 168 }),
   retry: z
     .object({ attempts: z.number().int().min(0).max(20).default(4), initial_ms: z.number().int().min(0).default(2000), max_ms: z.number().int().min(0).default(30_000) })
@@ -88,6 +89,11 @@ export interface LedgerConfig {
   plugins: string[];
   /** Allowed browser origins beyond loopback ones (`*` allows any). */
   corsOrigins: string[];
+  /**
+   * Bearer token every RPC must carry (`authorization: Bearer <token>`), from `LEDGER_TOKEN` or
+   * `auth.token`. Required when the server binds a non-loopback address.
+   */
+  token?: string;
   /** Events older than this (ms) are pruned; WatchSession cursors behind them get OUT_OF_RANGE. Default 7 days. */
   eventRetentionMs: number;
   /** Retries of retryable provider errors (429, 5xx): attempts, first delay and cap (ms). */
@@ -108,9 +114,17 @@ export function loadConfig(options: { explicitPath?: string; cwd?: string; env?:
   const cwd = options.cwd ?? process.cwd();
   const wanted = options.explicitPath ?? env.LEDGER_CONFIG;
   const file = wanted ? path.resolve(cwd, wanted) : CONFIG_FILE_NAMES.map((n) => path.join(cwd, n)).find((p) => existsSync(p));
-  if (!file) return buildConfig(configFileSchema.parse({}), undefined, cwd);
-  if (!existsSync(file)) throw new ConfigError(`config file ${file} does not exist`);
-  return buildConfig(parseConfigText(readFileSync(file, "utf8"), file, env), file, path.dirname(file));
+  const config = !file
+    ? buildConfig(configFileSchema.parse({}), undefined, cwd)
+    : existsSync(file)
+      ? buildConfig(parseConfigText(readFileSync(file, "utf8"), file, env), file, path.dirname(file))
+      : undefined;
+  if (!config) throw new ConfigError(`config file ${file} does not exist`);
+  if (env.LEDGER_TOKEN) {
+    if (env.LEDGER_TOKEN.length < 16) throw new ConfigError("LEDGER_TOKEN: must be at least 16 characters");
+    config.token = env.LEDGER_TOKEN;
+  }
+  return config;
 }
 
 /** Parses JSONC text into a validated `ConfigFile`; `{env:NAME}` substituted. Throws `ConfigError`. */
@@ -180,6 +194,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     corsOrigins: file.cors.origins,
     retry: { attempts: file.retry.attempts, initialMs: file.retry.initial_ms, maxMs: file.retry.max_ms },
     eventRetentionMs: file.events.retention_hours * 3600 * 1000,
+    token: file.auth.token,
   };
 }
 

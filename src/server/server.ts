@@ -7,6 +7,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { corsHeaders } from "./cors.js";
+import { bearerAuth } from "./auth.js";
 import { errorInterceptor } from "./errors.js";
 import { createRoutes } from "./routes.js";
 
@@ -29,8 +30,9 @@ export interface LedgerServer {
  * binary), gRPC and gRPC-Web over both HTTP/1.1 and h2c. The first bytes of each connection
  * decide: the HTTP/2 preface goes to an `http2` server, anything else to an `http` server
  * (`http2.createServer({allowHTTP1})` ignores HTTP/1.1 without TLS). CORS answers browsers from
- * loopback origins and `config.cors.origins`; requests are validated with protovalidate and
- * capped at `limits.request_bytes` (`RESOURCE_EXHAUSTED` beyond).
+ * loopback origins and `config.cors.origins`; with a configured token every RPC but health needs
+ * it (`UNAUTHENTICATED` otherwise); requests are validated with protovalidate and capped at
+ * `limits.request_bytes` (`RESOURCE_EXHAUSTED` beyond).
  */
 export function createServer(deps: LedgerDeps): LedgerServer {
   const shutdown = new AbortController();
@@ -38,7 +40,7 @@ export function createServer(deps: LedgerDeps): LedgerServer {
   setMaxListeners(0, shutdown.signal);
   const adapter = connectNodeAdapter({
     routes: createRoutes(deps),
-    interceptors: [errorInterceptor, createValidateInterceptor()],
+    interceptors: [errorInterceptor, ...(deps.config.token ? [bearerAuth(deps.config.token)] : []), createValidateInterceptor()],
     readMaxBytes: deps.config.limits.request_bytes,
     shutdownSignal: shutdown.signal,
   });

@@ -1,0 +1,70 @@
+import { createClient } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { startLedger } from "../../src/app.js";
+import { buildConfig, ConfigError, configFileSchema } from "../../src/config/config.js";
+import { createTestDatabase } from "../support/db.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+
+const TOKEN = "s3cret-token-for-tests-0123456789";
+
+let t: TestLedger;
+beforeAll(async () => {
+  t = await startTestLedger({ auth: { token: TOKEN } });
+});
+afterAll(() => t?.close());
+
+function client(headers: Record<string, string>, grpc = false) {
+  const interceptors = [(next: Parameters<import("@connectrpc/connect").Interceptor>[0]) => (req: Parameters<typeof next>[0]) => {
+    for (const [k, v] of Object.entries(headers)) req.header.set(k, v);
+    return next(req);
+  }];
+  const transport = grpc ? createGrpcTransport({ baseUrl: t.ledger.url, interceptors }) : createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", interceptors });
+  return createClient(SessionService, transport);
+}
+
+async function failure(promise: Promise<unknown>): Promise<ConnectError> {
+  const error = await promise.then(() => undefined, (e: unknown) => ConnectError.from(e));
+  expect(error).toBeInstanceOf(ConnectError);
+  return error as ConnectError;
+}
+
+describe("bearer token", () => {
+  it("refuses a call without a token with UNAUTHENTICATED (TOKEN_MISSING)", async () => {
+    const error = await failure(client({}).listAgents({}));
+    expect(error.code).toBe(Code.Unauthenticated);
+    expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("TOKEN_MISSING");
+  });
+
+  it("refuses a wrong token (TOKEN_INVALID) over Connect and gRPC, without echoing it", async () => {
+    for (const grpc of [false, true]) {
+      const error = await failure(client({ authorization: "Bearer not-the-token" }, grpc).createSession({}));
+      expect(error.code).toBe(Code.Unauthenticated);
+      expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("TOKEN_INVALID");
+      expect(error.rawMessage).not.toContain("not-the-token");
+    }
+  });
+
+  it("accepts the right token, streams included", async () => {
+    const ok = client({ authorization: `Bearer ${TOKEN}` });
+    expect((await ok.listAgents({})).defaultAgent).toBe("build");
+    const { session } = await ok.createSession({ directory: t.dir });
+    const res = await ok.prompt({ sessionId: session!.id, noReply: true, parts: [{ kind: { case: "text", value: { text: "hi" } } }] });
+    expect(res.message?.parts).toHaveLength(1);
+  });
+});
+
+describe("binding", () => {
+  it("refuses to bind a non-loopback address without a token", async () => {
+    const db = await createTestDatabase();
+    try {
+      const config = buildConfig(configFileSchema.parse({}), undefined, t.dir);
+      await expect(startLedger({ config, database: db.target, host: "0.0.0.0" })).rejects.toThrow(ConfigError);
+    } finally {
+      await db.drop();
+    }
+  });
+});
