@@ -43,6 +43,7 @@ const limitsSchema = z
     data_url_bytes: z.number().int().positive(),
     attachment_bytes: z.number().int().positive(),
     parts_per_prompt: z.number().int().positive(),
+    image_pixels: z.number().int().positive(),
   })
   .partial();
 

@@ -14,6 +14,12 @@ export interface Limits {
   attachment_bytes: number;
   /** Most drafts in one prompt. Default 256. */
   parts_per_prompt: number;
+  /**
+   * Most pixels one image may decode to, read from its header before any pixel is decoded:
+   * width × height, times the frame count for animated GIF/WebP (pixels). Guards against
+   * decompression bombs (a small file declaring a huge canvas). Default 50 000 000.
+   */
+  image_pixels: number;
 }
 
 /** The defaults of every limit. */
@@ -23,4 +29,5 @@ export const DEFAULT_LIMITS: Limits = {
   data_url_bytes: 20 * 1024 * 1024,
   attachment_bytes: 20 * 1024 * 1024,
   parts_per_prompt: 256,
+  image_pixels: 50_000_000,
 };

@@ -16,6 +16,7 @@ import { confinePath } from "../tools/confine.js";
 import { ReadFailure, readPath, type ReadResult } from "../tools/read.js";
 import { dataUrlText, parseDataUrl, toDataUrl } from "./data-url.js";
 import { parseFileUrl } from "./file-url.js";
+import { isImageMime, normalizeImage, sniffImage } from "./image.js";
 
 /** Everything draft resolution needs to know about the prompt. */
 export interface ResolveContext {
@@ -54,16 +55,22 @@ type Piece = { part: Part; synthetic: boolean };
  * (design.md §4; OpenCode
  * `SessionPrompt.createUserMessage`/`resolvePart`):
  * - text → as given; file `data:` text/plain → S read call, S decoded body, the file part;
+ * - file `data:` image (declared `image/*` as the draft's mime or the URL's, or sniffed image
+ *   content, whatever the declared mime) → the file part with the image normalized by
+ *   `normalizeImage` (design.md §3 step 6) as a base64 `data:` URL with the image's real mime;
  * - file `data:` other → the file part; `http(s):` → the file part as given;
  * - file `file:` → S read call, then the read output (text, with `?start=&end=` ranges, or a
- *   directory listing) and the file part, or the file as a `data:` URL (images/PDF, sniffed);
+ *   directory listing) and the file part, or the file as a `data:` URL (images/PDF, sniffed;
+ *   images normalized as above, PDFs as read);
  *   binary, missing or unreadable → S failure text and a `ReadProblem`;
  * - MCP resource source → S "Reading MCP resource" and S "Failed to read MCP resource" (no MCP yet);
  * - agent → the agent part and S task hint; subtask → as given.
  *
- * Throws `InvalidArgumentError` (bad URL or range), `PathNotAllowedError` (outside the session
- * directory and roots) and `LimitExceededError` (text, data: URL or attachment over its limit),
- * each naming the field as `parts[i]...`.
+ * Throws `InvalidArgumentError` (bad URL or range, a URL without a `data:`/`file:`/`http(s):`
+ * scheme such as raw base64, an empty, truncated or undecodable image), `PathNotAllowedError`
+ * (outside the session directory and roots) and `LimitExceededError` (text, data: URL,
+ * attachment or image pixels over its limit), each naming the field as `parts[i]...`; then
+ * nothing is stored.
  */
 export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): Promise<ResolvedDrafts> {
   const problems: ReadProblem[] = [];
@@ -123,16 +130,35 @@ async function fileDraft(ctx: ResolveContext, draft: FilePartInput, field: strin
       synthetic(`Failed to read MCP resource ${draft.filename}: MCP server "${clientName}" is not configured`),
     ];
   }
-  const scheme = draft.url.slice(0, draft.url.indexOf(":")).toLowerCase();
+  const scheme = urlScheme(`${field}.url`, draft.url);
   if (scheme === "data") return dataDraft(ctx, draft, field);
   if (scheme === "file") return fileUrlDraft(ctx, draft, field, problems);
   return [filePart(draft, {})];
 }
 
-function dataDraft(ctx: ResolveContext, draft: FilePartInput, field: string): Piece[] {
+const SCHEMES = new Set(["data", "file", "http", "https"]);
+
+/** The URL's scheme, lower-cased; anything but data/file/http(s), e.g. raw base64, is refused. */
+function urlScheme(field: string, url: string): string {
+  const scheme = /^\s*([a-z][a-z0-9+.-]*):/i.exec(url)?.[1]?.toLowerCase();
+  if (scheme !== undefined && SCHEMES.has(scheme)) return scheme;
+  const hint = /^[A-Za-z0-9+/=_\-\s]{16,}$/.test(url.slice(0, 4096))
+    ? "; it looks like raw base64: send it as data:<mime>;base64,<data>"
+    : "";
+  const what = scheme === undefined ? "has no URL scheme" : `has the unsupported scheme "${scheme}:"`;
+  throw new InvalidArgumentError(field, `${what} (expected a data:, file:, http: or https: URL)${hint}`);
+}
+
+async function dataDraft(ctx: ResolveContext, draft: FilePartInput, field: string): Promise<Piece[]> {
   const data = parseDataUrl(`${field}.url`, draft.url);
   if (data.bytes.byteLength > ctx.limits.data_url_bytes) {
     throw new LimitExceededError(`${field}.url`, "data_url_bytes", ctx.limits.data_url_bytes, data.bytes.byteLength, "bytes");
+  }
+  const sniffed = await sniffImage(data.bytes);
+  const declared = [draft.mime, data.mime].find(isImageMime);
+  if (sniffed !== undefined || declared !== undefined) {
+    const image = await normalizeImage(`${field}.url`, data.bytes, sniffed ?? essence(declared ?? ""), ctx.limits);
+    return [filePart(draft, { mime: image.mime, url: toDataUrl(image.mime, image.bytes) })];
   }
   if (essence(draft.mime) !== "text/plain") return [filePart(draft, {})];
   return [
@@ -161,8 +187,11 @@ async function fileUrlDraft(ctx: ResolveContext, draft: FilePartInput, field: st
       return [call, synthetic(result.output), filePart(draft, { mime: "text/plain", filename })];
     case "directory":
       return [call, synthetic(result.output), filePart(draft, { mime: "application/x-directory", filename })];
-    case "attachment":
-      return [call, filePart(draft, { mime: result.mime, filename, url: toDataUrl(result.mime, result.data) })];
+    case "attachment": {
+      if (!isImageMime(result.mime)) return [call, filePart(draft, { mime: result.mime, filename, url: toDataUrl(result.mime, result.data) })];
+      const image = await normalizeImage(`${field}.url`, result.data, result.mime, ctx.limits);
+      return [call, filePart(draft, { mime: image.mime, filename, url: toDataUrl(image.mime, image.bytes) })];
+    }
   }
 }
 
