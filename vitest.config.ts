@@ -13,7 +13,7 @@ export default defineConfig({
       },
       {
         extends: true,
-        test: { name: "pglite", env: { LEDGER_TEST_DB: "pglite" }, include: ["test/{storage,ledger,server,cli,agent}/**/*.test.ts"] },
+        test: { name: "pglite", env: { LEDGER_TEST_DB: "pglite" }, include: ["test/{storage,ledger,server,cli,agent,security}/**/*.test.ts"] },
       },
     ],
   },

@@ -1,5 +1,6 @@
 import type { Kysely } from "kysely";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { CursorOutOfRangeError } from "../errors.js";
 import { listEvents } from "../storage/event-store.js";
 import type { DB } from "../storage/schema.js";
 import { isHint, type EventBus } from "./bus.js";
@@ -16,7 +17,8 @@ const PAGE = 500;
  * table (they are committed: writers of a session serialize on its row and publish after
  * commit). Live `part_delta` events are yielded once the snapshot they extend has been yielded,
  * and dropped when a newer snapshot of that part already was (it contains them).
- * Ends when `signal` aborts. Throws what the database throws.
+ * Ends when `signal` aborts. Throws `CursorOutOfRangeError` (CURSOR_EXPIRED) when retention
+ * removed events the reader has not seen yet, and what the database throws.
  */
 export async function* followSession(
   deps: { db: Kysely<DB>; bus: EventBus },
@@ -30,6 +32,8 @@ export async function* followSession(
   async function* catchUp(): AsyncGenerator<SessionEvent> {
     for (;;) {
       const page = await listEvents(deps.db, sessionId, Number(last), PAGE);
+      // Retention may have deleted what comes next since the reader started: never skip it silently.
+      if (page[0] && page[0].seq !== last + 1n) await assertRetained(deps.db, sessionId, last);
       for (const event of page) {
         last = event.seq;
         if (event.kind.case === "partUpdated" && event.kind.value.part) snapshots.set(event.kind.value.part.id, event.seq);
@@ -67,4 +71,12 @@ export async function* followSession(
   } finally {
     live.close();
   }
+}
+
+/** Throws CURSOR_EXPIRED when events after `last` were pruned. */
+async function assertRetained(db: Kysely<DB>, sessionId: string, last: bigint): Promise<void> {
+  const row = await db.selectFrom("session").select(["pruned_seq", "last_seq"]).where("id", "=", sessionId).executeTakeFirst();
+  if (!row) return;
+  const bounds = { prunedSeq: BigInt(row.pruned_seq), lastSeq: BigInt(row.last_seq) };
+  if (bounds.prunedSeq > last) throw new CursorOutOfRangeError("CURSOR_EXPIRED", last, bounds);
 }

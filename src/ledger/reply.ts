@@ -37,9 +37,12 @@ export async function prompt(deps: LedgerDeps, request: PromptRequest, signal?: 
  */
 export async function* promptStream(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const stored = await storePrompt(deps, request);
+  // Start the run before the first yield: a client gone by then must not leave it unanswered.
+  const answer = request.noReply ? undefined : await startAnswer(deps, stored);
   yield* stored.events;
-  if (request.noReply) return;
-  yield* answerEvents(deps, stored, signal);
+  if (!answer) return;
+  if ("error" in answer) throw answer.error;
+  if (answer.ran) yield* untilAnswered(deps, request.sessionId, answer.userId, answer.after, answer.ran, signal);
 }
 
 /**
@@ -84,11 +87,29 @@ export async function abortSession(deps: LedgerDeps, sessionId: string): Promise
  * the final answer to it and the next `idle`. Ends at once for a replayed, already answered prompt.
  */
 async function* answerEvents(deps: LedgerDeps, stored: StoredPrompt, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
-  const replier = requireReplier(deps, stored);
+  const answer = await startAnswer(deps, stored);
+  if ("error" in answer) throw answer.error;
+  if (answer.ran) yield* untilAnswered(deps, stored.message.message!.kind.value!.sessionId, answer.userId, answer.after, answer.ran, signal);
+}
+
+/**
+ * Starts (or joins) the loop for a stored prompt. `ran` is undefined for a replayed prompt that
+ * is already answered; `error` is NO_MODEL_PROVIDER when nothing can answer.
+ */
+async function startAnswer(
+  deps: LedgerDeps,
+  stored: StoredPrompt,
+): Promise<{ userId: string; after: bigint; ran?: Promise<void> } | { error: PreconditionError }> {
   const user = stored.message.message!.kind.value!;
-  if (stored.replayed && (await finalAnswer(deps, user.sessionId, user.id))) return;
+  let replier: Replier;
+  try {
+    replier = requireReplier(deps, stored);
+  } catch (error) {
+    return { error: error as PreconditionError };
+  }
   const after = stored.events.at(-1)?.seq ?? 0n;
-  yield* untilAnswered(deps, user.sessionId, user.id, after, replier.run(user.sessionId), signal);
+  if (stored.replayed && (await finalAnswer(deps, user.sessionId, user.id))) return { userId: user.id, after };
+  return { userId: user.id, after, ran: replier.run(user.sessionId) };
 }
 
 /**
