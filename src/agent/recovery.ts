@@ -30,40 +30,63 @@ export async function recoverInterrupted(deps: LedgerDeps, locks: SessionLocks):
   const report: RecoveryReport = { messages: 0, sessions: 0 };
   const open = await deps.db
     .selectFrom("message")
-    .selectAll()
+    .select("session_id")
+    .distinct()
     .where("role", "=", "assistant")
     .where(sql<boolean>`not (data -> 'assistant' -> 'time' ? 'completed')`)
-    .orderBy("position")
     .execute();
-  const busy = await sql<{ session_id: string; data: Record<string, unknown>; seq: string; kind: string; time: Date }>`
-    select distinct on (session_id) session_id, seq, kind, data, time from session_event
-    where kind = 'session_status' order by session_id, seq desc`.execute(deps.db);
-  const stuck = busy.rows.map(rowToEvent).filter((e) => e.kind.case === "sessionStatus" && e.kind.value.status.case !== "idle").map((e) => e.sessionId);
-  const sessions = new Set([...open.map((r) => r.session_id), ...stuck]);
+  const sessions = new Set([...open.map((r) => r.session_id), ...(await stuckSessions(deps))]);
   for (const sessionId of sessions) {
     const release = await locks.tryAcquire(sessionId);
     if (!release) continue;
     try {
-      const ledger = sessionLedger(deps, sessionId);
-      for (const entry of await withParts(deps.db, open.filter((r) => r.session_id === sessionId))) {
-        for (const part of entry.parts) if (closePart(part)) await ledger.savePart(part, { existing: true });
-        const message = entry.message!;
-        const assistant = message.kind.value as AssistantMessage;
-        assistant.error = create(MessageErrorSchema, { message: "Interrupted: the process running this answer stopped", kind: { case: "interrupted", value: {} } });
-        assistant.time = create(AssistantTimeSchema, { created: assistant.time?.created, completed: timestampNow() });
-        assistant.finish ||= "error";
-        await ledger.saveMessage(message);
-        report.messages++;
-      }
-      if (stuck.includes(sessionId) || open.some((r) => r.session_id === sessionId)) {
-        await ledger.setStatus({ case: "idle", value: {} });
-        report.sessions++;
-      }
+      const closed = await recoverSession(deps, sessionId);
+      report.messages += closed.messages;
+      report.sessions += closed.sessions;
     } finally {
       await release();
     }
   }
   return report;
+}
+
+/**
+ * Recovers one session whose loop lock the caller holds (so no live runner can be writing it):
+ * reads its open assistant messages and last status now, under the lock, and closes them as
+ * `recoverInterrupted` describes. The runner calls it after taking a lock over from a dead holder.
+ */
+export async function recoverSession(deps: LedgerDeps, sessionId: string): Promise<RecoveryReport> {
+  const open = await deps.db
+    .selectFrom("message")
+    .selectAll()
+    .where("session_id", "=", sessionId)
+    .where("role", "=", "assistant")
+    .where(sql<boolean>`not (data -> 'assistant' -> 'time' ? 'completed')`)
+    .orderBy("position")
+    .execute();
+  const busy = (await stuckSessions(deps, sessionId)).length > 0;
+  if (open.length === 0 && !busy) return { messages: 0, sessions: 0 };
+  const ledger = sessionLedger(deps, sessionId);
+  for (const entry of await withParts(deps.db, open)) {
+    for (const part of entry.parts) if (closePart(part)) await ledger.savePart(part, { existing: true });
+    const message = entry.message!;
+    const assistant = message.kind.value as AssistantMessage;
+    assistant.error = create(MessageErrorSchema, { message: "Interrupted: the process running this answer stopped", kind: { case: "interrupted", value: {} } });
+    assistant.time = create(AssistantTimeSchema, { created: assistant.time?.created, completed: timestampNow() });
+    assistant.finish ||= "error";
+    await ledger.saveMessage(message);
+  }
+  await ledger.setStatus({ case: "idle", value: {} });
+  return { messages: open.length, sessions: 1 };
+}
+
+/** Sessions (or the one given) whose last `session_status` event is not `idle`. */
+async function stuckSessions(deps: LedgerDeps, only?: string): Promise<string[]> {
+  const filter = only ? sql`and session_id = ${only}` : sql``;
+  const rows = await sql<{ session_id: string; data: Record<string, unknown>; seq: string; kind: string; time: Date }>`
+    select distinct on (session_id) session_id, seq, kind, data, time from session_event
+    where kind = 'session_status' ${filter} order by session_id, seq desc`.execute(deps.db);
+  return rows.rows.map(rowToEvent).filter((e) => e.kind.case === "sessionStatus" && e.kind.value.status.case !== "idle").map((e) => e.sessionId);
 }
 
 /** Ends an unfinished part in place; true when it changed. */

@@ -7,6 +7,7 @@ import { createSession } from "../ledger/sessions.js";
 import type { ToolOutput } from "../tools/tool-context.js";
 import { runLoop, type LoopDeps } from "./loop.js";
 import type { ModelResolver } from "./providers.js";
+import { recoverSession } from "./recovery.js";
 import type { Release, SessionLocks } from "./session-lock.js";
 import type { TaskRunner } from "./tools.js";
 
@@ -31,7 +32,7 @@ interface Running {
  */
 export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: SessionLocks): Replier {
   const running = new Map<string, Running>();
-  const loopDeps: LoopDeps = { ...deps, models, runTask: (parent) => taskRunner({ ...deps, models }, parent) };
+  const loopDeps: LoopDeps = { ...deps, models, runTask: (parent) => taskRunner({ ...deps, models }, locks, parent) };
 
   const start = (sessionId: string, resume?: string): Running => {
     const entry: Running = { controller: new AbortController(), wake: false, resume, finishing: false, done: Promise.resolve() };
@@ -40,6 +41,8 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
       let release: Release | undefined;
       try {
         release = await locks.acquire(sessionId, signal);
+        // Holding the lock, nothing else writes this session: close what a dead holder left open.
+        await recoverSession(deps, sessionId);
         do {
           entry.wake = false;
           const resumeNow = entry.resume;
@@ -116,7 +119,7 @@ async function runningSomewhere(deps: LedgerDeps, sessionId: string): Promise<bo
  * (`parent_id` set, same directory) gets the prompt as a user message for the subagent, its
  * loop runs to the end under the caller's signal, and the final text is the tool output.
  */
-function taskRunner(deps: LedgerDeps & { models: ModelResolver }, parentSessionId: string): TaskRunner {
+function taskRunner(deps: LedgerDeps & { models: ModelResolver }, locks: SessionLocks, parentSessionId: string): TaskRunner {
   return async (input, signal): Promise<ToolOutput> => {
     const parent = await deps.db.selectFrom("session").select("directory").where("id", "=", parentSessionId).executeTakeFirstOrThrow();
     const child = await createSession(
@@ -124,7 +127,13 @@ function taskRunner(deps: LedgerDeps & { models: ModelResolver }, parentSessionI
       create(CreateSessionRequestSchema, { directory: parent.directory, title: `${input.description} (@${input.agent} subagent)`, parentId: parentSessionId, agent: input.agent }),
     );
     const stored = await storePrompt(deps, create(PromptRequestSchema, { sessionId: child.id, agent: input.agent, model: input.model, parts: [{ kind: { case: "text", value: { text: input.prompt } } }] }));
-    await runLoop({ ...deps }, child.id, signal);
+    // The child's loop holds the child's lock like any run, so recovery elsewhere leaves it alone.
+    const release = await locks.acquire(child.id, signal);
+    try {
+      await runLoop({ ...deps }, child.id, signal);
+    } finally {
+      await release();
+    }
     const userId = stored.message.message?.kind.value?.id ?? "";
     const answer = await finalAnswer(deps, child.id, userId);
     const text = (answer?.parts ?? []).flatMap((p) => (p.kind.case === "text" && !p.kind.value.synthetic ? [p.kind.value.text] : [])).join("\n");

@@ -60,7 +60,7 @@ export function createTools(options: { agent: AgentInfo; rules: PermissionRule[]
       execute: guard("glob", (input, signal) => globTool(input, ctx(signal))),
     }),
     grep: tool({
-      description: "Search file contents with a regular expression; `include` filters files by glob.",
+      description: "Search file contents with a regular expression (RE2/ripgrep syntax: no lookaround or backreferences); `include` filters files by glob.",
       inputSchema: z.object({ pattern: z.string(), path: z.string().optional(), include: z.string().optional() }),
       execute: guard("grep", (input, signal) => grepTool(input, ctx(signal))),
     }),

@@ -48,7 +48,7 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
   const { db, bus } = options;
   let client: pg.Client | undefined;
   let closed = false;
-  let queue: string[] = [];
+  let queue: Array<{ sessionId: string; item: string }> = [];
   let timer: NodeJS.Timeout | undefined;
   let abortHandler: ((sessionId: string) => void) | undefined;
 
@@ -107,12 +107,19 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
     timer = undefined;
     const batch = queue;
     queue = [];
-    for (const payload of pack(batch)) await sql`select pg_notify(${DELTAS_CHANNEL}, ${`${origin}|${payload}`})`.execute(db).catch(() => {});
+    for (const payload of pack(batch.map((q) => q.item))) await sql`select pg_notify(${DELTAS_CHANNEL}, ${`${origin}|${payload}`})`.execute(db).catch(() => {});
   };
 
   await connect();
   return {
     async notify(trx, sessionId, seq) {
+      // This session's queued deltas go first, in this transaction: readers must get a delta
+      // before the snapshot that supersedes it (a late one would be dropped as already included).
+      const mine = queue.filter((q) => q.sessionId === sessionId);
+      if (mine.length > 0) {
+        queue = queue.filter((q) => q.sessionId !== sessionId);
+        for (const payload of pack(mine.map((q) => q.item))) await sql`select pg_notify(${DELTAS_CHANNEL}, ${`${origin}|${payload}`})`.execute(trx);
+      }
       await sql`select pg_notify(${EVENTS_CHANNEL}, ${`${origin}|${sessionId}|${seq}`})`.execute(trx);
     },
     delta(event) {
@@ -120,7 +127,7 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       const d = event.kind.value;
       let offset = d.offset;
       for (const piece of split(d.delta)) {
-        queue.push(JSON.stringify([event.sessionId, String(event.seq), d.messageId, d.partId, d.field, piece.text, String(offset)]));
+        queue.push({ sessionId: event.sessionId, item: JSON.stringify([event.sessionId, String(event.seq), d.messageId, d.partId, d.field, piece.text, String(offset)]) });
         offset += BigInt(piece.length);
       }
       timer ??= setTimeout(() => void flush(), DELTA_FLUSH_MS);

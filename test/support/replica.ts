@@ -1,0 +1,151 @@
+/**
+ * Real `ledger serve` child processes sharing one Postgres database, for multi-replica tests.
+ *
+ * Each replica is `node bin/ledger.js serve --port 0` with `DATABASE_URL` set, run in a working
+ * directory that holds its `ledger.json`; it is ready once it prints
+ * `session-ledger listening on http://HOST:PORT`. Every started child is remembered so
+ * `killReplicas()` (in `afterAll`) can SIGKILL whatever a failed test left running.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { writeFile } from "node:fs/promises";
+import path from "node:path";
+import { createClient, type Client } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+
+const BIN = path.resolve(import.meta.dirname, "../../bin/ledger.js");
+const LISTENING = /^session-ledger listening on (http:\/\/\S+)$/m;
+
+/** How a child ended. */
+export interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+/** A running `ledger serve` child and clients talking to it. */
+export interface Replica {
+  name: string;
+  url: string;
+  child: ChildProcess;
+  pid: number;
+  /** Connect protocol, HTTP/1.1, JSON. */
+  connect: Client<typeof SessionService>;
+  /** gRPC over h2c. */
+  grpc: Client<typeof SessionService>;
+  /** Everything the child wrote to stderr so far. */
+  stderr(): string;
+  /** Resolves when the child has exited (and its stdio closed). */
+  exited: Promise<Exit>;
+  /** True once the child has exited. */
+  hasExited(): boolean;
+  /** SIGTERM, then waits for the exit; SIGKILL after `timeoutMs` (the result then says so). */
+  stop(timeoutMs?: number): Promise<Exit & { forced: boolean }>;
+  /** `kill -9` and wait for the exit. */
+  kill9(): Promise<Exit>;
+}
+
+const started = new Set<ChildProcess>();
+
+/** Writes `ledger.json` in `dir`: provider `local` (openai-compatible) at `baseURL`, model `local/qwen`, fast retries. */
+export async function writeLedgerConfig(dir: string, baseURL: string): Promise<void> {
+  const config = {
+    model: "local/qwen",
+    provider: {
+      local: { npm: "@ai-sdk/openai-compatible", options: { baseURL, apiKey: "test" }, models: { qwen: { name: "Qwen (fake)" } } },
+    },
+    retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
+  };
+  await writeFile(path.join(dir, "ledger.json"), `${JSON.stringify(config, null, 2)}\n`);
+}
+
+/**
+ * Starts `ledger serve --port 0` in `cwd` against `databaseUrl` and waits (up to `timeoutMs`)
+ * for its listening line. Rejects with the child's stderr if it exits or times out first.
+ */
+export async function startReplica(options: { name: string; cwd: string; databaseUrl: string; timeoutMs?: number }): Promise<Replica> {
+  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: options.databaseUrl };
+  delete env.LEDGER_CONFIG;
+  delete env.LEDGER_TOKEN;
+  const child = spawn(process.execPath, [BIN, "serve", "--port", "0"], { cwd: options.cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+  started.add(child);
+  let stdout = "";
+  let stderr = "";
+  let done = false;
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const exited = new Promise<Exit>((resolve) => {
+    child.once("close", (code, signal) => {
+      done = true;
+      started.delete(child);
+      resolve({ code, signal });
+    });
+  });
+
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      cleanup();
+      child.kill("SIGKILL");
+      reject(new Error(`replica ${options.name} did not start within ${options.timeoutMs ?? 60_000} ms; stderr:\n${stderr}`));
+    }, options.timeoutMs ?? 60_000);
+    const onData = () => {
+      const m = LISTENING.exec(stdout);
+      if (!m) return;
+      cleanup();
+      resolve(m[1]!);
+    };
+    const onExit = () => {
+      cleanup();
+      reject(new Error(`replica ${options.name} exited before listening; stdout:\n${stdout}\nstderr:\n${stderr}`));
+    };
+    const cleanup = () => {
+      clearTimeout(timer);
+      child.stdout!.off("data", onData);
+      child.off("exit", onExit);
+    };
+    child.stdout!.on("data", onData);
+    child.once("exit", onExit);
+  });
+
+  const replica: Replica = {
+    name: options.name,
+    url,
+    child,
+    pid: child.pid!,
+    connect: createClient(SessionService, createConnectTransport({ baseUrl: url, httpVersion: "1.1", useBinaryFormat: false })),
+    grpc: createClient(SessionService, createGrpcTransport({ baseUrl: url })),
+    stderr: () => stderr,
+    exited,
+    hasExited: () => done,
+    async stop(timeoutMs = 20_000) {
+      if (done) return { ...(await exited), forced: false };
+      child.kill("SIGTERM");
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), timeoutMs)));
+      const result = await Promise.race([exited, timeout]);
+      clearTimeout(timer);
+      if (result !== "timeout") return { ...result, forced: false };
+      child.kill("SIGKILL");
+      return { ...(await exited), forced: true };
+    },
+    async kill9() {
+      if (!done) child.kill("SIGKILL");
+      return exited;
+    },
+  };
+  return replica;
+}
+
+/** SIGKILLs every replica still running (for `afterAll` after a failed test) and waits for them. */
+export async function killReplicas(): Promise<void> {
+  const children = [...started];
+  await Promise.all(
+    children.map(
+      (child) =>
+        new Promise<void>((resolve) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resolve();
+          child.once("close", () => resolve());
+          child.kill("SIGKILL");
+        }),
+    ),
+  );
+}
