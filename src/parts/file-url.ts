@@ -1,6 +1,7 @@
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { InvalidArgumentError, PathNotAllowedError } from "../errors.js";
+import { checkPathShape } from "../tools/confine.js";
 
 /** What a `file:` URL asks to read. */
 export interface FileUrlTarget {
@@ -33,7 +34,10 @@ function bound(field: string, params: URLSearchParams, name: "start" | "end"): n
  * Uses WHATWG `URL` and `fileURLToPath`, so percent-escapes are decoded (`%20` → space,
  * UTF-8 escapes such as `%E6%97%A5` → `日`, `%28`/`%29` → parens, `%23` → `#` inside a name),
  * `.`/`..` segments are resolved, and a literal `#` starts the fragment, which is ignored.
- * `file://localhost/x` is the local `/x`. POSIX only.
+ * `file://localhost/x` is the local `/x`. POSIX only: a raw `\` is a `/` (WHATWG URL rules for
+ * `file:`), so `..\..\x` climbs like `../../x`; an escaped `%5C` decodes to a backslash that
+ * is part of the file name (POSIX names may contain one); `%2e%2e` is a `..` segment, while a
+ * double-encoded `%252e%252e` decodes once, to the literal name `%2e%2e`.
  *
  * Range (design.md §4, OpenCode `resolvePart`): `?start=a&end=b` gives offset = max(a, 1) and
  * limit = b − offset + 1 (end is inclusive); `?start=a` gives offset = max(a, 1) and no limit
@@ -43,11 +47,13 @@ function bound(field: string, params: URLSearchParams, name: "start" | "end"): n
  * @param field - request field named in errors, e.g. `parts[0].file.url`.
  * @param url - the URL string.
  * @returns the path, offset/limit (lines) and whether the path ended with `/`.
- * @throws InvalidArgumentError when the URL is malformed, is not `file:`, has an encoded `/`, a
- *   NUL or a percent-escape that is not UTF-8, or a bound that is not a whole number ≥ 0, an
+ * @throws InvalidArgumentError when the URL is malformed, is not `file:`, is relative
+ *   (`file:x`), has an encoded `/`, a NUL or a percent-escape that is not UTF-8, decodes to a
+ *   path over `MAX_PATH_BYTES` (4096) bytes, or has a bound that is not a whole number ≥ 0, an
  *   `end` below 1 or below `start`, or a bound given twice.
  * @throws PathNotAllowedError(field, url, "names a remote host") for `file://host/...`, and
- *   PathNotAllowedError(field, url, "names a Windows drive path...") for `file:///C:/...`.
+ *   PathNotAllowedError(field, url, "names a Windows drive path...") for `file:///C:/...`,
+ *   `file:///c|/...` and `file:///C:%5C...`.
  */
 export function parseFileUrl(field: string, url: string): FileUrlTarget {
   let parsed: URL;
@@ -72,10 +78,11 @@ export function parseFileUrl(field: string, url: string): FileUrlTarget {
     const why = err instanceof Error ? err.message : String(err);
     throw new InvalidArgumentError(field, `${JSON.stringify(url)} cannot be turned into a path: ${why}`);
   }
-  if (/^\/[A-Za-z]:(\/|$)/.test(decoded)) {
+  if (/^\/[A-Za-z][:|]([/\\]|$)/.test(decoded)) {
     throw new PathNotAllowedError(field, url, "names a Windows drive path, which this server cannot read");
   }
   if (decoded.includes("\0")) throw new InvalidArgumentError(field, `${JSON.stringify(url)} contains a NUL character`);
+  checkPathShape(field, decoded);
 
   const target: FileUrlTarget = { path: resolve(decoded), hasTrailingSlash: parsed.pathname.endsWith("/") };
   const start = bound(field, parsed.searchParams, "start");

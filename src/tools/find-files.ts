@@ -1,6 +1,7 @@
 import { stat } from "node:fs/promises";
-import { isAbsolute, join } from "node:path";
+import { isAbsolute, join, relative } from "node:path";
 import { glob } from "tinyglobby";
+import { isInside, isSpecialPath, SPECIAL_DIRS } from "./confine.js";
 import { ToolInputError } from "./tool-context.js";
 
 /**
@@ -85,7 +86,8 @@ export async function pathKind(path: string): Promise<"directory" | "file" | und
 
 /**
  * Lists files under `cwd` (hidden files included, symlinks neither listed nor followed) with
- * tinyglobby.
+ * tinyglobby. `/proc`, `/sys` and `/dev` (`SPECIAL_DIRS`, confine.ts) are never entered, even
+ * when `cwd` contains them (a session directory or root of `/`).
  *
  * @param cwd - absolute directory to search.
  * @param patterns - tinyglobby patterns relative to `cwd`.
@@ -96,9 +98,10 @@ export async function pathKind(path: string): Promise<"directory" | "file" | und
  */
 export async function findFiles(cwd: string, patterns: string[], ignore: readonly string[], signal?: AbortSignal): Promise<string[]> {
   signal?.throwIfAborted();
+  const special = SPECIAL_DIRS.filter((dir) => dir !== cwd && isInside(cwd, dir)).map((dir) => `${relative(cwd, dir)}/**`);
   const files = await glob(patterns, {
     cwd,
-    ignore: [...ignore],
+    ignore: [...ignore, ...special],
     dot: true,
     followSymbolicLinks: false,
     expandDirectories: false,
@@ -106,7 +109,7 @@ export async function findFiles(cwd: string, patterns: string[], ignore: readonl
     signal,
   });
   signal?.throwIfAborted();
-  return files.sort();
+  return (special.length === 0 ? files : files.filter((file) => !isSpecialPath(join(cwd, file)))).sort();
 }
 
 /**

@@ -1,6 +1,7 @@
 import { constants } from "node:fs";
 import { open } from "node:fs/promises";
 import { basename, dirname } from "node:path";
+import { RE2JS, RE2JSException } from "re2js";
 import { BINARY_SAMPLE_BYTES, isBinary } from "./binary.js";
 import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS, searchGlobs, type FoundFile } from "./find-files.js";
 import { decodeText } from "./text-decode.js";
@@ -15,7 +16,7 @@ export const GREP_MAX_FILE_BYTES = 1024 * 1024;
 
 /** Input of {@link grepTool}. Follows OpenCode grep.ts parameters. */
 export interface GrepInput {
-  /** JavaScript regular expression tested against each line; a leading `(?i)`, `(?s)`, `(?m)` becomes a flag. */
+  /** Regular expression in RE2 syntax (as ripgrep's), tested against each line; inline flags such as `(?i)` work anywhere. */
   pattern: string;
   /** Directory (or single file) to search, absolute or relative to the session directory; default the session directory. */
   path?: string;
@@ -43,14 +44,22 @@ type Searchable = { kind: "text"; text: string } | { kind: "binary" } | { kind: 
  * {@link GREP_MAX_FILE_BYTES} skipped with a `(N file(s) over 1 MiB not searched)` footer (our
  * addition). Text is decoded like the read tool (BOM, UTF-8, windows-1252).
  *
- * Differences from OpenCode (ripgrep): JavaScript regex syntax (Unicode mode when the pattern
- * allows it, else legacy mode, so `\p{L}` and `\-` both work); no `.gitignore` files are read;
- * symlinks are not followed; a file path searches just that file; ties in mtime are ordered by path.
+ * Matching: RE2 syntax through `re2js` (a pure-JavaScript RE2), which runs in time linear in the
+ * line length, so a pattern written by the model such as `(a+)+$` cannot stall the event loop
+ * the way a backtracking JavaScript `RegExp` would. RE2 is also what ripgrep's syntax is based
+ * on: inline flags (`(?i)`, `(?s)`, `(?i:x)`), `\p{L}`, `[[:alpha:]]`, `\Q...\E` and escaped
+ * punctuation (`\-`, `\:`, `\ `) work, and `\uXXXX` / `\u{X}` are read as `\x{X}`. Lookahead,
+ * lookbehind and backreferences do not exist in RE2; such patterns are refused with a
+ * ToolInputError that says so.
+ *
+ * Differences from OpenCode (ripgrep): no `.gitignore` files are read; symlinks are not followed;
+ * a file path searches just that file; ties in mtime are ordered by path.
  *
  * @returns `{ title, output, metadata: { matches, truncated, skippedLarge, skippedUnreadable } }`;
  *   `title` is the pattern (as in OpenCode); `matches` is N.
- * @throws ToolInputError `pattern is required`, `Invalid regex pattern "<p>": <why>`,
- *   `Search path not found: <path>`, or a bad `include` (see `searchGlobs`).
+ * @throws ToolInputError `pattern is required`, `Invalid regex pattern "<p>": <why>` (RE2's
+ *   reason, or that lookaround / backreferences are not supported), `Search path not found:
+ *   <path>`, or a bad `include` (see `searchGlobs`).
  * @throws PathNotAllowedError when `path` leaves the session directory and roots.
  * @throws the signal's reason (an `AbortError`) when `ctx.signal` is aborted (checked per file).
  */
@@ -120,20 +129,58 @@ function render(shown: Match[], total: number, truncated: boolean): string[] {
   return output;
 }
 
-/** Compiles the model's pattern; ripgrep's leading inline flags `(?i)` etc. become RegExp flags. */
-function compilePattern(pattern: string): RegExp {
-  const inline = /^\(\?([ims]+)\)/.exec(pattern);
-  const source = inline === null ? pattern : pattern.slice(inline[0].length);
-  const flags = inline === null ? "" : inline[1];
-  try {
-    return new RegExp(source, `${flags}u`);
-  } catch {
-    // Legacy mode accepts identity escapes such as `\-` or `\:` that ripgrep allows.
+/** JavaScript-only syntax that RE2 refuses, with the reason shown to the model. */
+const UNSUPPORTED: ReadonlyArray<[RegExp, string]> = [
+  [/\(\?<[=!]/, "lookbehind (?<= or ?<!) is not supported"],
+  [/\(\?[=!]/, "lookahead (?= or ?!) is not supported"],
+  [/\\[1-9]|\\k</, "backreferences (\\1, \\k<name>) are not supported"],
+];
+
+/**
+ * Rewrites JavaScript/ripgrep `\uXXXX` and `\u{X}` escapes as RE2's `\x{X}`, leaving `\\u` (an
+ * escaped backslash, then `u`) and `\Q...\E` quoted text alone.
+ */
+function toRe2Syntax(pattern: string): string {
+  let out = "";
+  for (let i = 0; i < pattern.length; i++) {
+    if (pattern[i] !== "\\") {
+      out += pattern[i];
+      continue;
+    }
+    const next = pattern[i + 1] ?? "";
+    if (next === "Q") {
+      const end = pattern.indexOf("\\E", i + 2);
+      const stop = end === -1 ? pattern.length : end + 2;
+      out += pattern.slice(i, stop);
+      i = stop - 1;
+      continue;
+    }
+    const unicode = next === "u" ? /^u(?:([0-9A-Fa-f]{4})|\{([0-9A-Fa-f]{1,6})\})/.exec(pattern.slice(i + 1)) : null;
+    if (unicode !== null) {
+      out += `\\x{${unicode[1] ?? unicode[2]}}`;
+      i += unicode[0].length;
+      continue;
+    }
+    out += `\\${next}`;
+    i++;
   }
+  return out;
+}
+
+/**
+ * Compiles the model's pattern with RE2 (linear-time matching; see {@link grepTool}).
+ *
+ * @throws ToolInputError `Invalid regex pattern "<p>": <why>`.
+ */
+function compilePattern(pattern: string): RE2JS {
   try {
-    return new RegExp(source, flags);
+    return RE2JS.compile(toRe2Syntax(pattern));
   } catch (err) {
-    const why = err instanceof Error ? err.message.replace(/^Invalid regular expression: \/.*\/[a-z]*: /s, "") : String(err);
+    if (!(err instanceof RE2JSException)) throw err;
+    const known = UNSUPPORTED.find(([construct]) => construct.test(pattern));
+    const why = known === undefined
+      ? err.message.replace(/^error parsing regexp: /, "")
+      : `${known[1]}; grep uses RE2 syntax (as ripgrep does), which has no lookaround or backreferences`;
     throw new ToolInputError(`Invalid regex pattern ${JSON.stringify(pattern)}: ${why}`);
   }
 }

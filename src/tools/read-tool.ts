@@ -35,7 +35,9 @@ export type ReadToolOutput = ToolOutput & { attachments?: ToolAttachment[] };
  * and no "Did you mean" list for a missing file.
  *
  * @returns the output; `title` is `filePath` relative to the session directory.
- * @throws PathNotAllowedError when the path leaves the session directory and roots.
+ * @throws PathNotAllowedError when the path leaves the session directory and roots, lies in
+ *   /proc, /sys or /dev, or names a FIFO, socket or device (see `confinePath`).
+ * @throws InvalidArgumentError when `filePath` has a NUL or is over 4096 bytes.
  * @throws Error with the `ReadFailure` message (`File not found: <path>`, `Cannot read binary
  *   file: <path>`, offset/limit errors, ...), so the model sees just the reason.
  * @throws LimitExceededError for an image/PDF over 20 MiB.

@@ -1,5 +1,5 @@
 import { relative, resolve } from "node:path";
-import { confinePath } from "./confine.js";
+import { checkPathShape, confinePath } from "./confine.js";
 
 /** What every model tool gets besides its input: where the session works and what it may touch. */
 export interface ToolContext {
@@ -44,10 +44,14 @@ export interface ToolPath {
  * @param field - input field named in errors, e.g. `path` or `filePath`.
  * @param input - absolute or relative path; undefined or empty means the session directory.
  * @returns the real path and the title (lexical path relative to `ctx.directory`).
+ * @throws InvalidArgumentError when `input` contains a NUL or is over 4096 bytes (before or after
+ *   joining it to `ctx.directory`).
  * @throws PathNotAllowedError when the path or its symlink target leaves
- *   `[ctx.directory, ...ctx.roots]`, or names a FIFO, socket or device (see `confinePath`).
+ *   `[ctx.directory, ...ctx.roots]`, lies in /proc, /sys or /dev, or names a FIFO, socket or
+ *   device (see `confinePath`).
  */
 export async function resolveToolPath(ctx: ToolContext, field: string, input: string | undefined): Promise<ToolPath> {
+  if (input !== undefined) checkPathShape(field, input);
   const lexical = resolve(ctx.directory, input ?? ".");
   const path = await confinePath(field, lexical, [ctx.directory, ...ctx.roots]);
   return { path, title: relative(ctx.directory, lexical) };

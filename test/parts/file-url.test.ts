@@ -50,6 +50,18 @@ describe("parseFileUrl: paths", () => {
     expect(parseFileUrl(F, "file:///tmp/a/%2e%2e/c.txt").path).toBe("/tmp/c.txt");
   });
 
+  it("treats a raw backslash as a slash, an escaped one as part of the name, and %252e%252e as a literal name", () => {
+    expect(parseFileUrl(F, "file:///tmp/s/a\\..\\..\\etc\\passwd").path).toBe("/tmp/etc/passwd");
+    expect(parseFileUrl(F, "file:///tmp/s/..%5C..%5Cetc%5Cpasswd").path).toBe("/tmp/s/..\\..\\etc\\passwd");
+    expect(parseFileUrl(F, "file:///tmp/s/%252e%252e/%252e%252e/etc/passwd").path).toBe("/tmp/s/%2e%2e/%2e%2e/etc/passwd");
+    expect(parseFileUrl(F, "file:///tmp/s/.%2E/%2E./x").path).toBe("/x");
+  });
+
+  it("ignores what hides in the query and fragment", () => {
+    expect(parseFileUrl(F, "file:///tmp/s/a.txt?/../../etc/passwd").path).toBe("/tmp/s/a.txt");
+    expect(parseFileUrl(F, "file:///tmp/s/a.txt#/../../etc/passwd").path).toBe("/tmp/s/a.txt");
+  });
+
   it("refuses a relative file: URL instead of reading from the root", () => {
     expect(() => parseFileUrl(F, "file:package.json")).toThrow(InvalidArgumentError);
     expect(() => parseFileUrl(F, "file:package.json")).toThrow("is a relative file: URL");
@@ -66,7 +78,7 @@ describe("parseFileUrl: paths", () => {
     expect(() => parseFileUrl(F, url)).toThrow(`${F}: ${url} names a remote host`);
   });
 
-  it.each(["file:///C:/x", "file:///c|/x", "file://C:/x", "file:///D%3A/x"])("refuses the Windows drive path %s", (url) => {
+  it.each(["file:///C:/x", "file:///c|/x", "file://C:/x", "file:///D%3A/x", "file:///C:%5CWindows%5Cwin.ini", "file:///C:\\Windows\\win.ini", "file:///c%7C/x"])("refuses the Windows drive path %s", (url) => {
     expect(() => parseFileUrl(F, url)).toThrow(PathNotAllowedError);
   });
 
@@ -77,6 +89,8 @@ describe("parseFileUrl: paths", () => {
     ["an encoded slash", "file:///tmp/a%2Fb"],
     ["a non-UTF-8 escape", "file:///tmp/caf%E9"],
     ["a NUL", "file:///tmp/a%00b"],
+    ["a path over 4096 bytes", `file:///tmp/${"a".repeat(4100)}`],
+    ["an encoded path over 4096 bytes", `file:///tmp/${"%E6%97%A5".repeat(1400)}`],
   ])("rejects %s with InvalidArgumentError", (_name, url) => {
     expect(invalid(url).startsWith(`${F}: `)).toBe(true);
   });

@@ -1,10 +1,11 @@
 import { execFileSync } from "node:child_process";
 import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidArgumentError, PathNotAllowedError } from "../../src/errors.js";
-import { confinePath, isInside } from "../../src/tools/confine.js";
+import { confinePath, isInside, isSpecialPath, MAX_PATH_BYTES } from "../../src/tools/confine.js";
 
 const F = "parts[0].file.url";
 let base: string; // realpath of the temp dir
@@ -25,11 +26,23 @@ beforeAll(async () => {
   await symlink(join(root, "sub", "b.txt"), join(root, "ok-link.txt"));
   await symlink(root, join(base, "root-link"));
   execFileSync("mkfifo", [join(root, "pipe")]);
+  await symlink("/proc/self/environ", join(root, "environ"));
+  await symlink("/", join(root, "slash"));
+  await symlink(join(root, "loop-b"), join(root, "loop-a"));
+  await symlink(join(root, "loop-a"), join(root, "loop-b"));
+  await writeFile(join(root, "cafe\u0301.txt"), "NFD name\n"); // "café" decomposed
+  await writeFile(join(root, "\u00e9t\u00e9.txt"), "NFC name\n"); // "été" composed
+  socket = createServer();
+  await new Promise<void>((done) => socket.listen(join(root, "sock"), done));
 });
 
 afterAll(async () => {
+  await new Promise((done) => socket.close(done));
   await rm(base, { recursive: true, force: true });
 });
+
+let socket: Server;
+const SPECIAL_WHY = "is a special filesystem path (/proc, /sys and /dev are never read)";
 
 async function denied(path: string, roots: string[]): Promise<PathNotAllowedError> {
   const err: unknown = await confinePath(F, path, roots).then(
@@ -105,9 +118,62 @@ describe("confinePath", () => {
     expect(Date.now() - started).toBeLessThan(1000);
   });
 
-  it("refuses a character device", async () => {
-    const err = await denied("/dev/null", ["/dev"]);
-    expect(err.message).toBe(`${F}: /dev/null is not a regular file or directory`);
+  it("refuses a unix socket without connecting to it", async () => {
+    const err = await denied(join(root, "sock"), [root]);
+    expect(err.message).toBe(`${F}: ${join(root, "sock")} is not a regular file or directory`);
+  });
+
+  it.each(["/dev/null", "/dev/zero", "/dev/urandom", "/proc/self/environ", "/proc/self/fd/0", "/proc", "/sys/kernel", "/sys", "/dev", "/dev/nope"])(
+    "refuses %s as special even under a root of / (and never reads it)",
+    async (path) => {
+      const started = performance.now();
+      const err = await denied(path, ["/"]);
+      expect(err.message).toBe(`${F}: ${path} ${SPECIAL_WHY}`);
+      expect(performance.now() - started).toBeLessThan(100);
+    },
+  );
+
+  it("refuses special paths reached through .., a symlink, or a symlink to /", async () => {
+    expect((await denied("/tmp/../proc/self/environ", ["/"])).message).toBe(`${F}: /tmp/../proc/self/environ ${SPECIAL_WHY}`);
+    expect((await denied(join(root, "environ"), ["/"])).message).toBe(`${F}: ${join(root, "environ")} ${SPECIAL_WHY}`);
+    expect((await denied(join(root, "slash", "proc", "self", "status"), ["/"])).message).toContain(SPECIAL_WHY);
+    expect((await denied(join(root, "slash", "dev", "missing-device"), ["/"])).message).toContain(SPECIAL_WHY);
+    await denied(join(root, "environ"), [root]);
+    await denied(join(root, "slash", "etc", "passwd"), [root]);
+  });
+
+  it("isSpecialPath compares segments", () => {
+    expect(isSpecialPath("/proc")).toBe(true);
+    expect(isSpecialPath("/sys/kernel")).toBe(true);
+    expect(isSpecialPath("/devices/x")).toBe(false);
+    expect(isSpecialPath("/processes")).toBe(false);
+    expect(isSpecialPath("/home/proc")).toBe(false);
+  });
+
+  it("refuses a symlink loop as unresolvable", async () => {
+    const err = await denied(join(root, "loop-a"), [root]);
+    expect(err.message).toBe(`${F}: ${join(root, "loop-a")} cannot be resolved (ELOOP)`);
+  });
+
+  it("rejects a NUL, a path over 4096 bytes and a name too long with InvalidArgumentError", async () => {
+    await expect(confinePath(F, join(root, "a.txt\0.png"), [root])).rejects.toThrow(`${F}: ${JSON.stringify(join(root, "a.txt\0.png"))} contains a NUL character`);
+    const long = join(root, "x/".repeat(MAX_PATH_BYTES));
+    await expect(confinePath(F, long, [root])).rejects.toThrow(/over the 4096-byte limit/);
+    await expect(confinePath(F, long, [root])).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(confinePath(F, join(root, "n".repeat(300)), [root])).rejects.toThrow("has a name that is too long (ENAMETOOLONG)");
+  });
+
+  it("refuses a very deep ../../.. that leaves the root", async () => {
+    await denied(`${root}/${"../".repeat(1000)}etc/passwd`, [root]);
+  });
+
+  it("finds a file whose name is stored in the other Unicode normalization form", async () => {
+    const nfd = join(root, "cafe\u0301.txt");
+    const nfc = join(root, "\u00e9t\u00e9.txt");
+    expect(await confinePath(F, join(root, "caf\u00e9.txt"), [root])).toBe(nfd); // NFC asked, NFD on disk
+    expect(await confinePath(F, nfd, [root])).toBe(nfd);
+    expect(await confinePath(F, join(root, "e\u0301te\u0301.txt"), [root])).toBe(nfc); // NFD asked, NFC on disk
+    expect(await confinePath(F, join(root, "caf\u00e9-missing.txt"), [root])).toBe(join(root, "caf\u00e9-missing.txt"));
   });
 
   it("rejects a relative path", async () => {

@@ -97,8 +97,46 @@ describe("grepTool", () => {
   it("rejects an invalid regex and an empty pattern with ToolInputError", async () => {
     const err = await rejection(grepTool({ pattern: "foo(" }, t.ctx));
     expect(err).toBeInstanceOf(ToolInputError);
-    expect(err.message).toBe('Invalid regex pattern "foo(": Unterminated group');
+    expect(err.message).toBe('Invalid regex pattern "foo(": missing closing ): `foo(`');
     expect((await rejection(grepTool({ pattern: "" }, t.ctx))).message).toBe("pattern is required");
+  });
+
+  it.each([
+    ["lookbehind", "(?<=const )foo", "lookbehind (?<= or ?<!) is not supported"],
+    ["negative lookbehind", "(?<!x)foo", "lookbehind (?<= or ?<!) is not supported"],
+    ["lookahead", "foo(?=\\()", "lookahead (?= or ?!) is not supported"],
+    ["a backreference", "(o)\\1", "backreferences (\\1, \\k<name>) are not supported"],
+    ["a named backreference", "(?<c>o)\\k<c>", "backreferences (\\1, \\k<name>) are not supported"],
+  ])("refuses %s, which RE2 cannot run, naming the construct", async (_name, pattern, why) => {
+    const err = await rejection(grepTool({ pattern }, t.ctx));
+    expect(err).toBeInstanceOf(ToolInputError);
+    expect(err.message).toBe(`Invalid regex pattern ${JSON.stringify(pattern)}: ${why}; grep uses RE2 syntax (as ripgrep does), which has no lookaround or backreferences`);
+  });
+
+  it("refuses a repetition too large for RE2", async () => {
+    const err = await rejection(grepTool({ pattern: "(?:(?:a{1,1000}){1,1000}){1,1000}" }, t.ctx));
+    expect(err).toBeInstanceOf(ToolInputError);
+    expect(err.message).toMatch(/^Invalid regex pattern .*: (invalid repeat count|expression too large)/);
+  });
+
+  it("reads inline flags anywhere, \\uXXXX escapes and \\Q...\\E quoting", async () => {
+    expect((await grepTool({ pattern: "(?i:FOO) in", path: "docs" }, t.ctx)).metadata.matches).toBe(1);
+    expect((await grepTool({ pattern: "\\u0046oo in", path: "docs" }, t.ctx)).metadata.matches).toBe(1);
+    expect((await grepTool({ pattern: "\\u{46}oo in", path: "docs" }, t.ctx)).metadata.matches).toBe(1);
+    expect((await grepTool({ pattern: "\\Qfoo(2)\\E", path: "src" }, t.ctx)).metadata.matches).toBe(1);
+  });
+
+  it("runs a catastrophic-backtracking pattern in linear time", async () => {
+    // `(a+)+$` takes exponential time in a backtracking engine on a's followed by a non-matching
+    // character (28 a's and a `!` take about 15 s with a JavaScript RegExp); RE2 stays linear.
+    await t.write("redos/evil.txt", `${"a".repeat(50_000)}b\n${"a".repeat(30)}!\n`.repeat(10));
+    const started = performance.now();
+    const cases: Array<[string, number]> = [["(a+)+$", 0], ["(a|aa)+$", 0], ["(a|a)+$", 0], ["(\\w+\\s?)*$x", 0], ["^(a+)+b?!", 10], ["(a+)+b", 10]];
+    for (const [pattern, matches] of cases) {
+      const r = await grepTool({ pattern, path: "redos" }, t.ctx);
+      expect([pattern, r.metadata.matches]).toEqual([pattern, matches]);
+    }
+    expect(performance.now() - started).toBeLessThan(1000);
   });
 
   it("refuses ../outside, an absolute path outside the roots, and a missing path", async () => {
