@@ -314,6 +314,27 @@ describe("stops and errors", () => {
   });
 });
 
+describe("structured output", () => {
+  const format = { kind: { case: "jsonSchema" as const, value: { schema: { type: "object", properties: { answer: { type: "string" } }, required: ["answer"] }, retryCount: 1 } } };
+
+  it("stores the JSON answer on the assistant message and asks the model for JSON", async () => {
+    const { mock, messages } = await run(t, [textReply('{"answer":"42"}')], { format, parts: [text("the answer?")] });
+    const a = assistantOf(messages[1])!;
+    expect(a.error).toBeUndefined();
+    expect(a.structured?.kind.case).toBe("structValue");
+    expect(a.structured?.kind.value).toMatchObject({ fields: { answer: { kind: { case: "stringValue", value: "42" } } } });
+    expect(mock.doStreamCalls[0]!.responseFormat).toMatchObject({ type: "json" });
+  });
+
+  it("retries an answer that is not JSON, then fails with structured_output after the configured retries", async () => {
+    const { mock, messages } = await run(t, [textReply("no json"), textReply("still none")], { format, parts: [text("the answer?")] });
+    expect(mock.doStreamCalls).toHaveLength(2);
+    const a = assistantOf(messages[1])!;
+    expect(a.error?.kind).toMatchObject({ case: "structuredOutput", value: { retries: 1 } });
+    expect(messages[1]!.parts.map(partShape)).toEqual(["stepStart", "text", "stepFinish:stop", "retry", "stepStart", "text", "stepFinish:stop"]);
+  });
+});
+
 describe("attachments", () => {
   it("sends an image attachment as a file to a model that accepts images", async () => {
     const { mock } = await run(
