@@ -4,7 +4,8 @@ import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { LanguageModelV3, LanguageModelV3CallOptions, LanguageModelV3StreamResult } from "@ai-sdk/provider";
 import type { MockLanguageModelV3 } from "ai/test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AssistantMessage, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { AssistantMessage, MessageWithParts, OutputFormatSchema } from "../../gen/ledger/v1/message_pb.js";
 import type { Part, ReasoningPart, TextPart, ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { readTool } from "../../src/tools/read-tool.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
@@ -51,6 +52,7 @@ interface Prompt {
   agent?: string;
   model?: { providerId: string; modelId: string };
   tools?: Record<string, boolean>;
+  format?: MessageInitShape<typeof OutputFormatSchema>;
 }
 
 /** Puts a model scripted with `script` under `key`, prompts a new session and lists its messages. */
