@@ -51,7 +51,7 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest): Pro
   const variant = resolveVariant(deps.config, agent, model, request.variant);
   const messageId = request.messageId || newId("msg");
   const drafts = await resolveDrafts(
-    { sessionId: session.id, messageId, directory: session.directory, roots: deps.config.roots, limits: deps.config.limits, agent },
+    { sessionId: session.id, messageId, directory: session.directory, roots: deps.config.roots, limits: deps.config.limits, agent, mcp: deps.mcp },
     request.parts,
   );
   const draftMessage = create(MessageSchema, {
@@ -89,6 +89,7 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest): Pro
         w.session.model = create(ModelRefSchema, model);
       }
       await insertMessage(w.trx, { message: hooked.message, position: w.nextPosition(), requestHash: fingerprint });
+      w.session.messageCount += 1;
       await insertParts(w.trx, hooked.parts.map((part) => ({ part, position: w.nextPosition() })));
       emitPromptEvents(w.emit, hooked.message, hooked.parts, drafts, messageId, request.noReply);
       if (Object.keys(request.tools).length > 0) w.session.permission = permissionsFromTools(request.tools);

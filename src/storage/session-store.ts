@@ -33,12 +33,13 @@ export async function insertSession(db: Kysely<DB>, session: Session, now: Date)
 }
 
 /**
- * Locks the session row for the rest of `trx` (`select ... for update`) and returns it, or
+ * Locks the session row for the rest of `trx` (`select ... for update`) and returns it with its
+ * message count, or
  * undefined when it does not exist. Every writer of a session's messages, parts and events
  * takes this lock first, which serializes them and makes `seq`/`position` gap-free.
  */
-export async function lockSession(trx: Transaction<DB>, id: string): Promise<SessionRow | undefined> {
-  return trx.selectFrom("session").selectAll().where("id", "=", id).forUpdate().executeTakeFirst();
+export async function lockSession(trx: Transaction<DB>, id: string): Promise<SessionRowWithCount | undefined> {
+  return trx.selectFrom("session").selectAll("session").select(messageCount).where("id", "=", id).forUpdate().executeTakeFirst();
 }
 
 /** Reads one session with its message count, or undefined. */

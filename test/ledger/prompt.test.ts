@@ -77,6 +77,8 @@ describe("stored shape", () => {
       [10, "session_updated"],
     ]);
     expect(Number(rows.session.last_seq)).toBe(10);
+    const touched = await t.ledger.deps.db.selectFrom("session_event").select("data").where("session_id", "=", sessionId).where("seq", "=", 10).executeTakeFirstOrThrow();
+    expect(touched.data).toMatchObject({ sessionUpdated: { session: { messageCount: 1 } } });
     expect(Number(rows.session.last_position)).toBe(5);
   });
 
@@ -107,7 +109,7 @@ describe("stored shape", () => {
     ]);
     expect(message.parts.slice(1).map(shape)).toEqual([
       { kind: "text", synthetic: true, text: "Reading MCP resource: doc (docs://readme)" },
-      { kind: "text", synthetic: true, text: 'Failed to read MCP resource doc: MCP server "docs" is not configured' },
+      { kind: "text", synthetic: true, text: 'Failed to read MCP resource doc: MCP server "docs" is not configured (no MCP servers are configured)' },
     ]);
   });
 
