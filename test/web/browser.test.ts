@@ -1,0 +1,207 @@
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { build } from "vite";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+
+// The browser client (web/) end to end: built with Vite, served by a static server, driven in
+// headless Chromium (Debian's /usr/bin/chromium; playwright-core never downloads a browser)
+// against a real ledger whose model is the scripted fake OpenAI server. The screenshot is
+// saved to test/web/artifacts/browser.png.
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+// .ci/run installs Chromium and sets LEDGER_BROWSER_TEST_REQUIRED=1: there a missing browser fails.
+const REQUIRED = process.env.LEDGER_BROWSER_TEST_REQUIRED === "1";
+const MISSING = existsSync(CHROMIUM) ? undefined : `${CHROMIUM} not found: install it (apt-get install chromium) or set CHROMIUM_PATH; skipping the browser test`;
+if (MISSING && !REQUIRED) console.warn(MISSING);
+
+const WEB = path.resolve(import.meta.dirname, "../../web");
+const SCREENSHOT = path.resolve(import.meta.dirname, "artifacts/browser.png");
+const CHROMIUM_ARGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
+
+const PROMPT = "What do the notes say? My file is attached.";
+const ATTACHED = "hi from the browser\n";
+const ANSWER_CHUNKS = ["The notes say ", "the launch code ", "is 0000, and ", "your file says hi."];
+const ANSWER = ANSWER_CHUNKS.join("");
+
+let outDir: string;
+let profileDir: string;
+let site: Server;
+let siteUrl: string;
+let fake: FakeOpenAI;
+let t: TestLedger;
+let context: BrowserContext;
+let page: Page;
+const pageErrors: string[] = [];
+
+const CONTENT_TYPES: Record<string, string> = {
+  ".html": "text/html; charset=utf-8",
+  ".js": "text/javascript; charset=utf-8",
+  ".css": "text/css; charset=utf-8",
+  ".svg": "image/svg+xml",
+  ".png": "image/png",
+  ".ico": "image/x-icon",
+  ".json": "application/json",
+};
+
+/** Serves the files of `root` on 127.0.0.1 (GET only, `/` is index.html, nothing outside root). */
+async function serveStatic(root: string): Promise<{ server: Server; url: string }> {
+  const server = createServer((req, res) => {
+    const pathname = decodeURIComponent(new URL(req.url ?? "/", "http://x").pathname);
+    const file = path.resolve(root, `.${pathname === "/" ? "/index.html" : pathname}`);
+    if (req.method !== "GET" || !file.startsWith(root + path.sep)) {
+      res.writeHead(404).end();
+      return;
+    }
+    readFile(file).then(
+      (body) => res.writeHead(200, { "content-type": CONTENT_TYPES[path.extname(file)] ?? "application/octet-stream" }).end(body),
+      () => res.writeHead(404).end(),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+beforeAll(async () => {
+  if (MISSING && REQUIRED) throw new Error(MISSING.replace("; skipping the browser test", " (LEDGER_BROWSER_TEST_REQUIRED=1)"));
+  if (MISSING) return;
+  outDir = await mkdtemp(path.join(os.tmpdir(), "ledger-web-dist-"));
+  await build({ root: WEB, configFile: path.join(WEB, "vite.config.ts"), logLevel: "warn", build: { outDir, emptyOutDir: true } });
+  ({ server: site, url: siteUrl } = await serveStatic(outDir));
+
+  fake = await startFakeOpenAI();
+  t = await startTestLedger({
+    model: "local/qwen",
+    provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { qwen: { name: "Qwen (fake)" } } } },
+  });
+  await writeFile(path.join(t.dir, "notes.txt"), "The launch code is 0000.\n");
+
+  profileDir = await mkdtemp(path.join(os.tmpdir(), "ledger-web-chromium-"));
+  context = await chromium.launchPersistentContext(profileDir, {
+    executablePath: CHROMIUM,
+    args: CHROMIUM_ARGS,
+    headless: true,
+    viewport: { width: 1280, height: 820 },
+  });
+  page = context.pages()[0] ?? (await context.newPage());
+  page.on("pageerror", (error) => pageErrors.push(`pageerror: ${error.message}`));
+  page.on("console", (message) => {
+    if (message.type() === "error") pageErrors.push(`console: ${message.text()} (${message.location().url})`);
+  });
+  // Record every tool state and assistant text the page renders, to check that it updated live
+  // (the renderer replaces a part's element on each change). A string: no DOM types here.
+  await page.addInitScript(`
+    window.__seen = { tools: [], texts: [] };
+    new MutationObserver((records) => {
+      for (const r of records) for (const n of r.addedNodes) {
+        if (!(n instanceof HTMLElement)) continue;
+        for (const el of [n, ...n.querySelectorAll(".part")]) {
+          if (!el.closest(".message.assistant")) continue;
+          if (el.matches(".part.tool")) window.__seen.tools.push(el.dataset.state);
+          else if (el.matches(".part.text")) window.__seen.texts.push(el.textContent);
+        }
+      }
+    }).observe(document, { childList: true, subtree: true });
+  `);
+}, 120_000);
+
+afterAll(async () => {
+  await context?.close();
+  await new Promise<void>((resolve) => (site ? site.close(() => resolve()) : resolve()));
+  await t?.close();
+  await fake?.close();
+  for (const dir of [outDir, profileDir]) if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+describe("browser client", () => {
+  it("creates a session, sends a prompt with an attached file, and renders the streamed reply and tool state", async (ctx) => {
+    if (MISSING) ctx.skip(MISSING);
+
+    fake.push(
+      { kind: "stream", chunks: [{ toolCall: { id: "call_1", name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) } }], delayMs: 100, usage: { prompt_tokens: 812, completion_tokens: 9 } },
+      { kind: "stream", chunks: ANSWER_CHUNKS.map((text) => ({ text })), delayMs: 250, usage: { prompt_tokens: 871, completion_tokens: 14 } },
+    );
+
+    await page.goto(`${siteUrl}/?server=${encodeURIComponent(t.ledger.url)}`);
+    await page.locator("body[data-ready=true]").waitFor();
+    expect(await page.locator("#server-url").textContent()).toBe(t.ledger.url);
+
+    await page.locator("#directory").fill(t.dir);
+    await page.locator("#title").fill("browser e2e");
+    await page.locator("#create-session").click();
+    await page.locator("#prompt-text:not([disabled])").waitFor();
+    const sessionId = (await page.evaluate("location.hash.slice(1)")) as string;
+    expect(sessionId).toMatch(/^ses_[0-9A-HJKMNP-TV-Z]{26}$/);
+    await expect.poll(() => page.locator(`#sessions [data-session-id="${sessionId}"]`).count()).toBe(1);
+
+    await page.locator("#prompt-text").fill(PROMPT);
+    await page.locator("#prompt-file").setInputFiles({ name: "hello.txt", mimeType: "text/plain", buffer: Buffer.from(ATTACHED) });
+    await page.locator("#send").click();
+
+    const tool = page.locator(".message.assistant .part.tool[data-tool=read]");
+    const reply = page.locator(".message.assistant .part.text[data-done=true]", { hasText: ANSWER });
+    try {
+      await tool.locator(".badge.completed").waitFor({ timeout: 30_000 });
+      await reply.waitFor({ timeout: 30_000 });
+      await page.locator("#status[data-status=idle]").waitFor({ timeout: 30_000 });
+    } finally {
+      await mkdir(path.dirname(SCREENSHOT), { recursive: true });
+      await page.screenshot({ path: SCREENSHOT });
+    }
+
+    // The reply and the tool call as rendered.
+    expect(await reply.textContent()).toBe(ANSWER);
+    expect(await tool.getAttribute("data-state")).toBe("completed");
+    expect(await tool.locator(".badge").textContent()).toBe("completed");
+    expect(await tool.textContent()).toContain("notes.txt");
+    expect(await page.locator("#error").isHidden()).toBe(true);
+
+    // The user message: the text, the attached file (a data: URL read by the server as text).
+    const user = page.locator(".message.user");
+    await expect.poll(() => user.count()).toBe(1);
+    expect(await user.locator(".part.text:not(.synthetic)").textContent()).toBe(PROMPT);
+    expect(await user.locator(".part.file .filename").textContent()).toBe("hello.txt");
+    expect(await user.locator(".part.file .mime").textContent()).toMatch(/^text\/plain/);
+    expect(await user.locator(".part.synthetic").allTextContents()).toEqual(expect.arrayContaining([expect.stringContaining(ATTACHED.trim())]));
+    expect(await page.locator("#prompt-text").inputValue()).toBe("");
+
+    // Rendered live: tool states before `completed`, and the answer growing chunk by chunk.
+    const seen = (await page.evaluate("window.__seen")) as { tools: string[]; texts: string[] };
+    expect(seen.tools.at(-1)).toBe("completed");
+    expect(seen.tools.slice(0, seen.tools.indexOf("completed")).some((s) => s === "pending" || s === "running")).toBe(true);
+    const partial = seen.texts.filter((s) => s.length > 0 && s.length < ANSWER.length && ANSWER.startsWith(s));
+    expect(partial.length).toBeGreaterThanOrEqual(2);
+
+    // What the ledger stored and what the model was sent.
+    const { messages } = await t.client.listMessages({ sessionId });
+    expect(messages.map((m) => m.message?.kind.case)).toEqual(["user", "assistant", "assistant"]);
+    const file = messages[0]!.parts.find((p) => p.kind.case === "file")?.kind.value as { url: string; filename: string } | undefined;
+    expect(file?.filename).toBe("hello.txt");
+    expect(file?.url).toBe(`data:text/plain;base64,${Buffer.from(ATTACHED).toString("base64")}`);
+    expect(JSON.stringify(fake.requests[0]?.body.messages)).toContain(ATTACHED.trim());
+
+    // Reopening the session from the list renders the stored transcript the same way.
+    await page.reload();
+    await page.locator("body[data-ready=true]").waitFor();
+    await page.locator(`#sessions [data-session-id="${sessionId}"]`).click();
+    await page.locator(".message.assistant .part.text", { hasText: ANSWER }).waitFor();
+    expect(await page.locator(".message.assistant .part.tool .badge.completed").count()).toBe(1);
+
+    expect(pageErrors).toEqual([]);
+  }, 120_000);
+});
