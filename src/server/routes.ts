@@ -1,11 +1,24 @@
 import type { ConnectRouter } from "@connectrpc/connect";
+import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
+import { file_google_rpc_status } from "../../gen/google/rpc/status_pb.js";
+import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import type { LedgerDeps } from "../ledger/deps.js";
+import { createHealthHandlers } from "./health.js";
 import { createLedgerHandlers } from "./ledger-handlers.js";
+import { createReflectionHandlers, ServerReflection, ServerReflectionV1Alpha } from "./reflection.js";
 
-/** Registers every service of the ledger on `router`. */
+/**
+ * Registers every service of the ledger on `router`: `ledger.v1.SessionService`, gRPC health
+ * (`grpc.health.v1.Health`, no token needed) and server reflection (`grpc.reflection.v1` and
+ * `v1alpha`, which describe all four, plus `google.rpc` error details for decoding errors).
+ */
 export function createRoutes(deps: LedgerDeps): (router: ConnectRouter) => void {
+  const reflection = createReflectionHandlers([SessionService, Health, ServerReflection, ServerReflectionV1Alpha], [file_google_rpc_error_details, file_google_rpc_status]);
   return (router) => {
     router.service(SessionService, createLedgerHandlers(deps));
+    router.service(Health, createHealthHandlers(deps));
+    router.service(ServerReflection, reflection.v1);
+    router.service(ServerReflectionV1Alpha, reflection.v1alpha);
   };
 }

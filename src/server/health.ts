@@ -1,0 +1,107 @@
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { sql } from "kysely";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
+import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import type { LedgerDeps } from "../ledger/deps.js";
+
+/** Service names `Check`/`Watch` know: "" (the whole server) and the ledger's service. */
+export const HEALTH_SERVICES: readonly string[] = ["", SessionService.typeName];
+
+export interface HealthOptions {
+  /** How long (ms) the database gets to answer `select 1` before the server counts as not serving. Default 1,000. */
+  probeTimeoutMs?: number;
+  /** How often (ms) an open `Watch` re-checks the database. Default 3,000. */
+  watchPollMs?: number;
+}
+
+/**
+ * `grpc.health.v1.Health` (https://github.com/grpc/grpc/blob/master/doc/health-checking.md).
+ * A known service is `SERVING` when the database answers `select 1` within `probeTimeoutMs`,
+ * else `NOT_SERVING`; concurrent probes share one query, so a hung database holds at most one
+ * connection for health checks. `Check` of an unknown service is `NOT_FOUND`; `Watch` sends the
+ * current status, then each change (polling every `watchPollMs` while watched), and for an
+ * unknown service `SERVICE_UNKNOWN` once; it ends when the client cancels (or the server shuts
+ * down). Callable without the bearer token (see `auth.ts`).
+ *
+ * ```ts
+ * router.service(Health, createHealthHandlers(deps));
+ * ```
+ */
+export function createHealthHandlers(deps: Pick<LedgerDeps, "db">, options: HealthOptions = {}): ServiceImpl<typeof Health> {
+  const probe = createProbe(deps, options.probeTimeoutMs ?? PROBE_TIMEOUT_MS);
+  const pollMs = options.watchPollMs ?? WATCH_POLL_MS;
+  const status = async () => ((await probe()) ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
+  return {
+    async check(req) {
+      if (!HEALTH_SERVICES.includes(req.service)) throw new ConnectError(`unknown service ${JSON.stringify(req.service)}`, Code.NotFound);
+      return { status: await status() };
+    },
+    async *watch(req, ctx) {
+      if (!HEALTH_SERVICES.includes(req.service)) {
+        // The set of services never changes, so there is nothing more to send.
+        yield { status: ServingStatus.SERVICE_UNKNOWN };
+        await sleep(Infinity, ctx.signal);
+        return;
+      }
+      let last: ServingStatus | undefined;
+      while (!ctx.signal.aborted) {
+        const current = await status();
+        if (current !== last && !ctx.signal.aborted) {
+          last = current;
+          yield { status: current };
+        }
+        await sleep(pollMs, ctx.signal);
+      }
+    },
+    async list() {
+      const current = await status();
+      return { statuses: Object.fromEntries(HEALTH_SERVICES.map((name) => [name, { status: current }])) };
+    },
+  };
+}
+
+/** Default time (ms) the database gets to answer a health probe. */
+const PROBE_TIMEOUT_MS = 1000;
+/** Default interval (ms) between probes of an open `Watch`. */
+const WATCH_POLL_MS = 3000;
+
+/** `() => Promise<boolean>`: true when `select 1` succeeded within `timeoutMs`. */
+function createProbe(deps: Pick<LedgerDeps, "db">, timeoutMs: number): () => Promise<boolean> {
+  let pending: Promise<boolean> | undefined;
+  return () => {
+    if (!pending) {
+      const query = sql`select 1`.execute(deps.db).then(
+        () => true,
+        () => false,
+      );
+      pending = query;
+      void query.finally(() => {
+        if (pending === query) pending = undefined;
+      });
+    }
+    const answer = pending;
+    return new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), timeoutMs);
+      timer.unref();
+      void answer.then((ok) => {
+        clearTimeout(timer);
+        resolve(ok);
+      });
+    });
+  };
+}
+
+/** Resolves after `ms` (never for `Infinity`) or as soon as `signal` aborts. */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = Number.isFinite(ms) ? setTimeout(done, ms) : undefined;
+    timer?.unref();
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
