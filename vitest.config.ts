@@ -9,11 +9,11 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: "postgres", env: { LEDGER_TEST_DB: "postgres" }, include: ["test/**/*.test.ts"] },
+        test: { name: "postgres", env: { LEDGER_TEST_DB: "postgres", LEDGER_LOG_LEVEL: "warn" }, include: ["test/**/*.test.ts"] },
       },
       {
         extends: true,
-        test: { name: "pglite", env: { LEDGER_TEST_DB: "pglite" }, include: ["test/{storage,ledger,server,cli,agent,security}/**/*.test.ts"] },
+        test: { name: "pglite", env: { LEDGER_TEST_DB: "pglite", LEDGER_LOG_LEVEL: "warn" }, include: ["test/{storage,ledger,server,cli,agent,security,observe}/**/*.test.ts"] },
       },
     ],
   },

@@ -7,6 +7,8 @@ import { pruneEvents } from "./storage/event-store.js";
 import { ConfigError, type LedgerConfig } from "./config/config.js";
 import { EventBus } from "./events/bus.js";
 import type { LedgerDeps } from "./ledger/deps.js";
+import { createMetrics } from "./observe/metrics.js";
+import { startMcp } from "./mcp/client.js";
 import { loadPlugins } from "./plugins/plugins.js";
 import { isLoopback } from "./server/auth.js";
 import { createServer } from "./server/server.js";
@@ -58,7 +60,9 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
   try {
     const plugins = await loadPlugins(options.config.plugins);
     relay = target.kind === "postgres" ? await startPgRelay({ url: target.url, db: database.db, bus }) : undefined;
-    const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, cwd: options.cwd ?? process.cwd() };
+    const metrics = createMetrics({ pool: () => database.poolStats() });
+    const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, cwd: options.cwd ?? process.cwd(), metrics };
+    deps.mcp = await startMcp(options.config);
     const locks = target.kind === "postgres" ? postgresLocks(target.url) : processLocks();
     deps.replier = createRunner(deps, options.models ?? createModelResolver(options.config), locks);
     const recovered = await recoverInterrupted(deps, locks);
@@ -77,6 +81,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
         const stopLoops = async () => deps.replier?.stopAll();
         await server.close(graceMs, stopLoops);
         await stopLoops();
+        await deps.mcp?.close();
         clearInterval(retention);
         await openRelay?.close();
         await database.close();

@@ -51,6 +51,8 @@ function userContent(parts: Part[], target: HistoryTarget): Exclude<UserContent,
 }
 
 function fileContent(file: FilePart, target: HistoryTarget): Exclude<UserContent, string> {
+  // An MCP resource's content is in the synthetic texts before it; its URL is not readable here.
+  if (file.source?.kind.case === "resource") return [];
   const mime = file.mime.toLowerCase();
   if (mime === "text/plain" || mime === "application/x-directory") return [];
   const kind = mime.startsWith("image/") ? "image" : mime === "application/pdf" ? "pdf" : undefined;

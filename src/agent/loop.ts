@@ -109,6 +109,7 @@ async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: stri
       retry: deps.config.retry,
       schema,
     });
+    deps.metrics?.observeStep(model, result);
     const wantsRetry = schema && !result.error && !result.aborted && result.finishReason !== "tool-calls" && result.structured === undefined;
     if (!wantsRetry || attempt >= tries) break;
     const why = result.structuredError instanceof Error ? result.structuredError.message : "no JSON output";

@@ -7,6 +7,7 @@ import { createSession } from "../ledger/sessions.js";
 import type { ToolOutput } from "../tools/tool-context.js";
 import { runLoop, type LoopDeps } from "./loop.js";
 import type { ModelResolver } from "./providers.js";
+import { logger } from "../observe/log.js";
 import { recoverSession } from "./recovery.js";
 import type { Release, SessionLocks } from "./session-lock.js";
 import type { TaskRunner } from "./tools.js";
@@ -51,7 +52,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         } while (entry.wake && !signal.aborted);
         entry.finishing = true;
       } catch (error) {
-        if (!signal.aborted) process.stderr.write(`agent loop of ${sessionId} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+        if (!signal.aborted) logger.error("agent loop failed", { session_id: sessionId, error });
       } finally {
         entry.finishing = true;
         await release?.();

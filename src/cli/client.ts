@@ -2,6 +2,7 @@ import { createClient, type Client, type Interceptor } from "@connectrpc/connect
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { loadConfig } from "../config/config.js";
+import { logger } from "../observe/log.js";
 import { startLocal } from "./local.js";
 
 /** A Connect client of `ledger.v1.SessionService`. */
@@ -20,6 +21,8 @@ export interface ClientOptions {
  */
 export async function withClient<T>(opts: ClientOptions, fn: (client: Ledger) => Promise<T>): Promise<T> {
   if (opts.url) return fn(connect(opts.url));
+  // The in-process server's RPC log lines would mix into this command's output.
+  if (!process.env.LEDGER_LOG_LEVEL) logger.setLevel("warn");
   const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db });
   try {
     return await fn(connect(ledger.url));

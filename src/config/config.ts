@@ -47,6 +47,12 @@ const limitsSchema = z
   })
   .partial();
 
+const mcpServerSchema = z.object({
+  command: z.array(z.string().min(1)).min(1),
+  env: z.record(z.string(), z.string()).optional(),
+  timeout_ms: z.number().int().positive().default(10_000),
+});
+
 /** The shape of `ledger.json` (JSONC allowed), in the opencode.json style. */
 export const configFileSchema = z.object({
   $schema: z.string().optional(),
@@ -64,6 +70,7 @@ export const configFileSchema = z.object({
   retry: z
     .object({ attempts: z.number().int().min(0).max(20).default(4), initial_ms: z.number().int().min(0).default(2000), max_ms: z.number().int().min(0).default(30_000) })
     .default({ attempts: 4, initial_ms: 2000, max_ms: 30_000 }),
+  mcp: z.record(z.string(), mcpServerSchema).default({}),
 });
 
 /** A parsed `ledger.json` before defaults are merged. */
@@ -72,6 +79,16 @@ export type ConfigFile = z.infer<typeof configFileSchema>;
 export type ProviderConfig = z.infer<typeof providerSchema>;
 /** A configured model entry. */
 export type ModelConfig = z.infer<typeof modelSchema>;
+
+/**
+ * A local (stdio) MCP server: `command` is the executable and its arguments; the process gets
+ * the SDK's safe default environment (HOME, PATH, ...) plus `env`. `timeoutMs` bounds each read.
+ */
+export interface McpServerConfig {
+  command: string[];
+  env?: Record<string, string>;
+  timeoutMs: number;
+}
 
 /** Everything the ledger reads from configuration, with defaults applied. */
 export interface LedgerConfig {
@@ -99,6 +116,8 @@ export interface LedgerConfig {
   eventRetentionMs: number;
   /** Retries of retryable provider errors (429, 5xx): attempts, first delay and cap (ms). */
   retry: { attempts: number; initialMs: number; maxMs: number };
+  /** MCP servers whose resources file parts may name (`source.resource.client_name`), by name. */
+  mcp: Record<string, McpServerConfig>;
 }
 
 /** Config file names looked up in the working directory, in order. */
@@ -196,6 +215,13 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     retry: { attempts: file.retry.attempts, initialMs: file.retry.initial_ms, maxMs: file.retry.max_ms },
     eventRetentionMs: file.events.retention_hours * 3600 * 1000,
     token: file.auth.token,
+    mcp: Object.fromEntries(
+      Object.entries(file.mcp).map(([name, server]) => {
+        const [command, ...args] = server.command;
+        const executable = command!.startsWith(".") ? path.resolve(baseDir, command!) : command!;
+        return [name, { command: [executable, ...args], env: server.env, timeoutMs: server.timeout_ms }];
+      }),
+    ),
   };
 }
 

@@ -2,6 +2,8 @@ import type { Kysely } from "kysely";
 import type { LedgerConfig } from "../config/config.js";
 import type { EventBus } from "../events/bus.js";
 import type { Relay } from "../events/pg-relay.js";
+import type { McpReader } from "../mcp/reader.js";
+import type { LedgerMetrics } from "../observe/metrics.js";
 import type { PluginHost } from "../plugins/plugins.js";
 import type { DB } from "../storage/schema.js";
 
@@ -20,6 +22,10 @@ export interface LedgerDeps {
   cwd: string;
   /** Answers prompts (the agent loop); absent or unavailable when no model provider is configured. */
   replier?: Replier;
+  /** Reads MCP resources for file parts; absent → every MCP resource read fails as not configured. */
+  mcp?: McpReader;
+  /** Where RPCs and loop steps are counted (Prometheus, `GET /metrics`). */
+  metrics?: LedgerMetrics;
 }
 
 /**

@@ -12,6 +12,7 @@ import type { AgentInfo } from "../config/agents.js";
 import type { Limits } from "../config/limits.js";
 import { newId } from "../ids.js";
 import { InvalidArgumentError, LimitExceededError } from "../errors.js";
+import { notConfigured, type McpReader } from "../mcp/reader.js";
 import { confinePath } from "../tools/confine.js";
 import { ReadFailure, readPath, type ReadResult } from "../tools/read.js";
 import { dataUrlText, parseDataUrl, toDataUrl } from "./data-url.js";
@@ -29,6 +30,8 @@ export interface ResolveContext {
   limits: Limits;
   /** The prompt's agent (its permissions shape the agent-mention hint). */
   agent: AgentInfo;
+  /** Reads MCP resources (`source.resource` file drafts); without it every such read fails as not configured. */
+  mcp?: McpReader;
 }
 
 /** A `file:` draft that could not be read; it becomes a failure text and a `session_error` event. */
@@ -63,7 +66,10 @@ type Piece = { part: Part; synthetic: boolean };
  *   directory listing) and the file part, or the file as a `data:` URL (images/PDF, sniffed;
  *   images normalized as above, PDFs as read);
  *   binary, missing or unreadable → S failure text and a `ReadProblem`;
- * - MCP resource source → S "Reading MCP resource" and S "Failed to read MCP resource" (no MCP yet);
+ * - MCP resource source → S `Reading MCP resource: <filename> (<uri>)`, S per non-empty text item,
+ *   S `[Binary content: <mime>]` per binary item (never inlined), then the file part as given; any
+ *   read failure (server not configured, could not start, timeout, server error) → the reading
+ *   text and S `Failed to read MCP resource <filename>: <message>` (no file part, no `ReadProblem`);
  * - agent → the agent part and S task hint; subtask → as given.
  *
  * Throws `InvalidArgumentError` (bad URL or range, a URL without a `data:`/`file:`/`http(s):`
@@ -123,17 +129,25 @@ function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {
 }
 
 async function fileDraft(ctx: ResolveContext, draft: FilePartInput, field: string, problems: ReadProblem[]): Promise<Piece[]> {
-  if (draft.source?.kind.case === "resource") {
-    const { clientName, uri } = draft.source.kind.value;
-    return [
-      synthetic(`Reading MCP resource: ${draft.filename} (${uri})`),
-      synthetic(`Failed to read MCP resource ${draft.filename}: MCP server "${clientName}" is not configured`),
-    ];
-  }
+  if (draft.source?.kind.case === "resource") return resourceDraft(ctx, draft, draft.source.kind.value);
   const scheme = urlScheme(`${field}.url`, draft.url);
   if (scheme === "data") return dataDraft(ctx, draft, field);
   if (scheme === "file") return fileUrlDraft(ctx, draft, field, problems);
   return [filePart(draft, {})];
+}
+
+/** OpenCode `createUserMessage`, MCP resource branch. */
+async function resourceDraft(ctx: ResolveContext, draft: FilePartInput, source: { clientName: string; uri: string }): Promise<Piece[]> {
+  const pieces = [synthetic(`Reading MCP resource: ${draft.filename} (${source.uri})`)];
+  try {
+    if (!ctx.mcp) throw notConfigured(source.clientName, []);
+    const contents = await ctx.mcp.read(source.clientName, source.uri);
+    const items = contents.flatMap((item) => ("text" in item ? (item.text ? [synthetic(item.text)] : []) : [synthetic(`[Binary content: ${item.mime || draft.mime}]`)]));
+    return [...pieces, ...items, filePart(draft, {})];
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    return [...pieces, synthetic(`Failed to read MCP resource ${draft.filename}: ${message}`)];
+  }
 }
 
 const SCHEMES = new Set(["data", "file", "http", "https"]);

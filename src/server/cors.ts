@@ -13,8 +13,8 @@ export function corsHeaders(headers: IncomingHttpHeaders, allowedOrigins: string
     "access-control-allow-origin": origin,
     vary: "Origin",
     "access-control-allow-methods": cors.allowedMethods.join(", "),
-    "access-control-allow-headers": [...cors.allowedHeaders, "Authorization"].join(", "),
-    "access-control-expose-headers": cors.exposedHeaders.join(", "),
+    "access-control-allow-headers": [...cors.allowedHeaders, "Authorization", "X-Request-Id"].join(", "),
+    "access-control-expose-headers": [...cors.exposedHeaders, "X-Request-Id"].join(", "),
     "access-control-max-age": "7200",
   };
 }

@@ -3,6 +3,7 @@ import { pathToString } from "@bufbuild/protobuf/reflect";
 import { ValidationError } from "@bufbuild/protovalidate";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { logger } from "../observe/log.js";
 import {
   AgentNotFoundError,
   AlreadyExistsError,
@@ -96,6 +97,5 @@ function withBadRequest(error: ConnectError): ConnectError {
 }
 
 function log(procedure: string, error: unknown): void {
-  const text = error instanceof Error ? (error.stack ?? error.message) : String(error);
-  process.stderr.write(`error in ${procedure}: ${text}\n`);
+  logger.error("rpc failed", { procedure, error });
 }

@@ -6,6 +6,9 @@ import { Duplex } from "node:stream";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import type { LedgerDeps } from "../ledger/deps.js";
+import { createMetrics } from "../observe/metrics.js";
+import { METRICS_PATH, metricsHandler } from "../observe/metrics-http.js";
+import { createRpcObserver } from "../observe/rpc.js";
 import { corsHeaders } from "./cors.js";
 import { bearerAuth } from "./auth.js";
 import { errorInterceptor } from "./errors.js";
@@ -33,14 +36,28 @@ export interface LedgerServer {
  * loopback origins and `config.cors.origins`; with a configured token every RPC but health needs
  * it (`UNAUTHENTICATED` otherwise); requests are validated with protovalidate and capped at
  * `limits.request_bytes` (`RESOURCE_EXHAUSTED` beyond).
+ *
+ * Observability (src/observe): every response carries `x-request-id` (the client's, or a new
+ * ULID); every RPC is logged as one JSON line on stderr and counted in `deps.metrics` (a fresh
+ * registry when absent); `GET /metrics` serves them in the Prometheus text format (behind the
+ * bearer token when one is configured).
  */
 export function createServer(deps: LedgerDeps): LedgerServer {
   const shutdown = new AbortController();
   // connect-node adds one abort listener per request to this signal.
   setMaxListeners(0, shutdown.signal);
+  const metrics = deps.metrics ?? createMetrics();
+  const observer = createRpcObserver({ metrics });
+  const serveMetrics = metricsHandler(metrics, { token: deps.config.token });
+  const routes = createRoutes(deps);
   const adapter = connectNodeAdapter({
-    routes: createRoutes(deps),
-    interceptors: [errorInterceptor, ...(deps.config.token ? [bearerAuth(deps.config.token)] : []), createValidateInterceptor()],
+    routes: (router) => {
+      routes(router);
+      observer.setProcedures(router.handlers.map((h) => h.requestPath));
+    },
+    // The observer comes first (outermost), so it logs the code errorInterceptor settled on.
+    interceptors: [observer.interceptor, errorInterceptor, ...(deps.config.token ? [bearerAuth(deps.config.token)] : []), createValidateInterceptor()],
+    contextValues: (req) => observer.contextValues(req),
     readMaxBytes: deps.config.limits.request_bytes,
     shutdownSignal: shutdown.signal,
   });
@@ -49,6 +66,7 @@ export function createServer(deps: LedgerDeps): LedgerServer {
   let closing = false;
   const handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => {
     lastRequestAt = Date.now();
+    const requestId = observer.assignRequestId(req, res);
     const cors = corsHeaders(req.headers, deps.config.corsOrigins);
     if (cors) for (const [name, value] of Object.entries(cors)) res.setHeader(name, value);
     // While draining, HTTP/1.1 clients are told not to reuse the connection.
@@ -60,6 +78,11 @@ export function createServer(deps: LedgerDeps): LedgerServer {
     }
     inFlight++;
     res.once("close", () => void inFlight--);
+    if ((req.url ?? "").split("?", 1)[0] === METRICS_PATH) {
+      void serveMetrics(req, res, requestId);
+      return;
+    }
+    observer.track(req, res, requestId);
     adapter(req as never, res as never);
   };
 

@@ -9,12 +9,21 @@ import type { DB } from "./schema.js";
 /** Where the ledger lives: a Postgres URL, or an embedded PGlite data directory (or `:memory:`). */
 export type DatabaseTarget = { kind: "postgres"; url: string; poolSize?: number } | { kind: "pglite"; dir: string };
 
+/** Connections of the database: open ones, idle ones, and queries waiting for one. */
+export interface PoolStats {
+  total: number;
+  idle: number;
+  waiting: number;
+}
+
 /** An open database: the Kysely handle, which engine it is, and how to close it. */
 export interface Database {
   db: Kysely<DB>;
   kind: DatabaseTarget["kind"];
   /** Human-readable location (URL without password, or the PGlite directory). */
   location: string;
+  /** The `pg.Pool`'s counts right now; PGlite is one embedded connection: 1/0/0. */
+  poolStats(): PoolStats;
   close(): Promise<void>;
 }
 
@@ -58,7 +67,8 @@ function openPostgres(url: string, poolSize = 10): Database {
   // An idle client that loses its connection must not crash the process.
   pool.on("error", (error) => process.stderr.write(`postgres pool: ${error.message}\n`));
   const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
-  return { db, kind: "postgres", location: redact(url), close: () => db.destroy() };
+  const poolStats = () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount });
+  return { db, kind: "postgres", location: redact(url), poolStats, close: () => db.destroy() };
 }
 
 async function openPglite(dir: string): Promise<Database> {
@@ -66,7 +76,7 @@ async function openPglite(dir: string): Promise<Database> {
   const pglite = dir === ":memory:" ? new PGlite() : new PGlite(dir);
   await pglite.waitReady;
   const db = new Kysely<DB>({ dialect: new PGliteDialect({ pglite }) });
-  return { db, kind: "pglite", location: dir, close: () => db.destroy() };
+  return { db, kind: "pglite", location: dir, poolStats: () => ({ total: 1, idle: 0, waiting: 0 }), close: () => db.destroy() };
 }
 
 function redact(url: string): string {
