@@ -1,6 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import http2 from "node:http2";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PromptRequestSchema, SessionService } from "../../gen/ledger/v1/service_pb.js";
@@ -81,14 +82,33 @@ describe("fuzzing the prompt path", () => {
         const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/Prompt`, { method: "POST", headers: { "content-type": "application/proto" }, body });
         if (res.status === 200) return;
         const error = (await res.json()) as { code?: string; message?: string };
-        // Known limit: connect-es reports an undecodable binary frame as INTERNAL "parse binary: ..."
-        // (connect-es protocol/serialization.ts; JSON parse errors are INVALID_ARGUMENT). Anything
-        // else internal is ours and fails the test.
-        const undecodable = error.code === "internal" && error.message?.startsWith("parse binary: ");
-        if (!undecodable && (error.code === "internal" || error.code === "unknown")) throw new Error(`HTTP ${res.status} ${JSON.stringify(error)}`);
+        if (error.code === "internal" || error.code === "unknown") throw new Error(`HTTP ${res.status} ${JSON.stringify(error)}`);
       }),
       { numRuns: Math.ceil(RUNS / 2) },
     );
     expect((await t.client.listAgents({})).defaultAgent).toBe("build");
+  });
+
+  it("answers an undecodable gRPC frame with INVALID_ARGUMENT (grpc-status 3), not INTERNAL", async () => {
+    const session = http2.connect(t.ledger.url);
+    try {
+      const status = await new Promise<string | undefined>((resolve, reject) => {
+        const req = session.request({ ":method": "POST", ":path": "/ledger.v1.SessionService/Prompt", "content-type": "application/grpc", te: "trailers" });
+        let grpcStatus: string | undefined;
+        req.on("response", (headers) => (grpcStatus ??= headers["grpc-status"] as string | undefined));
+        req.on("trailers", (trailers) => (grpcStatus = trailers["grpc-status"] as string | undefined));
+        req.on("end", () => resolve(grpcStatus));
+        req.on("error", reject);
+        req.resume();
+        const garbage = Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+        const frame = Buffer.alloc(5 + garbage.length);
+        frame.writeUInt32BE(garbage.length, 1);
+        garbage.copy(frame, 5);
+        req.end(frame);
+      });
+      expect(status).toBe("3");
+    } finally {
+      session.close();
+    }
   });
 });
