@@ -41,7 +41,8 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     entry.done = (async () => {
       let release: Release | undefined;
       try {
-        release = await locks.acquire(sessionId, signal);
+        // If the lock's connection drops, another replica may start on this session: stop here.
+        release = await locks.acquire(sessionId, signal, () => entry.controller.abort());
         // Holding the lock, nothing else writes this session: close what a dead holder left open.
         await recoverSession(deps, sessionId);
         do {
@@ -75,8 +76,8 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
   const run = (sessionId: string, options: { resume?: string } = {}): Promise<void> => {
     const entry = running.get(sessionId);
     if (!entry) return start(sessionId, options.resume).done;
-    // A loop that stopped looking would miss this prompt: run again once it has let go.
-    if (entry.finishing) return entry.done.then(() => run(sessionId, options));
+    // A loop that stopped looking (or is being aborted) would miss this prompt: run again once it has let go.
+    if (entry.finishing || entry.controller.signal.aborted) return entry.done.then(() => run(sessionId, options));
     entry.wake = true;
     entry.resume ??= options.resume;
     return entry.done;

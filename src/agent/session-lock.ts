@@ -7,9 +7,10 @@ export type Release = () => Promise<void>;
 export interface SessionLocks {
   /**
    * Waits until this process holds the session's lock and returns its release. Rejects with the
-   * signal's reason when `signal` aborts while waiting.
+   * signal's reason when `signal` aborts while waiting. `onLost` is called if the lock is lost
+   * while held (its connection dropped: another replica may take the session over).
    */
-  acquire(sessionId: string, signal: AbortSignal): Promise<Release>;
+  acquire(sessionId: string, signal: AbortSignal, onLost?: () => void): Promise<Release>;
   /** Takes the lock only if it is free right now; undefined when another run holds it. */
   tryAcquire(sessionId: string): Promise<Release | undefined>;
 }
@@ -22,15 +23,24 @@ export interface SessionLocks {
  */
 export function postgresLocks(url: string): SessionLocks {
   return {
-    async acquire(sessionId, signal) {
+    async acquire(sessionId, signal, onLost) {
       signal.throwIfAborted();
       const client = new pg.Client({ connectionString: url, application_name: "ledger-loop-lock" });
-      client.on("error", () => {});
+      let held = false;
+      let released = false;
+      const lost = () => {
+        if (held && !released) onLost?.();
+      };
+      client.on("error", lost);
+      client.on("end", lost);
       await client.connect();
       const cancel = () => void client.end().catch(() => {});
       signal.addEventListener("abort", cancel, { once: true });
       try {
+        // An abort that came while connecting must not leave us waiting for the lock.
+        signal.throwIfAborted();
         await client.query("select pg_advisory_lock(hashtextextended($1, 0))", [sessionId]);
+        held = true;
       } catch (error) {
         await client.end().catch(() => {});
         signal.throwIfAborted();
@@ -38,7 +48,10 @@ export function postgresLocks(url: string): SessionLocks {
       } finally {
         signal.removeEventListener("abort", cancel);
       }
-      return unlock(client, sessionId);
+      return async () => {
+        released = true;
+        await unlock(client, sessionId)();
+      };
     },
     async tryAcquire(sessionId) {
       const client = new pg.Client({ connectionString: url, application_name: "ledger-loop-lock" });

@@ -53,6 +53,14 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
   let abortHandler: ((sessionId: string) => void) | undefined;
 
   const onNotification = (message: pg.Notification) => {
+    try {
+      receive(message);
+    } catch (error) {
+      // A malformed payload (another version, a stray NOTIFY) must not take the process down.
+      process.stderr.write(`relay: ignored a malformed ${message.channel} notification: ${String(error)}\n`);
+    }
+  };
+  const receive = (message: pg.Notification) => {
     const payload = message.payload ?? "";
     const bar = payload.indexOf("|");
     if (bar < 0 || payload.slice(0, bar) === origin) return;

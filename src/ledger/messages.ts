@@ -4,7 +4,7 @@ import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Kysely } from "kysely";
 import { getMessageRow, listMessageRows, listPartRows, rowToMessage, rowToPart } from "../storage/message-store.js";
 import type { DB, MessageRow } from "../storage/schema.js";
-import { getSession } from "../storage/session-store.js";
+import { getSession, rowToSession } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
@@ -15,21 +15,36 @@ export const MESSAGE_PAGE = { default: 100, max: 1000 } as const;
 /**
  * One page of a session's messages with their parts, oldest first (by server position).
  * `pageToken` continues after the previous page; `nextPageToken` is empty on the last page.
+ * Unless `includeReverted`, what lies past the session's revert point is left out: later
+ * messages, and the revert message itself, or only its parts from the revert part on.
  * Throws `SessionNotFoundError` (NOT_FOUND) and `InvalidArgumentError` (bad `page_token`).
  */
 export async function listMessages(
   deps: LedgerDeps,
   sessionId: string,
-  page: { pageSize: number; pageToken: string },
+  page: { pageSize: number; pageToken: string; includeReverted?: boolean },
 ): Promise<{ messages: MessageWithParts[]; nextPageToken: string }> {
-  if (!(await getSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+  const session = await getSession(deps.db, sessionId);
+  if (!session) throw new SessionNotFoundError(sessionId);
   const limit = Math.min(page.pageSize || MESSAGE_PAGE.default, MESSAGE_PAGE.max);
-  const after = page.pageToken ? Number(decodePageToken("page_token", page.pageToken, ["p"]).p) : undefined;
-  const rows = await listMessageRows(deps.db, sessionId, { afterPosition: after, limit: limit + 1 });
+  const after = page.pageToken ? Number(decodePageToken("page_token", page.pageToken, { p: "int" }).p) : undefined;
+  const revert = page.includeReverted ? undefined : rowToSession(session).revert;
+  const revertRow = revert ? await getMessageRow(deps.db, revert.messageId) : undefined;
+  const cut = revert && revertRow?.session_id === sessionId ? { position: Number(revertRow.position), messageId: revert.messageId, partId: revert.partId } : undefined;
+  const before = cut ? cut.position + (cut.partId ? 1 : 0) : undefined;
+  const rows = await listMessageRows(deps.db, sessionId, { afterPosition: after, beforePosition: before, limit: limit + 1 });
   const pageRows = rows.slice(0, limit);
   const last = pageRows.at(-1);
+  const messages = await withParts(deps.db, pageRows);
+  if (cut?.partId) {
+    for (const message of messages) {
+      if (message.message?.kind.value?.id !== cut.messageId) continue;
+      const from = message.parts.findIndex((p) => p.id === cut.partId);
+      if (from >= 0) message.parts = message.parts.slice(0, from);
+    }
+  }
   return {
-    messages: await withParts(deps.db, pageRows),
+    messages,
     nextPageToken: rows.length > limit && last ? encodePageToken({ p: Number(last.position) }) : "",
   };
 }

@@ -8,16 +8,30 @@ export function encodePageToken(cursor: Record<string, string | number>): string
   return Buffer.from(JSON.stringify(cursor), "utf8").toString("base64url");
 }
 
+/** What each cursor field must hold: a string, a non-negative integer, or an ISO date. */
+export type CursorField = "string" | "int" | "date";
+
 /**
- * Decodes a page token made by `encodePageToken` and checks that `keys` are present.
- * Throws `InvalidArgumentError` on `field` when the token is not one of ours.
+ * Decodes a page token made by `encodePageToken` and checks every field of `shape` (present,
+ * of its kind). Throws `InvalidArgumentError` on `field` when the token is not one of ours, so
+ * a forged token is a client error, never a failed query.
  */
-export function decodePageToken<K extends string>(field: string, token: string, keys: readonly K[]): Record<K, string | number> {
+export function decodePageToken<K extends string>(field: string, token: string, shape: Record<K, CursorField>): Record<K, string | number> {
   try {
     const value: unknown = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));
-    if (value && typeof value === "object" && keys.every((k) => k in value)) return value as Record<K, string | number>;
+    if (value && typeof value === "object") {
+      const record = value as Record<string, unknown>;
+      const ok = (Object.entries(shape) as Array<[K, CursorField]>).every(([key, kind]) => valid(record[key], kind));
+      if (ok) return record as Record<K, string | number>;
+    }
   } catch {
     // fall through
   }
   throw new InvalidArgumentError(field, "is not a page token issued by this service");
+}
+
+function valid(value: unknown, kind: CursorField): boolean {
+  if (kind === "int") return typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
+  if (typeof value !== "string") return false;
+  return kind === "string" || !Number.isNaN(Date.parse(value));
 }

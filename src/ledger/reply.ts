@@ -121,15 +121,22 @@ async function startAnswer(
 async function* untilAnswered(deps: LedgerDeps, sessionId: string, userId: string, after: bigint, ran: Promise<void>, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const stop = new AbortController();
   let answered = false;
-  void ran.then(async () => {
-    await new Promise((resolve) => setTimeout(resolve, RUN_END_GRACE_MS));
-    if (!answered && !(await finalAnswer(deps, sessionId, userId))) stop.abort();
-  });
+  let grace: NodeJS.Timeout | undefined;
+  void ran
+    .then(async () => {
+      await new Promise((resolve) => (grace = setTimeout(resolve, RUN_END_GRACE_MS)));
+      if (!answered && !(await finalAnswer(deps, sessionId, userId))) stop.abort();
+    })
+    .catch(() => stop.abort());
   const feedSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;
-  for await (const event of followSession(deps, sessionId, after, feedSignal)) {
-    yield event;
-    if (isFinalAnswer(event, userId)) answered = true;
-    if (answered && event.kind.case === "sessionStatus" && event.kind.value.status.case === "idle") return;
+  try {
+    for await (const event of followSession(deps, sessionId, after, feedSignal)) {
+      yield event;
+      if (isFinalAnswer(event, userId)) answered = true;
+      if (answered && event.kind.case === "sessionStatus" && event.kind.value.status.case === "idle") return;
+    }
+  } finally {
+    clearTimeout(grace);
   }
   if (!answered && stop.signal.aborted && !signal?.aborted) {
     throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });

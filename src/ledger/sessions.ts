@@ -60,6 +60,12 @@ export async function getSession(deps: LedgerDeps, sessionId: string): Promise<S
   return store.rowToSession(row);
 }
 
+/** The sessions whose parent is `sessionId`, newest first. Throws `SessionNotFoundError`. */
+export async function listChildren(deps: LedgerDeps, sessionId: string): Promise<Session[]> {
+  if (!(await store.getSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+  return (await store.listChildSessions(deps.db, sessionId)).map(store.rowToSession);
+}
+
 /**
  * One page of sessions, most recently updated first, optionally of one `directory`
  * (compared resolved). Throws `InvalidArgumentError` on a bad `page_token`.
@@ -69,7 +75,7 @@ export async function listSessions(
   page: { pageSize: number; pageToken: string; directory: string },
 ): Promise<{ sessions: Session[]; nextPageToken: string }> {
   const limit = Math.min(page.pageSize || SESSION_PAGE.default, SESSION_PAGE.max);
-  const token = page.pageToken ? decodePageToken("page_token", page.pageToken, ["t", "id"]) : undefined;
+  const token = page.pageToken ? decodePageToken("page_token", page.pageToken, { t: "date", id: "string" }) : undefined;
   const cursor = token ? { timeUpdated: new Date(String(token.t)), id: String(token.id) } : undefined;
   const directory = page.directory ? await realpath(path.resolve(deps.cwd, page.directory)).catch(() => page.directory) : undefined;
   const rows = await store.listSessions(deps.db, { limit: limit + 1, cursor, directory });

@@ -10,7 +10,7 @@ import { createMetrics } from "../observe/metrics.js";
 import { METRICS_PATH, metricsHandler } from "../observe/metrics-http.js";
 import { createRpcObserver } from "../observe/rpc.js";
 import { corsHeaders } from "./cors.js";
-import { bearerAuth } from "./auth.js";
+import { bearerAuth, isLoopback } from "./auth.js";
 import { errorInterceptor } from "./errors.js";
 import { createRoutes } from "./routes.js";
 
@@ -76,6 +76,13 @@ export function createServer(deps: LedgerDeps): LedgerServer {
       res.end();
       return;
     }
+    // Without a token the server trusts only this machine: refuse other Host names, so a web
+    // page cannot reach it through DNS rebinding.
+    if (!deps.config.token && !isLoopbackHost(req.headers.host ?? req.headers[":authority"])) {
+      res.writeHead(403, { "content-type": "text/plain" });
+      res.end("host not allowed: without a token this server answers only loopback host names\n");
+      return;
+    }
     inFlight++;
     res.once("close", () => void inFlight--);
     if ((req.url ?? "").split("?", 1)[0] === METRICS_PATH) {
@@ -99,7 +106,10 @@ export function createServer(deps: LedgerDeps): LedgerServer {
     socket.once("close", () => sockets.delete(socket));
     // A peer that resets before the hand-over must not crash the process.
     socket.on("error", () => socket.destroy());
+    // A connection that never says anything is dropped (the HTTP servers time out the rest).
+    socket.setTimeout(SNIFF_TIMEOUT_MS, () => socket.destroy());
     socket.once("data", (chunk: Buffer) => {
+      socket.setTimeout(0);
       socket.pause();
       if (chunk.subarray(0, 3).toString("latin1") === "PRI") {
         h2.emit("connection", replay(socket, chunk));
@@ -176,6 +186,17 @@ function replay(socket: net.Socket, head: Buffer): Duplex {
   socket.on("error", (error) => duplex.destroy(error));
   socket.resume();
   return duplex;
+}
+
+/** How long (ms) a new connection may stay silent before it is closed. */
+const SNIFF_TIMEOUT_MS = 30_000;
+
+/** True for a Host header naming this machine (any port), or no Host at all. */
+function isLoopbackHost(host: string | string[] | undefined): boolean {
+  if (host === undefined) return true;
+  const value = Array.isArray(host) ? (host[0] ?? "") : host;
+  const name = value.startsWith("[") ? value.slice(0, value.indexOf("]") + 1) : value.replace(/:\d+$/, "");
+  return isLoopback(name);
 }
 
 /** A draining server waits until no request has arrived for this long (ms). */

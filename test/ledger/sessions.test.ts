@@ -47,6 +47,9 @@ describe("session CRUD", () => {
     expect([...page1.sessions, ...page2.sessions].map((s) => s.title)).toEqual(["renamed", "s2", "s1"]);
     expect(page2.nextPageToken).toBe("");
     expect(await code(t.client.listSessions({ pageToken: "garbage" }))).toBe(Code.InvalidArgument);
+    const forged = (cursor: object) => Buffer.from(JSON.stringify(cursor)).toString("base64url");
+    expect(await code(t.client.listSessions({ pageToken: forged({ t: "zzz", id: "x" }) }))).toBe(Code.InvalidArgument);
+    expect(await code(t.client.listMessages({ sessionId: ids[0]!, pageToken: forged({ p: "abc" }) }))).toBe(Code.InvalidArgument);
   });
 
   it("deletes a session with its messages, parts and events", async () => {

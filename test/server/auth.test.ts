@@ -68,3 +68,27 @@ describe("binding", () => {
     }
   });
 });
+
+describe("host names without a token", () => {
+  it("refuses a request whose Host is not loopback (DNS rebinding), and accepts localhost", async () => {
+    const open = await startTestLedger();
+    try {
+      const port = new URL(open.ledger.url).port;
+      const { request } = await import("node:http");
+      const status = (host: string) =>
+        new Promise<number>((resolve, reject) => {
+          const req = request({ host: "127.0.0.1", port, path: "/ledger.v1.SessionService/ListAgents", method: "POST", headers: { host, "content-type": "application/json" } }, (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          });
+          req.on("error", reject);
+          req.end("{}");
+        });
+      expect(await status(`evil.example:${port}`)).toBe(403);
+      expect(await status(`localhost:${port}`)).toBe(200);
+      expect(await status(`127.0.0.1:${port}`)).toBe(200);
+    } finally {
+      await open.close();
+    }
+  });
+});
