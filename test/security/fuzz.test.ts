@@ -10,7 +10,7 @@ import { startTestLedger, type TestLedger } from "../support/ledger.js";
 // Property tests against the real server: whatever a client sends, the answer is a success or
 // one of the documented refusals, never INTERNAL, and the server stays up. `npm run fuzz` runs
 // FUZZ_RUNS=100000; CI runs a few thousand cases.
-const RUNS = Number(process.env.FUZZ_RUNS ?? 1500);
+const RUNS = Number(process.env.FUZZ_RUNS ?? 2500);
 const ALLOWED = new Set([Code.InvalidArgument, Code.ResourceExhausted, Code.PermissionDenied, Code.NotFound, Code.AlreadyExists, Code.FailedPrecondition]);
 
 let t: TestLedger;
