@@ -43,6 +43,25 @@ export class MessageNotFoundError extends LedgerError {
   }
 }
 
+/** A part id names no part of the message. Maps to `NOT_FOUND`. */
+export class PartNotFoundError extends LedgerError {
+  readonly reason = "PART_NOT_FOUND";
+  constructor(readonly partId: string, readonly field = "part_id") {
+    super(`${field}: part ${partId} not found`, { part_id: partId });
+  }
+}
+
+/**
+ * The session's agent loop runs (here, or on another replica by its last `session_status`),
+ * so its messages cannot be changed now. Maps to `FAILED_PRECONDITION`.
+ */
+export class SessionBusyError extends LedgerError {
+  readonly reason = "SESSION_BUSY";
+  constructor(readonly sessionId: string) {
+    super(`session ${sessionId} is busy: its agent loop is running; abort it or wait until it is idle`, { session_id: sessionId });
+  }
+}
+
 /** The requested agent does not exist or is hidden. Maps to `NOT_FOUND`, listing `available`. */
 export class AgentNotFoundError extends LedgerError {
   readonly reason = "AGENT_NOT_FOUND";

@@ -14,6 +14,7 @@ import type { LedgerDeps } from "./deps.js";
 import { AlreadyExistsError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
 import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
 import { promptFingerprint } from "./prompt-hash.js";
+import { applyRevert } from "./revert.js";
 import { resolveAgent, resolveModel, resolveVariant, sameModel } from "./selection.js";
 import { isUniqueViolation, writeSession, type EventKind } from "./writer.js";
 
@@ -23,7 +24,8 @@ export type { StoredPrompt } from "./prompt-replay.js";
  * Stores a prompt as a user message with its parts (design.md §3; OpenCode
  * `SessionPrompt.prompt` + `createUserMessage`), in this order: load the session; resolve
  * agent, model and variant; resolve every draft concurrently; run the `chatMessage` plugin
- * hooks; then ONE transaction: agent/model switch, the message, its parts in order, the events
+ * hooks; then ONE transaction: the session's pending revert (`applyRevert`: `message_removed`,
+ * `part_removed`), agent/model switch, the message, its parts in order, the events
  * (`agent_switched`, `model_switched`, `message_updated`, `part_updated`..., `session_error`,
  * `synthetic`, `prompted`, `session_updated`) with gap-free `seq`, the session touch, and the
  * permission rules from the deprecated `tools` map (replacing the session's).
@@ -88,6 +90,8 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest): Pro
         w.emit({ case: "modelSwitched", value: { previous: w.session.model, current: model } });
         w.session.model = create(ModelRefSchema, model);
       }
+      // A revert point set since the last prompt is carried out now, before the new message.
+      await applyRevert(w);
       await insertMessage(w.trx, { message: hooked.message, position: w.nextPosition(), requestHash: fingerprint });
       w.session.messageCount += 1;
       await insertParts(w.trx, hooked.parts.map((part) => ({ part, position: w.nextPosition() })));

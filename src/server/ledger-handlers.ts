@@ -1,11 +1,15 @@
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { AgentSchema, ModelSchema } from "../../gen/ledger/v1/model_pb.js";
+import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { PromptRequestSchema, type PromptAsyncRequest, type PromptRequest, type PromptStreamRequest, type SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { listAgents, listModels } from "../ledger/catalog.js";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { getMessage, listMessages } from "../ledger/messages.js";
 import { abortSession, prompt, promptAsync, promptStream, resumeSession } from "../ledger/reply.js";
+import { deleteMessage, deletePart, updatePart } from "../ledger/edits.js";
+import { revertSession, unrevertSession } from "../ledger/revert.js";
+import { getStatus } from "../ledger/status.js";
 import { watchSession } from "../ledger/watch.js";
 import * as sessions from "../ledger/sessions.js";
 
@@ -61,6 +65,29 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     },
     async abort(req) {
       return { aborted: await abortSession(deps, req.sessionId) };
+    },
+    async revert(req) {
+      return { session: await revertSession(deps, req.sessionId, req.messageId, req.partId) };
+    },
+    async unrevert(req) {
+      return { session: await unrevertSession(deps, req.sessionId) };
+    },
+    async deleteMessage(req) {
+      await deleteMessage(deps, req.sessionId, req.messageId);
+      return {};
+    },
+    async deletePart(req) {
+      await deletePart(deps, req.sessionId, req.messageId, req.partId);
+      return {};
+    },
+    async updatePart(req) {
+      return { part: await updatePart(deps, req.sessionId, req.messageId, req.part ?? create(PartSchema)) };
+    },
+    async listChildren(req) {
+      return { sessions: await sessions.listChildren(deps, req.sessionId) };
+    },
+    async getStatus() {
+      return { statuses: await getStatus(deps) };
     },
     async listAgents() {
       const { agents, defaultAgent } = listAgents(deps.config);

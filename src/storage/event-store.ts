@@ -67,3 +67,15 @@ export async function pruneEvents(db: Kysely<DB>, cutoff: Date): Promise<number>
     select coalesce(sum(n), 0)::text as deleted from bumped`.execute(db);
   return Number(result.rows[0]?.deleted ?? 0);
 }
+
+/**
+ * The last `session_status` event of each session (or only of `sessionId`), in session id order.
+ * A session that never ran a loop has none.
+ */
+export async function lastStatusEvents(db: Kysely<DB>, sessionId?: string): Promise<SessionEvent[]> {
+  const filter = sessionId ? sql`and session_id = ${sessionId}` : sql``;
+  const rows = await sql<SessionEventRow>`
+    select distinct on (session_id) session_id, seq, kind, data, time from session_event
+    where kind = 'session_status' ${filter} order by session_id, seq desc`.execute(db);
+  return rows.rows.map(rowToEvent);
+}

@@ -114,3 +114,35 @@ export function messageIds(message: Message): { id: string; sessionId: string } 
   if (!inner) throw new Error("message has no kind");
   return { id: inner.id, sessionId: inner.sessionId };
 }
+
+/** Reads one part row by id, or undefined. */
+export async function getPartRow(db: Kysely<DB>, id: string): Promise<PartRow | undefined> {
+  return db.selectFrom("part").selectAll().where("id", "=", id).executeTakeFirst();
+}
+
+/** A removed part: its id and its message's id. */
+export interface RemovedPart {
+  id: string;
+  message_id: string;
+}
+
+/**
+ * Deletes the given messages and their parts; returns the removed messages' ids and the removed
+ * parts (each in position order) so the caller can emit `message_removed`/`part_removed`.
+ */
+export async function deleteMessages(trx: Transaction<DB>, messageIds: string[]): Promise<{ messages: string[]; parts: RemovedPart[] }> {
+  if (messageIds.length === 0) return { messages: [], parts: [] };
+  const parts = await trx.deleteFrom("part").where("message_id", "in", messageIds).returning(["id", "message_id", "position"]).execute();
+  const messages = await trx.deleteFrom("message").where("id", "in", messageIds).returning(["id", "position"]).execute();
+  return {
+    messages: messages.sort((a, b) => Number(a.position) - Number(b.position)).map((m) => m.id),
+    parts: parts.sort((a, b) => Number(a.position) - Number(b.position)).map(({ id, message_id }) => ({ id, message_id })),
+  };
+}
+
+/** Deletes the given parts; returns the removed ones in position order. */
+export async function deleteParts(trx: Transaction<DB>, partIds: string[]): Promise<RemovedPart[]> {
+  if (partIds.length === 0) return [];
+  const rows = await trx.deleteFrom("part").where("id", "in", partIds).returning(["id", "message_id", "position"]).execute();
+  return rows.sort((a, b) => Number(a.position) - Number(b.position)).map(({ id, message_id }) => ({ id, message_id }));
+}

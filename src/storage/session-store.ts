@@ -110,3 +110,15 @@ function sessionData(session: Session): string {
 }
 
 const messageCount = sql<string>`(select count(*) from message m where m.session_id = session.id)`.as("message_count");
+
+/** Lists the sessions whose parent is `parentId`, newest created first (ties by id, descending). */
+export async function listChildSessions(db: Kysely<DB>, parentId: string): Promise<SessionRowWithCount[]> {
+  return db
+    .selectFrom("session")
+    .selectAll("session")
+    .select(messageCount)
+    .where("parent_id", "=", parentId)
+    .orderBy("time_created", "desc")
+    .orderBy("id", "desc")
+    .execute();
+}

@@ -5,13 +5,13 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
-import type { SessionEvent } from "./event_pb.js";
+import type { SessionEvent, SessionStatus } from "./event_pb.js";
 import { file_ledger_v1_event } from "./event_pb.js";
 import type { MessageWithParts, OutputFormat } from "./message_pb.js";
 import { file_ledger_v1_message } from "./message_pb.js";
 import type { Agent, Model, ModelRef } from "./model_pb.js";
 import { file_ledger_v1_model } from "./model_pb.js";
-import type { PartInput } from "./part_pb.js";
+import type { Part, PartInput } from "./part_pb.js";
 import { file_ledger_v1_part } from "./part_pb.js";
 import type { Session } from "./session_pb.js";
 import { file_ledger_v1_session } from "./session_pb.js";
@@ -21,7 +21,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ledger/v1/service.proto.
  */
 export const file_ledger_v1_service: GenFile = /*@__PURE__*/
-  fileDesc("ChdsZWRnZXIvdjEvc2VydmljZS5wcm90bxIJbGVkZ2VyLnYxIsQBChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIbCglkaXJlY3RvcnkYASABKAlCCLpIBXIDGIAgEhcKBXRpdGxlGAIgASgJQgi6SAVyAxiACBI5CglwYXJlbnRfaWQYAyABKAlCJrpII9gBAXIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEhcKBWFnZW50GAQgASgJQgi6SAVyAxiAARIiCgVtb2RlbBgFIAEoCzITLmxlZGdlci52MS5Nb2RlbFJlZiI8ChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLmxlZGdlci52MS5TZXNzaW9uIkwKEUdldFNlc3Npb25SZXF1ZXN0EjcKCnNlc3Npb25faWQYASABKAlCI7pIIHIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kIjkKEkdldFNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIubGVkZ2VyLnYxLlNlc3Npb24ibQoTTGlzdFNlc3Npb25zUmVxdWVzdBIbCglwYWdlX3NpemUYASABKA1CCLpIBSoDGOgHEhwKCnBhZ2VfdG9rZW4YAiABKAlCCLpIBXIDGIAEEhsKCWRpcmVjdG9yeRgDIAEoCUIIukgFcgMYgCAiVQoUTGlzdFNlc3Npb25zUmVzcG9uc2USJAoIc2Vzc2lvbnMYASADKAsyEi5sZWRnZXIudjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkidwoUVXBkYXRlU2Vzc2lvblJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSHAoFdGl0bGUYAiABKAlCCLpIBXIDGIAISACIAQFCCAoGX3RpdGxlIjwKFVVwZGF0ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIubGVkZ2VyLnYxLlNlc3Npb24iTwoURGVsZXRlU2Vzc2lvblJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQiFwoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlIokBChJGb3JrU2Vzc2lvblJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSOgoKbWVzc2FnZV9pZBgCIAEoCUImukgj2AEBch4yHF5tc2dfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQiOgoTRm9ya1Nlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIubGVkZ2VyLnYxLlNlc3Npb24ivAMKDVByb21wdFJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSOgoKbWVzc2FnZV9pZBgCIAEoCUImukgj2AEBch4yHF5tc2dfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSIgoFbW9kZWwYAyABKAsyEy5sZWRnZXIudjEuTW9kZWxSZWYSFwoFYWdlbnQYBCABKAlCCLpIBXIDGIABEhAKCG5vX3JlcGx5GAUgASgIEjYKBXRvb2xzGAYgAygLMiMubGVkZ2VyLnYxLlByb21wdFJlcXVlc3QuVG9vbHNFbnRyeUICGAESJwoGZm9ybWF0GAcgASgLMhcubGVkZ2VyLnYxLk91dHB1dEZvcm1hdBIOCgZzeXN0ZW0YCCABKAkSGQoHdmFyaWFudBgJIAEoCUIIukgFcgMYgAESLQoFcGFydHMYCiADKAsyFC5sZWRnZXIudjEuUGFydElucHV0Qgi6SAWSAQIIARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCDoCOAEiPgoOUHJvbXB0UmVzcG9uc2USLAoHbWVzc2FnZRgBIAEoCzIbLmxlZGdlci52MS5NZXNzYWdlV2l0aFBhcnRzIsgDChNQcm9tcHRTdHJlYW1SZXF1ZXN0EjcKCnNlc3Npb25faWQYASABKAlCI7pIIHIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEjoKCm1lc3NhZ2VfaWQYAiABKAlCJrpII9gBAXIeMhxebXNnX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEiIKBW1vZGVsGAMgASgLMhMubGVkZ2VyLnYxLk1vZGVsUmVmEhcKBWFnZW50GAQgASgJQgi6SAVyAxiAARIQCghub19yZXBseRgFIAEoCBI8CgV0b29scxgGIAMoCzIpLmxlZGdlci52MS5Qcm9tcHRTdHJlYW1SZXF1ZXN0LlRvb2xzRW50cnlCAhgBEicKBmZvcm1hdBgHIAEoCzIXLmxlZGdlci52MS5PdXRwdXRGb3JtYXQSDgoGc3lzdGVtGAggASgJEhkKB3ZhcmlhbnQYCSABKAlCCLpIBXIDGIABEi0KBXBhcnRzGAogAygLMhQubGVkZ2VyLnYxLlBhcnRJbnB1dEIIukgFkgECCAEaLAoKVG9vbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAg6AjgBIj4KFFByb21wdFN0cmVhbVJlc3BvbnNlEiYKBWV2ZW50GAEgASgLMhcubGVkZ2VyLnYxLlNlc3Npb25FdmVudCLGAwoSUHJvbXB0QXN5bmNSZXF1ZXN0EjcKCnNlc3Npb25faWQYASABKAlCI7pIIHIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEjoKCm1lc3NhZ2VfaWQYAiABKAlCJrpII9gBAXIeMhxebXNnX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEiIKBW1vZGVsGAMgASgLMhMubGVkZ2VyLnYxLk1vZGVsUmVmEhcKBWFnZW50GAQgASgJQgi6SAVyAxiAARIQCghub19yZXBseRgFIAEoCBI7CgV0b29scxgGIAMoCzIoLmxlZGdlci52MS5Qcm9tcHRBc3luY1JlcXVlc3QuVG9vbHNFbnRyeUICGAESJwoGZm9ybWF0GAcgASgLMhcubGVkZ2VyLnYxLk91dHB1dEZvcm1hdBIOCgZzeXN0ZW0YCCABKAkSGQoHdmFyaWFudBgJIAEoCUIIukgFcgMYgAESLQoFcGFydHMYCiADKAsyFC5sZWRnZXIudjEuUGFydElucHV0Qgi6SAWSAQIIARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCDoCOAEiQwoTUHJvbXB0QXN5bmNSZXNwb25zZRIsCgdtZXNzYWdlGAEgASgLMhsubGVkZ2VyLnYxLk1lc3NhZ2VXaXRoUGFydHMiiQEKE0xpc3RNZXNzYWdlc1JlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSGwoJcGFnZV9zaXplGAIgASgNQgi6SAUqAxjoBxIcCgpwYWdlX3Rva2VuGAMgASgJQgi6SAVyAxiABCJeChRMaXN0TWVzc2FnZXNSZXNwb25zZRItCghtZXNzYWdlcxgBIAMoCzIbLmxlZGdlci52MS5NZXNzYWdlV2l0aFBhcnRzEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKFAQoRR2V0TWVzc2FnZVJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSNwoKbWVzc2FnZV9pZBgCIAEoCUIjukggch4yHF5tc2dfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQiQgoSR2V0TWVzc2FnZVJlc3BvbnNlEiwKB21lc3NhZ2UYASABKAsyGy5sZWRnZXIudjEuTWVzc2FnZVdpdGhQYXJ0cyJPChRSZXN1bWVTZXNzaW9uUmVxdWVzdBI3CgpzZXNzaW9uX2lkGAEgASgJQiO6SCByHjIcXnNlc19bMC05QS1ISktNTlAtVFYtWl17MjZ9JCI/ChVSZXN1bWVTZXNzaW9uUmVzcG9uc2USJgoFZXZlbnQYASABKAsyFy5sZWRnZXIudjEuU2Vzc2lvbkV2ZW50ImEKE1dhdGNoU2Vzc2lvblJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSEQoJYWZ0ZXJfc2VxGAIgASgEIj4KFFdhdGNoU2Vzc2lvblJlc3BvbnNlEiYKBWV2ZW50GAEgASgLMhcubGVkZ2VyLnYxLlNlc3Npb25FdmVudCJHCgxBYm9ydFJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQiIAoNQWJvcnRSZXNwb25zZRIPCgdhYm9ydGVkGAEgASgIIhMKEUxpc3RBZ2VudHNSZXF1ZXN0Ik0KEkxpc3RBZ2VudHNSZXNwb25zZRIgCgZhZ2VudHMYASADKAsyEC5sZWRnZXIudjEuQWdlbnQSFQoNZGVmYXVsdF9hZ2VudBgCIAEoCSITChFMaXN0TW9kZWxzUmVxdWVzdCJiChJMaXN0TW9kZWxzUmVzcG9uc2USIAoGbW9kZWxzGAEgAygLMhAubGVkZ2VyLnYxLk1vZGVsEioKDWRlZmF1bHRfbW9kZWwYAiABKAsyEy5sZWRnZXIudjEuTW9kZWxSZWYy7QkKDlNlc3Npb25TZXJ2aWNlElIKDUNyZWF0ZVNlc3Npb24SHy5sZWRnZXIudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaIC5sZWRnZXIudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEkkKCkdldFNlc3Npb24SHC5sZWRnZXIudjEuR2V0U2Vzc2lvblJlcXVlc3QaHS5sZWRnZXIudjEuR2V0U2Vzc2lvblJlc3BvbnNlEk8KDExpc3RTZXNzaW9ucxIeLmxlZGdlci52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8ubGVkZ2VyLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlElIKDVVwZGF0ZVNlc3Npb24SHy5sZWRnZXIudjEuVXBkYXRlU2Vzc2lvblJlcXVlc3QaIC5sZWRnZXIudjEuVXBkYXRlU2Vzc2lvblJlc3BvbnNlElIKDURlbGV0ZVNlc3Npb24SHy5sZWRnZXIudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaIC5sZWRnZXIudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlEkwKC0ZvcmtTZXNzaW9uEh0ubGVkZ2VyLnYxLkZvcmtTZXNzaW9uUmVxdWVzdBoeLmxlZGdlci52MS5Gb3JrU2Vzc2lvblJlc3BvbnNlEj0KBlByb21wdBIYLmxlZGdlci52MS5Qcm9tcHRSZXF1ZXN0GhkubGVkZ2VyLnYxLlByb21wdFJlc3BvbnNlElEKDFByb21wdFN0cmVhbRIeLmxlZGdlci52MS5Qcm9tcHRTdHJlYW1SZXF1ZXN0Gh8ubGVkZ2VyLnYxLlByb21wdFN0cmVhbVJlc3BvbnNlMAESTAoLUHJvbXB0QXN5bmMSHS5sZWRnZXIudjEuUHJvbXB0QXN5bmNSZXF1ZXN0Gh4ubGVkZ2VyLnYxLlByb21wdEFzeW5jUmVzcG9uc2USTwoMTGlzdE1lc3NhZ2VzEh4ubGVkZ2VyLnYxLkxpc3RNZXNzYWdlc1JlcXVlc3QaHy5sZWRnZXIudjEuTGlzdE1lc3NhZ2VzUmVzcG9uc2USSQoKR2V0TWVzc2FnZRIcLmxlZGdlci52MS5HZXRNZXNzYWdlUmVxdWVzdBodLmxlZGdlci52MS5HZXRNZXNzYWdlUmVzcG9uc2USUQoMV2F0Y2hTZXNzaW9uEh4ubGVkZ2VyLnYxLldhdGNoU2Vzc2lvblJlcXVlc3QaHy5sZWRnZXIudjEuV2F0Y2hTZXNzaW9uUmVzcG9uc2UwARI6CgVBYm9ydBIXLmxlZGdlci52MS5BYm9ydFJlcXVlc3QaGC5sZWRnZXIudjEuQWJvcnRSZXNwb25zZRJJCgpMaXN0QWdlbnRzEhwubGVkZ2VyLnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gh0ubGVkZ2VyLnYxLkxpc3RBZ2VudHNSZXNwb25zZRJJCgpMaXN0TW9kZWxzEhwubGVkZ2VyLnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh0ubGVkZ2VyLnYxLkxpc3RNb2RlbHNSZXNwb25zZRJUCg1SZXN1bWVTZXNzaW9uEh8ubGVkZ2VyLnYxLlJlc3VtZVNlc3Npb25SZXF1ZXN0GiAubGVkZ2VyLnYxLlJlc3VtZVNlc3Npb25SZXNwb25zZTABYgZwcm90bzM", [file_buf_validate_validate, file_ledger_v1_event, file_ledger_v1_message, file_ledger_v1_model, file_ledger_v1_part, file_ledger_v1_session]);
+  fileDesc("ChdsZWRnZXIvdjEvc2VydmljZS5wcm90bxIJbGVkZ2VyLnYxIsQBChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIbCglkaXJlY3RvcnkYASABKAlCCLpIBXIDGIAgEhcKBXRpdGxlGAIgASgJQgi6SAVyAxiACBI5CglwYXJlbnRfaWQYAyABKAlCJrpII9gBAXIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEhcKBWFnZW50GAQgASgJQgi6SAVyAxiAARIiCgVtb2RlbBgFIAEoCzITLmxlZGdlci52MS5Nb2RlbFJlZiI8ChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLmxlZGdlci52MS5TZXNzaW9uIkwKEUdldFNlc3Npb25SZXF1ZXN0EjcKCnNlc3Npb25faWQYASABKAlCI7pIIHIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kIjkKEkdldFNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIubGVkZ2VyLnYxLlNlc3Npb24ibQoTTGlzdFNlc3Npb25zUmVxdWVzdBIbCglwYWdlX3NpemUYASABKA1CCLpIBSoDGOgHEhwKCnBhZ2VfdG9rZW4YAiABKAlCCLpIBXIDGIAEEhsKCWRpcmVjdG9yeRgDIAEoCUIIukgFcgMYgCAiVQoUTGlzdFNlc3Npb25zUmVzcG9uc2USJAoIc2Vzc2lvbnMYASADKAsyEi5sZWRnZXIudjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkidwoUVXBkYXRlU2Vzc2lvblJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSHAoFdGl0bGUYAiABKAlCCLpIBXIDGIAISACIAQFCCAoGX3RpdGxlIjwKFVVwZGF0ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIubGVkZ2VyLnYxLlNlc3Npb24iTwoURGVsZXRlU2Vzc2lvblJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQiFwoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlIokBChJGb3JrU2Vzc2lvblJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSOgoKbWVzc2FnZV9pZBgCIAEoCUImukgj2AEBch4yHF5tc2dfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQiOgoTRm9ya1Nlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIubGVkZ2VyLnYxLlNlc3Npb24ivAMKDVByb21wdFJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSOgoKbWVzc2FnZV9pZBgCIAEoCUImukgj2AEBch4yHF5tc2dfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSIgoFbW9kZWwYAyABKAsyEy5sZWRnZXIudjEuTW9kZWxSZWYSFwoFYWdlbnQYBCABKAlCCLpIBXIDGIABEhAKCG5vX3JlcGx5GAUgASgIEjYKBXRvb2xzGAYgAygLMiMubGVkZ2VyLnYxLlByb21wdFJlcXVlc3QuVG9vbHNFbnRyeUICGAESJwoGZm9ybWF0GAcgASgLMhcubGVkZ2VyLnYxLk91dHB1dEZvcm1hdBIOCgZzeXN0ZW0YCCABKAkSGQoHdmFyaWFudBgJIAEoCUIIukgFcgMYgAESLQoFcGFydHMYCiADKAsyFC5sZWRnZXIudjEuUGFydElucHV0Qgi6SAWSAQIIARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCDoCOAEiPgoOUHJvbXB0UmVzcG9uc2USLAoHbWVzc2FnZRgBIAEoCzIbLmxlZGdlci52MS5NZXNzYWdlV2l0aFBhcnRzIsgDChNQcm9tcHRTdHJlYW1SZXF1ZXN0EjcKCnNlc3Npb25faWQYASABKAlCI7pIIHIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEjoKCm1lc3NhZ2VfaWQYAiABKAlCJrpII9gBAXIeMhxebXNnX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEiIKBW1vZGVsGAMgASgLMhMubGVkZ2VyLnYxLk1vZGVsUmVmEhcKBWFnZW50GAQgASgJQgi6SAVyAxiAARIQCghub19yZXBseRgFIAEoCBI8CgV0b29scxgGIAMoCzIpLmxlZGdlci52MS5Qcm9tcHRTdHJlYW1SZXF1ZXN0LlRvb2xzRW50cnlCAhgBEicKBmZvcm1hdBgHIAEoCzIXLmxlZGdlci52MS5PdXRwdXRGb3JtYXQSDgoGc3lzdGVtGAggASgJEhkKB3ZhcmlhbnQYCSABKAlCCLpIBXIDGIABEi0KBXBhcnRzGAogAygLMhQubGVkZ2VyLnYxLlBhcnRJbnB1dEIIukgFkgECCAEaLAoKVG9vbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAg6AjgBIj4KFFByb21wdFN0cmVhbVJlc3BvbnNlEiYKBWV2ZW50GAEgASgLMhcubGVkZ2VyLnYxLlNlc3Npb25FdmVudCLGAwoSUHJvbXB0QXN5bmNSZXF1ZXN0EjcKCnNlc3Npb25faWQYASABKAlCI7pIIHIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEjoKCm1lc3NhZ2VfaWQYAiABKAlCJrpII9gBAXIeMhxebXNnX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEiIKBW1vZGVsGAMgASgLMhMubGVkZ2VyLnYxLk1vZGVsUmVmEhcKBWFnZW50GAQgASgJQgi6SAVyAxiAARIQCghub19yZXBseRgFIAEoCBI7CgV0b29scxgGIAMoCzIoLmxlZGdlci52MS5Qcm9tcHRBc3luY1JlcXVlc3QuVG9vbHNFbnRyeUICGAESJwoGZm9ybWF0GAcgASgLMhcubGVkZ2VyLnYxLk91dHB1dEZvcm1hdBIOCgZzeXN0ZW0YCCABKAkSGQoHdmFyaWFudBgJIAEoCUIIukgFcgMYgAESLQoFcGFydHMYCiADKAsyFC5sZWRnZXIudjEuUGFydElucHV0Qgi6SAWSAQIIARosCgpUb29sc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCDoCOAEiQwoTUHJvbXB0QXN5bmNSZXNwb25zZRIsCgdtZXNzYWdlGAEgASgLMhsubGVkZ2VyLnYxLk1lc3NhZ2VXaXRoUGFydHMiowEKE0xpc3RNZXNzYWdlc1JlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSGwoJcGFnZV9zaXplGAIgASgNQgi6SAUqAxjoBxIcCgpwYWdlX3Rva2VuGAMgASgJQgi6SAVyAxiABBIYChBpbmNsdWRlX3JldmVydGVkGAQgASgIIl4KFExpc3RNZXNzYWdlc1Jlc3BvbnNlEi0KCG1lc3NhZ2VzGAEgAygLMhsubGVkZ2VyLnYxLk1lc3NhZ2VXaXRoUGFydHMSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIoUBChFHZXRNZXNzYWdlUmVxdWVzdBI3CgpzZXNzaW9uX2lkGAEgASgJQiO6SCByHjIcXnNlc19bMC05QS1ISktNTlAtVFYtWl17MjZ9JBI3CgptZXNzYWdlX2lkGAIgASgJQiO6SCByHjIcXm1zZ19bMC05QS1ISktNTlAtVFYtWl17MjZ9JCJCChJHZXRNZXNzYWdlUmVzcG9uc2USLAoHbWVzc2FnZRgBIAEoCzIbLmxlZGdlci52MS5NZXNzYWdlV2l0aFBhcnRzIk8KFFJlc3VtZVNlc3Npb25SZXF1ZXN0EjcKCnNlc3Npb25faWQYASABKAlCI7pIIHIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kIj8KFVJlc3VtZVNlc3Npb25SZXNwb25zZRImCgVldmVudBgBIAEoCzIXLmxlZGdlci52MS5TZXNzaW9uRXZlbnQiYQoTV2F0Y2hTZXNzaW9uUmVxdWVzdBI3CgpzZXNzaW9uX2lkGAEgASgJQiO6SCByHjIcXnNlc19bMC05QS1ISktNTlAtVFYtWl17MjZ9JBIRCglhZnRlcl9zZXEYAiABKAQiPgoUV2F0Y2hTZXNzaW9uUmVzcG9uc2USJgoFZXZlbnQYASABKAsyFy5sZWRnZXIudjEuU2Vzc2lvbkV2ZW50IkcKDEFib3J0UmVxdWVzdBI3CgpzZXNzaW9uX2lkGAEgASgJQiO6SCByHjIcXnNlc19bMC05QS1ISktNTlAtVFYtWl17MjZ9JCIgCg1BYm9ydFJlc3BvbnNlEg8KB2Fib3J0ZWQYASABKAgiEwoRTGlzdEFnZW50c1JlcXVlc3QiTQoSTGlzdEFnZW50c1Jlc3BvbnNlEiAKBmFnZW50cxgBIAMoCzIQLmxlZGdlci52MS5BZ2VudBIVCg1kZWZhdWx0X2FnZW50GAIgASgJIhMKEUxpc3RNb2RlbHNSZXF1ZXN0ImIKEkxpc3RNb2RlbHNSZXNwb25zZRIgCgZtb2RlbHMYASADKAsyEC5sZWRnZXIudjEuTW9kZWwSKgoNZGVmYXVsdF9tb2RlbBgCIAEoCzITLmxlZGdlci52MS5Nb2RlbFJlZiK6AQoNUmV2ZXJ0UmVxdWVzdBI3CgpzZXNzaW9uX2lkGAEgASgJQiO6SCByHjIcXnNlc19bMC05QS1ISktNTlAtVFYtWl17MjZ9JBI3CgptZXNzYWdlX2lkGAIgASgJQiO6SCByHjIcXm1zZ19bMC05QS1ISktNTlAtVFYtWl17MjZ9JBI3CgdwYXJ0X2lkGAMgASgJQia6SCPYAQFyHjIcXnBydF9bMC05QS1ISktNTlAtVFYtWl17MjZ9JCI1Cg5SZXZlcnRSZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIubGVkZ2VyLnYxLlNlc3Npb24iSgoPVW5yZXZlcnRSZXF1ZXN0EjcKCnNlc3Npb25faWQYASABKAlCI7pIIHIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kIjcKEFVucmV2ZXJ0UmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLmxlZGdlci52MS5TZXNzaW9uIogBChREZWxldGVNZXNzYWdlUmVxdWVzdBI3CgpzZXNzaW9uX2lkGAEgASgJQiO6SCByHjIcXnNlc19bMC05QS1ISktNTlAtVFYtWl17MjZ9JBI3CgptZXNzYWdlX2lkGAIgASgJQiO6SCByHjIcXm1zZ19bMC05QS1ISktNTlAtVFYtWl17MjZ9JCIXChVEZWxldGVNZXNzYWdlUmVzcG9uc2UiuwEKEURlbGV0ZVBhcnRSZXF1ZXN0EjcKCnNlc3Npb25faWQYASABKAlCI7pIIHIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEjcKCm1lc3NhZ2VfaWQYAiABKAlCI7pIIHIeMhxebXNnX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kEjQKB3BhcnRfaWQYAyABKAlCI7pIIHIeMhxecHJ0X1swLTlBLUhKS01OUC1UVi1aXXsyNn0kIhQKEkRlbGV0ZVBhcnRSZXNwb25zZSKsAQoRVXBkYXRlUGFydFJlcXVlc3QSNwoKc2Vzc2lvbl9pZBgBIAEoCUIjukggch4yHF5zZXNfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSNwoKbWVzc2FnZV9pZBgCIAEoCUIjukggch4yHF5tc2dfWzAtOUEtSEpLTU5QLVRWLVpdezI2fSQSJQoEcGFydBgDIAEoCzIPLmxlZGdlci52MS5QYXJ0Qga6SAPIAQEiMwoSVXBkYXRlUGFydFJlc3BvbnNlEh0KBHBhcnQYASABKAsyDy5sZWRnZXIudjEuUGFydCJOChNMaXN0Q2hpbGRyZW5SZXF1ZXN0EjcKCnNlc3Npb25faWQYASABKAlCI7pIIHIeMhxec2VzX1swLTlBLUhKS01OUC1UVi1aXXsyNn0kIjwKFExpc3RDaGlsZHJlblJlc3BvbnNlEiQKCHNlc3Npb25zGAEgAygLMhIubGVkZ2VyLnYxLlNlc3Npb24iEgoQR2V0U3RhdHVzUmVxdWVzdCKcAQoRR2V0U3RhdHVzUmVzcG9uc2USPAoIc3RhdHVzZXMYASADKAsyKi5sZWRnZXIudjEuR2V0U3RhdHVzUmVzcG9uc2UuU3RhdHVzZXNFbnRyeRpJCg1TdGF0dXNlc0VudHJ5EgsKA2tleRgBIAEoCRInCgV2YWx1ZRgCIAEoCzIYLmxlZGdlci52MS5TZXNzaW9uU3RhdHVzOgI4ATL0DQoOU2Vzc2lvblNlcnZpY2USUgoNQ3JlYXRlU2Vzc2lvbhIfLmxlZGdlci52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBogLmxlZGdlci52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USSQoKR2V0U2Vzc2lvbhIcLmxlZGdlci52MS5HZXRTZXNzaW9uUmVxdWVzdBodLmxlZGdlci52MS5HZXRTZXNzaW9uUmVzcG9uc2USTwoMTGlzdFNlc3Npb25zEh4ubGVkZ2VyLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaHy5sZWRnZXIudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USUgoNVXBkYXRlU2Vzc2lvbhIfLmxlZGdlci52MS5VcGRhdGVTZXNzaW9uUmVxdWVzdBogLmxlZGdlci52MS5VcGRhdGVTZXNzaW9uUmVzcG9uc2USUgoNRGVsZXRlU2Vzc2lvbhIfLmxlZGdlci52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBogLmxlZGdlci52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USTAoLRm9ya1Nlc3Npb24SHS5sZWRnZXIudjEuRm9ya1Nlc3Npb25SZXF1ZXN0Gh4ubGVkZ2VyLnYxLkZvcmtTZXNzaW9uUmVzcG9uc2USPQoGUHJvbXB0EhgubGVkZ2VyLnYxLlByb21wdFJlcXVlc3QaGS5sZWRnZXIudjEuUHJvbXB0UmVzcG9uc2USUQoMUHJvbXB0U3RyZWFtEh4ubGVkZ2VyLnYxLlByb21wdFN0cmVhbVJlcXVlc3QaHy5sZWRnZXIudjEuUHJvbXB0U3RyZWFtUmVzcG9uc2UwARJMCgtQcm9tcHRBc3luYxIdLmxlZGdlci52MS5Qcm9tcHRBc3luY1JlcXVlc3QaHi5sZWRnZXIudjEuUHJvbXB0QXN5bmNSZXNwb25zZRJPCgxMaXN0TWVzc2FnZXMSHi5sZWRnZXIudjEuTGlzdE1lc3NhZ2VzUmVxdWVzdBofLmxlZGdlci52MS5MaXN0TWVzc2FnZXNSZXNwb25zZRJJCgpHZXRNZXNzYWdlEhwubGVkZ2VyLnYxLkdldE1lc3NhZ2VSZXF1ZXN0Gh0ubGVkZ2VyLnYxLkdldE1lc3NhZ2VSZXNwb25zZRJRCgxXYXRjaFNlc3Npb24SHi5sZWRnZXIudjEuV2F0Y2hTZXNzaW9uUmVxdWVzdBofLmxlZGdlci52MS5XYXRjaFNlc3Npb25SZXNwb25zZTABEjoKBUFib3J0EhcubGVkZ2VyLnYxLkFib3J0UmVxdWVzdBoYLmxlZGdlci52MS5BYm9ydFJlc3BvbnNlEkkKCkxpc3RBZ2VudHMSHC5sZWRnZXIudjEuTGlzdEFnZW50c1JlcXVlc3QaHS5sZWRnZXIudjEuTGlzdEFnZW50c1Jlc3BvbnNlEkkKCkxpc3RNb2RlbHMSHC5sZWRnZXIudjEuTGlzdE1vZGVsc1JlcXVlc3QaHS5sZWRnZXIudjEuTGlzdE1vZGVsc1Jlc3BvbnNlElQKDVJlc3VtZVNlc3Npb24SHy5sZWRnZXIudjEuUmVzdW1lU2Vzc2lvblJlcXVlc3QaIC5sZWRnZXIudjEuUmVzdW1lU2Vzc2lvblJlc3BvbnNlMAESPQoGUmV2ZXJ0EhgubGVkZ2VyLnYxLlJldmVydFJlcXVlc3QaGS5sZWRnZXIudjEuUmV2ZXJ0UmVzcG9uc2USQwoIVW5yZXZlcnQSGi5sZWRnZXIudjEuVW5yZXZlcnRSZXF1ZXN0GhsubGVkZ2VyLnYxLlVucmV2ZXJ0UmVzcG9uc2USUgoNRGVsZXRlTWVzc2FnZRIfLmxlZGdlci52MS5EZWxldGVNZXNzYWdlUmVxdWVzdBogLmxlZGdlci52MS5EZWxldGVNZXNzYWdlUmVzcG9uc2USSQoKRGVsZXRlUGFydBIcLmxlZGdlci52MS5EZWxldGVQYXJ0UmVxdWVzdBodLmxlZGdlci52MS5EZWxldGVQYXJ0UmVzcG9uc2USSQoKVXBkYXRlUGFydBIcLmxlZGdlci52MS5VcGRhdGVQYXJ0UmVxdWVzdBodLmxlZGdlci52MS5VcGRhdGVQYXJ0UmVzcG9uc2USTwoMTGlzdENoaWxkcmVuEh4ubGVkZ2VyLnYxLkxpc3RDaGlsZHJlblJlcXVlc3QaHy5sZWRnZXIudjEuTGlzdENoaWxkcmVuUmVzcG9uc2USRgoJR2V0U3RhdHVzEhsubGVkZ2VyLnYxLkdldFN0YXR1c1JlcXVlc3QaHC5sZWRnZXIudjEuR2V0U3RhdHVzUmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_ledger_v1_event, file_ledger_v1_message, file_ledger_v1_model, file_ledger_v1_part, file_ledger_v1_session]);
 
 /**
  * CreateSessionRequest: every field is optional.
@@ -582,6 +582,13 @@ export type ListMessagesRequest = Message<"ledger.v1.ListMessagesRequest"> & {
    * @generated from field: string page_token = 3;
    */
   pageToken: string;
+
+  /**
+   * Also return the messages and parts past the session's revert point (hidden by default).
+   *
+   * @generated from field: bool include_reverted = 4;
+   */
+  includeReverted: boolean;
 };
 
 /**
@@ -858,6 +865,298 @@ export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PUR
   messageDesc(file_ledger_v1_service, 31);
 
 /**
+ * RevertRequest names the revert point: a message, optionally one of its parts.
+ *
+ * @generated from message ledger.v1.RevertRequest
+ */
+export type RevertRequest = Message<"ledger.v1.RevertRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string message_id = 2;
+   */
+  messageId: string;
+
+  /**
+   * When set, the message stays with its parts before this one.
+   *
+   * @generated from field: string part_id = 3;
+   */
+  partId: string;
+};
+
+/**
+ * Describes the message ledger.v1.RevertRequest.
+ * Use `create(RevertRequestSchema)` to create a new message.
+ */
+export const RevertRequestSchema: GenMessage<RevertRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 32);
+
+/**
+ * RevertResponse carries the session with its revert point.
+ *
+ * @generated from message ledger.v1.RevertResponse
+ */
+export type RevertResponse = Message<"ledger.v1.RevertResponse"> & {
+  /**
+   * @generated from field: ledger.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+};
+
+/**
+ * Describes the message ledger.v1.RevertResponse.
+ * Use `create(RevertResponseSchema)` to create a new message.
+ */
+export const RevertResponseSchema: GenMessage<RevertResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 33);
+
+/**
+ * UnrevertRequest names the session whose revert point to clear.
+ *
+ * @generated from message ledger.v1.UnrevertRequest
+ */
+export type UnrevertRequest = Message<"ledger.v1.UnrevertRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message ledger.v1.UnrevertRequest.
+ * Use `create(UnrevertRequestSchema)` to create a new message.
+ */
+export const UnrevertRequestSchema: GenMessage<UnrevertRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 34);
+
+/**
+ * UnrevertResponse carries the session without a revert point.
+ *
+ * @generated from message ledger.v1.UnrevertResponse
+ */
+export type UnrevertResponse = Message<"ledger.v1.UnrevertResponse"> & {
+  /**
+   * @generated from field: ledger.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+};
+
+/**
+ * Describes the message ledger.v1.UnrevertResponse.
+ * Use `create(UnrevertResponseSchema)` to create a new message.
+ */
+export const UnrevertResponseSchema: GenMessage<UnrevertResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 35);
+
+/**
+ * DeleteMessageRequest names the message to delete.
+ *
+ * @generated from message ledger.v1.DeleteMessageRequest
+ */
+export type DeleteMessageRequest = Message<"ledger.v1.DeleteMessageRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string message_id = 2;
+   */
+  messageId: string;
+};
+
+/**
+ * Describes the message ledger.v1.DeleteMessageRequest.
+ * Use `create(DeleteMessageRequestSchema)` to create a new message.
+ */
+export const DeleteMessageRequestSchema: GenMessage<DeleteMessageRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 36);
+
+/**
+ * DeleteMessageResponse is empty.
+ *
+ * @generated from message ledger.v1.DeleteMessageResponse
+ */
+export type DeleteMessageResponse = Message<"ledger.v1.DeleteMessageResponse"> & {
+};
+
+/**
+ * Describes the message ledger.v1.DeleteMessageResponse.
+ * Use `create(DeleteMessageResponseSchema)` to create a new message.
+ */
+export const DeleteMessageResponseSchema: GenMessage<DeleteMessageResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 37);
+
+/**
+ * DeletePartRequest names the part to delete.
+ *
+ * @generated from message ledger.v1.DeletePartRequest
+ */
+export type DeletePartRequest = Message<"ledger.v1.DeletePartRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string message_id = 2;
+   */
+  messageId: string;
+
+  /**
+   * @generated from field: string part_id = 3;
+   */
+  partId: string;
+};
+
+/**
+ * Describes the message ledger.v1.DeletePartRequest.
+ * Use `create(DeletePartRequestSchema)` to create a new message.
+ */
+export const DeletePartRequestSchema: GenMessage<DeletePartRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 38);
+
+/**
+ * DeletePartResponse is empty.
+ *
+ * @generated from message ledger.v1.DeletePartResponse
+ */
+export type DeletePartResponse = Message<"ledger.v1.DeletePartResponse"> & {
+};
+
+/**
+ * Describes the message ledger.v1.DeletePartResponse.
+ * Use `create(DeletePartResponseSchema)` to create a new message.
+ */
+export const DeletePartResponseSchema: GenMessage<DeletePartResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 39);
+
+/**
+ * UpdatePartRequest replaces a stored part; `part.session_id` and `part.message_id` must equal
+ * `session_id` and `message_id`, and the kind may not change.
+ *
+ * @generated from message ledger.v1.UpdatePartRequest
+ */
+export type UpdatePartRequest = Message<"ledger.v1.UpdatePartRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string message_id = 2;
+   */
+  messageId: string;
+
+  /**
+   * @generated from field: ledger.v1.Part part = 3;
+   */
+  part?: Part | undefined;
+};
+
+/**
+ * Describes the message ledger.v1.UpdatePartRequest.
+ * Use `create(UpdatePartRequestSchema)` to create a new message.
+ */
+export const UpdatePartRequestSchema: GenMessage<UpdatePartRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 40);
+
+/**
+ * UpdatePartResponse carries the part as stored.
+ *
+ * @generated from message ledger.v1.UpdatePartResponse
+ */
+export type UpdatePartResponse = Message<"ledger.v1.UpdatePartResponse"> & {
+  /**
+   * @generated from field: ledger.v1.Part part = 1;
+   */
+  part?: Part | undefined;
+};
+
+/**
+ * Describes the message ledger.v1.UpdatePartResponse.
+ * Use `create(UpdatePartResponseSchema)` to create a new message.
+ */
+export const UpdatePartResponseSchema: GenMessage<UpdatePartResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 41);
+
+/**
+ * ListChildrenRequest names the parent session.
+ *
+ * @generated from message ledger.v1.ListChildrenRequest
+ */
+export type ListChildrenRequest = Message<"ledger.v1.ListChildrenRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message ledger.v1.ListChildrenRequest.
+ * Use `create(ListChildrenRequestSchema)` to create a new message.
+ */
+export const ListChildrenRequestSchema: GenMessage<ListChildrenRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 42);
+
+/**
+ * ListChildrenResponse lists the child sessions, newest first.
+ *
+ * @generated from message ledger.v1.ListChildrenResponse
+ */
+export type ListChildrenResponse = Message<"ledger.v1.ListChildrenResponse"> & {
+  /**
+   * @generated from field: repeated ledger.v1.Session sessions = 1;
+   */
+  sessions: Session[];
+};
+
+/**
+ * Describes the message ledger.v1.ListChildrenResponse.
+ * Use `create(ListChildrenResponseSchema)` to create a new message.
+ */
+export const ListChildrenResponseSchema: GenMessage<ListChildrenResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 43);
+
+/**
+ * GetStatusRequest is empty.
+ *
+ * @generated from message ledger.v1.GetStatusRequest
+ */
+export type GetStatusRequest = Message<"ledger.v1.GetStatusRequest"> & {
+};
+
+/**
+ * Describes the message ledger.v1.GetStatusRequest.
+ * Use `create(GetStatusRequestSchema)` to create a new message.
+ */
+export const GetStatusRequestSchema: GenMessage<GetStatusRequest> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 44);
+
+/**
+ * GetStatusResponse maps the id of every session whose loop is not idle to its status.
+ *
+ * @generated from message ledger.v1.GetStatusResponse
+ */
+export type GetStatusResponse = Message<"ledger.v1.GetStatusResponse"> & {
+  /**
+   * @generated from field: map<string, ledger.v1.SessionStatus> statuses = 1;
+   */
+  statuses: { [key: string]: SessionStatus };
+};
+
+/**
+ * Describes the message ledger.v1.GetStatusResponse.
+ * Use `create(GetStatusResponseSchema)` to create a new message.
+ */
+export const GetStatusResponseSchema: GenMessage<GetStatusResponse> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_service, 45);
+
+/**
  * SessionService turns prompts into a durable, ordered ledger of messages and parts and runs
  * the agent loop over it. Speaks Connect, gRPC and gRPC-Web on one port.
  *
@@ -1024,6 +1323,77 @@ export const SessionService: GenService<{
     methodKind: "server_streaming";
     input: typeof ResumeSessionRequestSchema;
     output: typeof ResumeSessionResponseSchema;
+  },
+  /**
+   * Revert marks a revert point: later messages are hidden, and removed by the next prompt.
+   * FAILED_PRECONDITION (SESSION_BUSY) while the session's loop runs.
+   *
+   * @generated from rpc ledger.v1.SessionService.Revert
+   */
+  revert: {
+    methodKind: "unary";
+    input: typeof RevertRequestSchema;
+    output: typeof RevertResponseSchema;
+  },
+  /**
+   * Unrevert clears the revert point. FAILED_PRECONDITION (SESSION_BUSY) while the loop runs.
+   *
+   * @generated from rpc ledger.v1.SessionService.Unrevert
+   */
+  unrevert: {
+    methodKind: "unary";
+    input: typeof UnrevertRequestSchema;
+    output: typeof UnrevertResponseSchema;
+  },
+  /**
+   * DeleteMessage removes a message with its parts. FAILED_PRECONDITION (SESSION_BUSY) while the loop runs.
+   *
+   * @generated from rpc ledger.v1.SessionService.DeleteMessage
+   */
+  deleteMessage: {
+    methodKind: "unary";
+    input: typeof DeleteMessageRequestSchema;
+    output: typeof DeleteMessageResponseSchema;
+  },
+  /**
+   * DeletePart removes one part of a message. FAILED_PRECONDITION (SESSION_BUSY) while the loop runs.
+   *
+   * @generated from rpc ledger.v1.SessionService.DeletePart
+   */
+  deletePart: {
+    methodKind: "unary";
+    input: typeof DeletePartRequestSchema;
+    output: typeof DeletePartResponseSchema;
+  },
+  /**
+   * UpdatePart replaces a part (same id, kind and message). FAILED_PRECONDITION (SESSION_BUSY) while the loop runs.
+   *
+   * @generated from rpc ledger.v1.SessionService.UpdatePart
+   */
+  updatePart: {
+    methodKind: "unary";
+    input: typeof UpdatePartRequestSchema;
+    output: typeof UpdatePartResponseSchema;
+  },
+  /**
+   * ListChildren lists the sessions whose parent is the given one, newest first.
+   *
+   * @generated from rpc ledger.v1.SessionService.ListChildren
+   */
+  listChildren: {
+    methodKind: "unary";
+    input: typeof ListChildrenRequestSchema;
+    output: typeof ListChildrenResponseSchema;
+  },
+  /**
+   * GetStatus reports every session whose loop is not idle (busy or retrying).
+   *
+   * @generated from rpc ledger.v1.SessionService.GetStatus
+   */
+  getStatus: {
+    methodKind: "unary";
+    input: typeof GetStatusRequestSchema;
+    output: typeof GetStatusResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ledger_v1_service, 0);

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ledger/v1/session.proto.
  */
 export const file_ledger_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChdsZWRnZXIvdjEvc2Vzc2lvbi5wcm90bxIJbGVkZ2VyLnYxIqcCCgdTZXNzaW9uEgoKAmlkGAEgASgJEhEKCWRpcmVjdG9yeRgCIAEoCRINCgV0aXRsZRgDIAEoCRIRCglwYXJlbnRfaWQYBCABKAkSDQoFYWdlbnQYBSABKAkSIgoFbW9kZWwYBiABKAsyEy5sZWRnZXIudjEuTW9kZWxSZWYSLQoKcGVybWlzc2lvbhgHIAMoCzIZLmxlZGdlci52MS5QZXJtaXNzaW9uUnVsZRIwCgx0aW1lX2NyZWF0ZWQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDHRpbWVfdXBkYXRlZBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbWVzc2FnZV9jb3VudBgKIAEoDSJiCg5QZXJtaXNzaW9uUnVsZRISCgpwZXJtaXNzaW9uGAEgASgJEg8KB3BhdHRlcm4YAiABKAkSKwoGYWN0aW9uGAMgASgOMhsubGVkZ2VyLnYxLlBlcm1pc3Npb25BY3Rpb24qiQEKEFBlcm1pc3Npb25BY3Rpb24SIQodUEVSTUlTU0lPTl9BQ1RJT05fVU5TUEVDSUZJRUQQABIbChdQRVJNSVNTSU9OX0FDVElPTl9BTExPVxABEhoKFlBFUk1JU1NJT05fQUNUSU9OX0RFTlkQAhIZChVQRVJNSVNTSU9OX0FDVElPTl9BU0sQA2IGcHJvdG8z", [file_google_protobuf_timestamp, file_ledger_v1_model]);
+  fileDesc("ChdsZWRnZXIvdjEvc2Vzc2lvbi5wcm90bxIJbGVkZ2VyLnYxItECCgdTZXNzaW9uEgoKAmlkGAEgASgJEhEKCWRpcmVjdG9yeRgCIAEoCRINCgV0aXRsZRgDIAEoCRIRCglwYXJlbnRfaWQYBCABKAkSDQoFYWdlbnQYBSABKAkSIgoFbW9kZWwYBiABKAsyEy5sZWRnZXIudjEuTW9kZWxSZWYSLQoKcGVybWlzc2lvbhgHIAMoCzIZLmxlZGdlci52MS5QZXJtaXNzaW9uUnVsZRIwCgx0aW1lX2NyZWF0ZWQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDHRpbWVfdXBkYXRlZBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbWVzc2FnZV9jb3VudBgKIAEoDRIoCgZyZXZlcnQYCyABKAsyGC5sZWRnZXIudjEuU2Vzc2lvblJldmVydCI0Cg1TZXNzaW9uUmV2ZXJ0EhIKCm1lc3NhZ2VfaWQYASABKAkSDwoHcGFydF9pZBgCIAEoCSJiCg5QZXJtaXNzaW9uUnVsZRISCgpwZXJtaXNzaW9uGAEgASgJEg8KB3BhdHRlcm4YAiABKAkSKwoGYWN0aW9uGAMgASgOMhsubGVkZ2VyLnYxLlBlcm1pc3Npb25BY3Rpb24qiQEKEFBlcm1pc3Npb25BY3Rpb24SIQodUEVSTUlTU0lPTl9BQ1RJT05fVU5TUEVDSUZJRUQQABIbChdQRVJNSVNTSU9OX0FDVElPTl9BTExPVxABEhoKFlBFUk1JU1NJT05fQUNUSU9OX0RFTlkQAhIZChVQRVJNSVNTSU9OX0FDVElPTl9BU0sQA2IGcHJvdG8z", [file_google_protobuf_timestamp, file_ledger_v1_model]);
 
 /**
  * Session is a task that lives across many prompts. It belongs to a project directory and can
@@ -86,6 +86,14 @@ export type Session = Message<"ledger.v1.Session"> & {
    * @generated from field: uint32 message_count = 10;
    */
   messageCount: number;
+
+  /**
+   * The revert point set by Revert (unset when none): messages past it are hidden from
+   * ListMessages and removed by the next prompt.
+   *
+   * @generated from field: ledger.v1.SessionRevert revert = 11;
+   */
+  revert?: SessionRevert | undefined;
 };
 
 /**
@@ -94,6 +102,31 @@ export type Session = Message<"ledger.v1.Session"> & {
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
   messageDesc(file_ledger_v1_session, 0);
+
+/**
+ * SessionRevert marks where a session was reverted to: `message_id` and everything after it,
+ * or, when `part_id` is set, that message's parts from `part_id` on and every later message.
+ *
+ * @generated from message ledger.v1.SessionRevert
+ */
+export type SessionRevert = Message<"ledger.v1.SessionRevert"> & {
+  /**
+   * @generated from field: string message_id = 1;
+   */
+  messageId: string;
+
+  /**
+   * @generated from field: string part_id = 2;
+   */
+  partId: string;
+};
+
+/**
+ * Describes the message ledger.v1.SessionRevert.
+ * Use `create(SessionRevertSchema)` to create a new message.
+ */
+export const SessionRevertSchema: GenMessage<SessionRevert> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_session, 1);
 
 /**
  * PermissionRule allows or denies a tool (`permission`) for paths/arguments matching `pattern`.
@@ -126,7 +159,7 @@ export type PermissionRule = Message<"ledger.v1.PermissionRule"> & {
  * Use `create(PermissionRuleSchema)` to create a new message.
  */
 export const PermissionRuleSchema: GenMessage<PermissionRule> = /*@__PURE__*/
-  messageDesc(file_ledger_v1_session, 1);
+  messageDesc(file_ledger_v1_session, 2);
 
 /**
  * PermissionAction is what happens when a rule matches.

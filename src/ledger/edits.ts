@@ -1,0 +1,69 @@
+import { create } from "@bufbuild/protobuf";
+import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
+import { InvalidArgumentError, MessageNotFoundError, PartNotFoundError } from "../errors.js";
+import { deleteMessages, deleteParts, getMessageRow, getPartRow, updatePart as storeUpdatePart } from "../storage/message-store.js";
+import { protoCaseName } from "../storage/proto-names.js";
+import type { LedgerDeps } from "./deps.js";
+import { assertIdle } from "./status.js";
+import { writeSession, type SessionWrite } from "./writer.js";
+
+/**
+ * Removes a message with its parts; emits `message_removed`, then `part_removed` per part.
+ * Throws `SessionNotFoundError`, `MessageNotFoundError` (not in the session), `SessionBusyError`.
+ */
+export async function deleteMessage(deps: LedgerDeps, sessionId: string, messageId: string): Promise<void> {
+  await writeSession(deps, sessionId, async (w) => {
+    await assertIdle(deps, w.trx, sessionId);
+    await messageOf(w, messageId);
+    const removed = await deleteMessages(w.trx, [messageId]);
+    w.emit({ case: "messageRemoved", value: { messageId } });
+    for (const part of removed.parts) w.emit({ case: "partRemoved", value: { messageId, partId: part.id } });
+    w.session.messageCount -= 1;
+  });
+}
+
+/**
+ * Removes one part; emits `part_removed`. Throws `SessionNotFoundError`, `MessageNotFoundError`,
+ * `PartNotFoundError` (not in the message), `SessionBusyError`.
+ */
+export async function deletePart(deps: LedgerDeps, sessionId: string, messageId: string, partId: string): Promise<void> {
+  await writeSession(deps, sessionId, async (w) => {
+    await assertIdle(deps, w.trx, sessionId);
+    await messageOf(w, messageId);
+    const part = await getPartRow(w.trx, partId);
+    if (!part || part.message_id !== messageId) throw new PartNotFoundError(partId);
+    await deleteParts(w.trx, [partId]);
+    w.emit({ case: "partRemoved", value: { messageId, partId } });
+  });
+}
+
+/**
+ * Replaces a stored part with `part` (same id, message and kind); emits `part_updated`.
+ * Throws `InvalidArgumentError` (`part.session_id`/`part.message_id` differ from the request,
+ * `part.kind` unset or changed, or the part belongs to another message), `SessionNotFoundError`,
+ * `MessageNotFoundError`, `PartNotFoundError` (`part.id`), `SessionBusyError`.
+ */
+export async function updatePart(deps: LedgerDeps, sessionId: string, messageId: string, part: Part): Promise<Part> {
+  if (part.sessionId !== sessionId) throw new InvalidArgumentError("part.session_id", `must equal session_id ${sessionId}`);
+  if (part.messageId !== messageId) throw new InvalidArgumentError("part.message_id", `must equal message_id ${messageId}; a part cannot move to another message`);
+  if (!part.kind.case) throw new InvalidArgumentError("part.kind", "is required");
+  const { result } = await writeSession(deps, sessionId, async (w) => {
+    await assertIdle(deps, w.trx, sessionId);
+    await messageOf(w, messageId);
+    const row = await getPartRow(w.trx, part.id);
+    if (!row || row.session_id !== sessionId) throw new PartNotFoundError(part.id, "part.id");
+    if (row.message_id !== messageId) throw new InvalidArgumentError("part.message_id", `part ${part.id} belongs to message ${row.message_id}; a part cannot move to another message`);
+    const kind = protoCaseName(PartSchema, part.kind.case ?? "");
+    if (row.kind !== kind) throw new InvalidArgumentError("part.kind", `cannot change a ${row.kind} part into ${kind}`);
+    const stored = create(PartSchema, part);
+    await storeUpdatePart(w.trx, stored);
+    w.emit({ case: "partUpdated", value: { part: stored } });
+    return stored;
+  });
+  return result;
+}
+
+async function messageOf(w: SessionWrite, messageId: string): Promise<void> {
+  const row = await getMessageRow(w.trx, messageId);
+  if (!row || row.session_id !== w.session.id) throw new MessageNotFoundError(messageId);
+}

@@ -1,0 +1,74 @@
+import { create } from "@bufbuild/protobuf";
+import type { Session } from "../../gen/ledger/v1/session_pb.js";
+import { SessionRevertSchema } from "../../gen/ledger/v1/session_pb.js";
+import { MessageNotFoundError, PartNotFoundError } from "../errors.js";
+import { deleteMessages, deleteParts, getMessageRow, getPartRow, listMessageRows, listPartRows } from "../storage/message-store.js";
+import type { LedgerDeps } from "./deps.js";
+import { getSession } from "./sessions.js";
+import { assertIdle } from "./status.js";
+import type { SessionWrite } from "./writer.js";
+import { writeSession } from "./writer.js";
+
+/**
+ * Marks a revert point on the session (OpenCode `SessionRevert.revert`): `messageId` and every
+ * later message, or, with `partId`, that message's parts from `partId` on and every later
+ * message. Nothing is deleted until the next prompt (`applyRevert`); ListMessages hides them
+ * meanwhile. Emits `session_updated`.
+ * Throws `SessionNotFoundError`, `MessageNotFoundError` (not in the session),
+ * `PartNotFoundError` (not in the message), `SessionBusyError` (the loop runs).
+ */
+export async function revertSession(deps: LedgerDeps, sessionId: string, messageId: string, partId: string): Promise<Session> {
+  await writeSession(deps, sessionId, async (w) => {
+    await assertIdle(deps, w.trx, sessionId);
+    const message = await getMessageRow(w.trx, messageId);
+    if (!message || message.session_id !== sessionId) throw new MessageNotFoundError(messageId);
+    if (partId) {
+      const part = await getPartRow(w.trx, partId);
+      if (!part || part.message_id !== messageId) throw new PartNotFoundError(partId);
+    }
+    w.session.revert = create(SessionRevertSchema, { messageId, partId });
+    w.emit({ case: "sessionUpdated", value: { session: w.session } });
+  });
+  return getSession(deps, sessionId);
+}
+
+/** Clears the session's revert point; emits `session_updated`. Throws `SessionNotFoundError`, `SessionBusyError`. */
+export async function unrevertSession(deps: LedgerDeps, sessionId: string): Promise<Session> {
+  await writeSession(deps, sessionId, async (w) => {
+    await assertIdle(deps, w.trx, sessionId);
+    w.session.revert = undefined;
+    w.emit({ case: "sessionUpdated", value: { session: w.session } });
+  });
+  return getSession(deps, sessionId);
+}
+
+/**
+ * Inside a prompt's write: carries out the session's revert point, if any. Removes every
+ * message after the revert message, and the revert message itself unless a part was named, in
+ * which case that message keeps its parts before that part. Emits `message_removed` (then a
+ * `part_removed` per part) for each removed message and `part_removed` for each removed part of
+ * the kept message, then clears the mark. A revert message or part deleted since is ignored
+ * (the message, or all its parts, stay).
+ */
+export async function applyRevert(w: SessionWrite): Promise<void> {
+  const revert = w.session.revert;
+  if (!revert) return;
+  w.session.revert = undefined;
+  const rows = await listMessageRows(w.trx, w.session.id, {});
+  const at = rows.findIndex((r) => r.id === revert.messageId);
+  if (at < 0) return;
+  const removeMessages = rows.slice(revert.partId ? at + 1 : at).map((r) => r.id);
+  let removeParts: string[] = [];
+  if (revert.partId) {
+    const parts = await listPartRows(w.trx, [revert.messageId]);
+    const from = parts.findIndex((p) => p.id === revert.partId);
+    if (from >= 0) removeParts = parts.slice(from).map((p) => p.id);
+  }
+  for (const part of await deleteParts(w.trx, removeParts)) w.emit({ case: "partRemoved", value: { messageId: part.message_id, partId: part.id } });
+  const removed = await deleteMessages(w.trx, removeMessages);
+  for (const messageId of removed.messages) {
+    w.emit({ case: "messageRemoved", value: { messageId } });
+    for (const part of removed.parts) if (part.message_id === messageId) w.emit({ case: "partRemoved", value: { messageId, partId: part.id } });
+  }
+  w.session.messageCount -= removed.messages.length;
+}

@@ -1,0 +1,178 @@
+import { create } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
+import { newId } from "../../src/ids.js";
+import { failure, hangLoop } from "../support/busy.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { partText, text } from "../support/prompt.js";
+
+// DeleteMessage, DeletePart, UpdatePart, ListChildren and GetStatus end to end. Runs on
+// Postgres and PGlite (vitest projects).
+
+let t: TestLedger;
+let fake: FakeOpenAI;
+beforeAll(async () => {
+  fake = await startFakeOpenAI();
+  t = await startTestLedger({ model: "fake/m", provider: { fake: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } } });
+});
+afterAll(async () => {
+  await t?.close();
+  await fake?.close();
+});
+
+const idOf = (m: MessageWithParts) => m.message!.kind.value!.id;
+
+/** A session with two stored prompts: ["one a", "one b"], ["two"]. */
+async function twoMessages(): Promise<{ sessionId: string; sent: [MessageWithParts, MessageWithParts] }> {
+  const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+  const first = (await t.client.prompt({ sessionId, noReply: true, parts: [text("one a"), text("one b")] })).message!;
+  const second = (await t.client.prompt({ sessionId, noReply: true, parts: [text("two")] })).message!;
+  return { sessionId, sent: [first, second] };
+}
+
+/** The stored rows of a session: [message id, [[part id, kind], ...]] in position order. */
+async function rows(sessionId: string): Promise<Array<[string, Array<[string, string]>]>> {
+  const db = t.ledger.deps.db;
+  const messages = await db.selectFrom("message").select(["id"]).where("session_id", "=", sessionId).orderBy("position").execute();
+  const parts = await db.selectFrom("part").select(["id", "message_id", "kind"]).where("session_id", "=", sessionId).orderBy("position").execute();
+  return messages.map((m) => [m.id, parts.filter((p) => p.message_id === m.id).map((p) => [p.id, p.kind] as [string, string])]);
+}
+
+/** The stored events after `afterSeq` as [kind, ids...]. */
+async function eventsAfter(sessionId: string, afterSeq: number): Promise<unknown[][]> {
+  const events = await t.ledger.deps.db.selectFrom("session_event").select(["kind", "data"]).where("session_id", "=", sessionId).where("seq", ">", afterSeq).orderBy("seq").execute();
+  return events.map((e) => {
+    const data = e.data as { messageRemoved?: { messageId: string }; partRemoved?: { messageId: string; partId: string }; partUpdated?: { part: { id: string; text?: { text: string } } } };
+    if (data.messageRemoved) return [e.kind, data.messageRemoved.messageId];
+    if (data.partRemoved) return [e.kind, data.partRemoved.messageId, data.partRemoved.partId];
+    if (data.partUpdated) return [e.kind, data.partUpdated.part.id, data.partUpdated.part.text?.text];
+    return [e.kind];
+  });
+}
+
+async function lastSeq(sessionId: string): Promise<number> {
+  const row = await t.ledger.deps.db.selectFrom("session").select("last_seq").where("id", "=", sessionId).executeTakeFirstOrThrow();
+  return Number(row.last_seq);
+}
+
+describe("DeleteMessage / DeletePart / UpdatePart", () => {
+  it("DeleteMessage removes the message with its parts and emits message_removed + part_removed", async () => {
+    const { sessionId, sent } = await twoMessages();
+    const [m1, m2] = sent;
+    const seq = await lastSeq(sessionId);
+    await t.client.deleteMessage({ sessionId, messageId: idOf(m1) });
+    expect(await rows(sessionId)).toEqual([[idOf(m2), [[m2.parts[0]!.id, "text"]]]]);
+    expect(await eventsAfter(sessionId, seq)).toEqual([
+      ["message_removed", idOf(m1)],
+      ["part_removed", idOf(m1), m1.parts[0]!.id],
+      ["part_removed", idOf(m1), m1.parts[1]!.id],
+    ]);
+    expect((await t.client.getSession({ sessionId })).session!.messageCount).toBe(1);
+  });
+
+  it("DeletePart removes one part and emits part_removed", async () => {
+    const { sessionId, sent } = await twoMessages();
+    const [m1, m2] = sent;
+    const seq = await lastSeq(sessionId);
+    await t.client.deletePart({ sessionId, messageId: idOf(m1), partId: m1.parts[0]!.id });
+    expect(await rows(sessionId)).toEqual([
+      [idOf(m1), [[m1.parts[1]!.id, "text"]]],
+      [idOf(m2), [[m2.parts[0]!.id, "text"]]],
+    ]);
+    expect(await eventsAfter(sessionId, seq)).toEqual([["part_removed", idOf(m1), m1.parts[0]!.id]]);
+  });
+
+  it("UpdatePart replaces the part's data and emits part_updated", async () => {
+    const { sessionId, sent } = await twoMessages();
+    const [m1] = sent;
+    const seq = await lastSeq(sessionId);
+    const part = create(PartSchema, m1.parts[1]!);
+    if (part.kind.case === "text") part.kind.value.text = "one b, edited";
+    const { part: stored } = await t.client.updatePart({ sessionId, messageId: idOf(m1), part });
+    expect(partText(stored)).toBe("one b, edited");
+    const read = (await t.client.getMessage({ sessionId, messageId: idOf(m1) })).message!;
+    expect(read.parts.map(partText)).toEqual(["one a", "one b, edited"]);
+    expect(read.parts.map((p) => p.id)).toEqual(m1.parts.map((p) => p.id));
+    expect(await eventsAfter(sessionId, seq)).toEqual([["part_updated", part.id, "one b, edited"]]);
+  });
+
+  it("unknown ids → NOT_FOUND: a message of another session, a part of another message", async () => {
+    const { sessionId, sent } = await twoMessages();
+    const [m1, m2] = sent;
+    const other = await twoMessages();
+    const before = await rows(sessionId);
+    const notFound = (reason: string) => ({ code: Code.NotFound, reason });
+    expect(await failure(t.client.deleteMessage({ sessionId, messageId: newId("msg") }))).toMatchObject(notFound("MESSAGE_NOT_FOUND"));
+    expect(await failure(t.client.deleteMessage({ sessionId, messageId: idOf(other.sent[0]) }))).toMatchObject(notFound("MESSAGE_NOT_FOUND"));
+    expect(await failure(t.client.deleteMessage({ sessionId: newId("ses"), messageId: idOf(m1) }))).toMatchObject(notFound("SESSION_NOT_FOUND"));
+    expect(await failure(t.client.deletePart({ sessionId, messageId: idOf(m1), partId: newId("prt") }))).toMatchObject(notFound("PART_NOT_FOUND"));
+    expect(await failure(t.client.deletePart({ sessionId, messageId: idOf(m1), partId: m2.parts[0]!.id }))).toMatchObject(notFound("PART_NOT_FOUND"));
+    expect(await failure(t.client.deletePart({ sessionId, messageId: newId("msg"), partId: m1.parts[0]!.id }))).toMatchObject(notFound("MESSAGE_NOT_FOUND"));
+    const ghost = create(PartSchema, { ...m1.parts[0]!, id: newId("prt") });
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: ghost }))).toMatchObject(notFound("PART_NOT_FOUND"));
+    const elsewhere = create(PartSchema, { ...other.sent[0].parts[0]!, sessionId, messageId: idOf(m1) });
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: elsewhere }))).toMatchObject(notFound("PART_NOT_FOUND"));
+    expect(await rows(sessionId)).toEqual(before);
+  });
+
+  it("UpdatePart refuses a changed kind, another message or session (INVALID_ARGUMENT naming the field)", async () => {
+    const { sessionId, sent } = await twoMessages();
+    const [m1, m2] = sent;
+    const base = m1.parts[0]!;
+    const invalid = (field: string) => ({ code: Code.InvalidArgument, reason: "INVALID_ARGUMENT", field });
+    const asFile = create(PartSchema, { id: base.id, sessionId, messageId: idOf(m1), kind: { case: "file", value: { mime: "text/plain", url: "data:text/plain,x" } } });
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: asFile }))).toMatchObject(invalid("part.kind"));
+    const noKind = create(PartSchema, { id: base.id, sessionId, messageId: idOf(m1) });
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: noKind }))).toMatchObject(invalid("part.kind"));
+    // Moving: the part says another message than the request, or the request names another message.
+    const moved = create(PartSchema, { ...base, messageId: idOf(m2) });
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: moved }))).toMatchObject(invalid("part.message_id"));
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m2), part: moved }))).toMatchObject(invalid("part.message_id"));
+    const otherSession = create(PartSchema, { ...base, sessionId: newId("ses") });
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: otherSession }))).toMatchObject(invalid("part.session_id"));
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1) }))).toMatchObject({ code: Code.InvalidArgument });
+    expect((await t.client.getMessage({ sessionId, messageId: idOf(m1) })).message!.parts.map(partText)).toEqual(["one a", "one b"]);
+  });
+
+  it("refuses all three while the session's loop runs (SESSION_BUSY); GetStatus shows it busy", async () => {
+    const { sessionId, sent } = await twoMessages();
+    const [m1] = sent;
+    const before = await rows(sessionId);
+    const stop = await hangLoop(t, fake, sessionId);
+    try {
+      const status = (await t.client.getStatus({})).statuses;
+      expect(status[sessionId]?.status.case).toBe("busy");
+      const busy = { code: Code.FailedPrecondition, reason: "SESSION_BUSY" };
+      expect(await failure(t.client.deleteMessage({ sessionId, messageId: idOf(m1) }))).toMatchObject(busy);
+      expect(await failure(t.client.deletePart({ sessionId, messageId: idOf(m1), partId: m1.parts[0]!.id }))).toMatchObject(busy);
+      expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: m1.parts[0]! }))).toMatchObject(busy);
+    } finally {
+      await stop();
+    }
+    expect((await t.client.getStatus({})).statuses[sessionId]).toBeUndefined();
+    expect((await rows(sessionId)).slice(0, 2)).toEqual(before);
+    await t.client.deletePart({ sessionId, messageId: idOf(m1), partId: m1.parts[0]!.id });
+  });
+});
+
+describe("ListChildren / GetStatus", () => {
+  it("lists the sessions created with parent_id, newest first; a fork is not a child", async () => {
+    const parent = (await t.client.createSession({ directory: t.dir, title: "parent" })).session!.id;
+    const children = [];
+    for (const title of ["c1", "c2", "c3"]) children.push((await t.client.createSession({ directory: t.dir, title, parentId: parent })).session!);
+    await t.client.forkSession({ sessionId: parent });
+    const listed = (await t.client.listChildren({ sessionId: parent })).sessions;
+    expect(listed.map((s) => [s.id, s.title, s.parentId])).toEqual([...children].reverse().map((s) => [s.id, s.title, parent]));
+    expect((await t.client.listChildren({ sessionId: children[0]!.id })).sessions).toEqual([]);
+    expect(await failure(t.client.listChildren({ sessionId: newId("ses") }))).toMatchObject({ code: Code.NotFound, reason: "SESSION_NOT_FOUND" });
+  });
+
+  it("GetStatus leaves out idle sessions and those that never ran", async () => {
+    const { sessionId } = await twoMessages();
+    expect((await t.client.getStatus({})).statuses[sessionId]).toBeUndefined();
+    for (const status of Object.values((await t.client.getStatus({})).statuses)) expect(["busy", "retry"]).toContain(status.status.case);
+  });
+});

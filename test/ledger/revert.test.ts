@@ -1,0 +1,175 @@
+import { Code } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import { newId } from "../../src/ids.js";
+import { hangLoop, failure } from "../support/busy.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { partText, text } from "../support/prompt.js";
+
+// Revert / Unrevert end to end: the mark hides messages from ListMessages, the next prompt
+// removes them in its own transaction with message_removed/part_removed events, and a running
+// loop refuses both. Runs on Postgres and PGlite (vitest projects).
+
+let t: TestLedger;
+let fake: FakeOpenAI;
+beforeAll(async () => {
+  fake = await startFakeOpenAI();
+  t = await startTestLedger({ model: "fake/m", provider: { fake: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } } });
+});
+afterAll(async () => {
+  await t?.close();
+  await fake?.close();
+});
+
+const idOf = (m: MessageWithParts) => m.message!.kind.value!.id;
+
+/** A session with three stored prompts: ["one"], ["two a", "two b", "two c"], ["three"]. */
+async function threeMessages(): Promise<{ sessionId: string; sent: MessageWithParts[] }> {
+  const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+  const sent: MessageWithParts[] = [];
+  for (const texts of [["one"], ["two a", "two b", "two c"], ["three"]]) {
+    sent.push((await t.client.prompt({ sessionId, noReply: true, parts: texts.map(text) })).message!);
+  }
+  return { sessionId, sent };
+}
+
+/** The stored rows of a session: [message id, [[part id, kind], ...]] in position order. */
+async function rows(sessionId: string): Promise<Array<[string, Array<[string, string]>]>> {
+  const db = t.ledger.deps.db;
+  const messages = await db.selectFrom("message").select(["id"]).where("session_id", "=", sessionId).orderBy("position").execute();
+  const parts = await db.selectFrom("part").select(["id", "message_id", "kind"]).where("session_id", "=", sessionId).orderBy("position").execute();
+  return messages.map((m) => [m.id, parts.filter((p) => p.message_id === m.id).map((p) => [p.id, p.kind] as [string, string])]);
+}
+
+/** The stored events after `afterSeq` as [kind, message id, part id?]. */
+async function eventsAfter(sessionId: string, afterSeq: number): Promise<unknown[][]> {
+  const events = await t.ledger.deps.db.selectFrom("session_event").select(["kind", "data"]).where("session_id", "=", sessionId).where("seq", ">", afterSeq).orderBy("seq").execute();
+  return events.map((e) => {
+    const data = e.data as { messageRemoved?: { messageId: string }; partRemoved?: { messageId: string; partId: string } };
+    if (data.messageRemoved) return [e.kind, data.messageRemoved.messageId];
+    if (data.partRemoved) return [e.kind, data.partRemoved.messageId, data.partRemoved.partId];
+    return [e.kind];
+  });
+}
+
+async function lastSeq(sessionId: string): Promise<number> {
+  const row = await t.ledger.deps.db.selectFrom("session").select("last_seq").where("id", "=", sessionId).executeTakeFirstOrThrow();
+  return Number(row.last_seq);
+}
+
+const listed = async (sessionId: string, includeReverted = false) =>
+  (await t.client.listMessages({ sessionId, includeReverted })).messages.map((m) => [idOf(m), m.parts.map(partText)]);
+
+describe("Revert / Unrevert", () => {
+  it("hides the reverted message and everything after it until Unrevert, deleting nothing", async () => {
+    const { sessionId, sent } = await threeMessages();
+    const before = await rows(sessionId);
+    const seq = await lastSeq(sessionId);
+    const { session } = await t.client.revert({ sessionId, messageId: idOf(sent[1]!) });
+    expect(session!.revert).toMatchObject({ messageId: idOf(sent[1]!), partId: "" });
+    expect((await t.client.getSession({ sessionId })).session!.revert).toMatchObject({ messageId: idOf(sent[1]!), partId: "" });
+    expect(await eventsAfter(sessionId, seq)).toEqual([["session_updated"]]);
+    expect(await listed(sessionId)).toEqual([[idOf(sent[0]!), ["one"]]]);
+    expect(await listed(sessionId, true)).toHaveLength(3);
+    expect(await rows(sessionId)).toEqual(before);
+
+    const unreverted = await t.client.unrevert({ sessionId });
+    expect(unreverted.session!.revert).toBeUndefined();
+    expect(await eventsAfter(sessionId, seq)).toEqual([["session_updated"], ["session_updated"]]);
+    expect(await listed(sessionId)).toEqual([
+      [idOf(sent[0]!), ["one"]],
+      [idOf(sent[1]!), ["two a", "two b", "two c"]],
+      [idOf(sent[2]!), ["three"]],
+    ]);
+  });
+
+  it("with part_id shows the reverted message with only the parts before that part", async () => {
+    const { sessionId, sent } = await threeMessages();
+    await t.client.revert({ sessionId, messageId: idOf(sent[1]!), partId: sent[1]!.parts[1]!.id });
+    expect(await listed(sessionId)).toEqual([
+      [idOf(sent[0]!), ["one"]],
+      [idOf(sent[1]!), ["two a"]],
+    ]);
+  });
+
+  it("the next prompt removes the reverted message and every later one, with their parts and events", async () => {
+    const { sessionId, sent } = await threeMessages();
+    await t.client.revert({ sessionId, messageId: idOf(sent[1]!) });
+    const seq = await lastSeq(sessionId);
+    const next = (await t.client.prompt({ sessionId, noReply: true, parts: [text("four")] })).message!;
+    expect(await rows(sessionId)).toEqual([
+      [idOf(sent[0]!), [[sent[0]!.parts[0]!.id, "text"]]],
+      [idOf(next), [[next.parts[0]!.id, "text"]]],
+    ]);
+    const [m2, m3] = [sent[1]!, sent[2]!];
+    expect(await eventsAfter(sessionId, seq)).toEqual([
+      ["message_removed", idOf(m2)],
+      ...m2.parts.map((p) => ["part_removed", idOf(m2), p.id]),
+      ["message_removed", idOf(m3)],
+      ["part_removed", idOf(m3), m3.parts[0]!.id],
+      ["message_updated"],
+      ["part_updated"],
+      ["prompted"],
+      ["session_updated"],
+    ]);
+    const session = (await t.client.getSession({ sessionId })).session!;
+    expect(session.revert).toBeUndefined();
+    expect(session.messageCount).toBe(2);
+  });
+
+  it("with part_id, the next prompt keeps the reverted message's earlier parts and removes the rest", async () => {
+    const { sessionId, sent } = await threeMessages();
+    const [m1, m2, m3] = sent as [MessageWithParts, MessageWithParts, MessageWithParts];
+    await t.client.revert({ sessionId, messageId: idOf(m2), partId: m2.parts[1]!.id });
+    const seq = await lastSeq(sessionId);
+    const next = (await t.client.prompt({ sessionId, noReply: true, parts: [text("four")] })).message!;
+    expect(await rows(sessionId)).toEqual([
+      [idOf(m1), [[m1.parts[0]!.id, "text"]]],
+      [idOf(m2), [[m2.parts[0]!.id, "text"]]],
+      [idOf(next), [[next.parts[0]!.id, "text"]]],
+    ]);
+    expect(await eventsAfter(sessionId, seq)).toEqual([
+      ["part_removed", idOf(m2), m2.parts[1]!.id],
+      ["part_removed", idOf(m2), m2.parts[2]!.id],
+      ["message_removed", idOf(m3)],
+      ["part_removed", idOf(m3), m3.parts[0]!.id],
+      ["message_updated"],
+      ["part_updated"],
+      ["prompted"],
+      ["session_updated"],
+    ]);
+    expect(await listed(sessionId)).toEqual([
+      [idOf(m1), ["one"]],
+      [idOf(m2), ["two a"]],
+      [idOf(next), ["four"]],
+    ]);
+    expect((await t.client.getSession({ sessionId })).session!.revert).toBeUndefined();
+  });
+
+  it("unknown message or part → NOT_FOUND, nothing marked", async () => {
+    const { sessionId, sent } = await threeMessages();
+    const other = await threeMessages();
+    expect(await failure(t.client.revert({ sessionId, messageId: newId("msg") }))).toMatchObject({ code: Code.NotFound, reason: "MESSAGE_NOT_FOUND" });
+    expect(await failure(t.client.revert({ sessionId, messageId: idOf(other.sent[0]!) }))).toMatchObject({ code: Code.NotFound, reason: "MESSAGE_NOT_FOUND" });
+    expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[0]!), partId: newId("prt") }))).toMatchObject({ code: Code.NotFound, reason: "PART_NOT_FOUND" });
+    expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[0]!), partId: sent[1]!.parts[0]!.id }))).toMatchObject({ code: Code.NotFound, reason: "PART_NOT_FOUND" });
+    expect(await failure(t.client.revert({ sessionId: newId("ses"), messageId: idOf(sent[0]!) }))).toMatchObject({ code: Code.NotFound, reason: "SESSION_NOT_FOUND" });
+    expect(await failure(t.client.revert({ sessionId, messageId: "msg_bad" }))).toMatchObject({ code: Code.InvalidArgument });
+    expect((await t.client.getSession({ sessionId })).session!.revert).toBeUndefined();
+  });
+
+  it("refuses Revert and Unrevert while the session's loop runs (SESSION_BUSY)", async () => {
+    const { sessionId, sent } = await threeMessages();
+    const stop = await hangLoop(t, fake, sessionId);
+    try {
+      expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[1]!) }))).toMatchObject({ code: Code.FailedPrecondition, reason: "SESSION_BUSY" });
+      expect(await failure(t.client.unrevert({ sessionId }))).toMatchObject({ code: Code.FailedPrecondition, reason: "SESSION_BUSY" });
+    } finally {
+      await stop();
+    }
+    expect((await t.client.getSession({ sessionId })).session!.revert).toBeUndefined();
+    await t.client.revert({ sessionId, messageId: idOf(sent[1]!) });
+    expect(await listed(sessionId)).toEqual([[idOf(sent[0]!), ["one"]]]);
+  });
+});
