@@ -145,3 +145,15 @@ export class PluginError extends LedgerError {
     if (options?.cause !== undefined) this.cause = options.cause;
   }
 }
+
+/** A command name is not configured. Maps to `NOT_FOUND`, listing the configured commands in `available`. */
+export class CommandNotFoundError extends LedgerError {
+  readonly reason = "COMMAND_NOT_FOUND";
+  readonly field = "command";
+  constructor(readonly command: string, readonly available: string[]) {
+    super(`command: command "${command}" not found; available commands: ${available.length > 0 ? available.join(", ") : "(none configured)"}`, {
+      command,
+      available: available.join(","),
+    });
+  }
+}

@@ -4,6 +4,7 @@ import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
 import { AssistantTimeSchema, MessageSchema, type AssistantMessage, type Message, type UserMessage } from "../../gen/ledger/v1/message_pb.js";
 import { TokensSchema } from "../../gen/ledger/v1/model_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
+import { allowedRoots } from "../config/config.js";
 import { newId } from "../ids.js";
 import { sessionLedger, type SessionLedger } from "../ledger/assistant.js";
 import type { LedgerDeps } from "../ledger/deps.js";
@@ -104,7 +105,7 @@ async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: stri
       variant: user.variant,
       system: base + hint,
       messages: toModelMessages(work.conversation, { providerId: model.providerId, inputModalities: model.config.modalities?.input ?? ["text"] }),
-      tools: lastStep ? undefined : createTools({ agent, rules: session.permission, context: { directory: session.directory, roots: deps.config.roots }, subagents, runTask: deps.runTask?.(sessionId) }),
+      tools: lastStep ? undefined : createTools({ agent, rules: session.permission, context: { directory: session.directory, roots: allowedRoots(deps.config) }, subagents, runTask: deps.runTask?.(sessionId) }),
       signal,
       retry: deps.config.retry,
       schema,

@@ -53,6 +53,14 @@ const mcpServerSchema = z.object({
   timeout_ms: z.number().int().positive().default(10_000),
 });
 
+const commandSchema = z.object({
+  template: z.string().min(1),
+  description: z.string().optional(),
+  agent: z.string().optional(),
+  model: modelRef.optional(),
+  subtask: z.boolean().optional(),
+});
+
 /** The shape of `ledger.json` (JSONC allowed), in the opencode.json style. */
 export const configFileSchema = z.object({
   $schema: z.string().optional(),
@@ -71,6 +79,8 @@ export const configFileSchema = z.object({
     .object({ attempts: z.number().int().min(0).max(20).default(4), initial_ms: z.number().int().min(0).default(2000), max_ms: z.number().int().min(0).default(30_000) })
     .default({ attempts: 4, initial_ms: 2000, max_ms: 30_000 }),
   mcp: z.record(z.string(), mcpServerSchema).default({}),
+  command: z.record(z.string(), commandSchema).default({}),
+  reference: z.record(z.string().regex(/^[^/\\\s]+$/, "expected an alias without slashes or spaces"), z.string().min(1)).default({}),
 });
 
 /** A parsed `ledger.json` before defaults are merged. */
@@ -118,6 +128,20 @@ export interface LedgerConfig {
   retry: { attempts: number; initialMs: number; maxMs: number };
   /** MCP servers whose resources file parts may name (`source.resource.client_name`), by name. */
   mcp: Record<string, McpServerConfig>;
+  /** Prompt templates the `Command` RPC runs, by name (`command` in ledger.json). */
+  commands: Record<string, CommandConfig>;
+  /** Configured references (`reference: {alias: path}`): absolute directories by alias; `file:` reads and tools may use them. */
+  references: Record<string, string>;
+}
+
+/** A configured command: a prompt template with `$ARGUMENTS`/`$1`... and `@path` references. */
+export interface CommandConfig {
+  template: string;
+  description?: string;
+  agent?: string;
+  model?: { providerId: string; modelId: string };
+  /** Run the template as a subtask of `agent` instead of as the prompt text. */
+  subtask?: boolean;
 }
 
 /** Config file names looked up in the working directory, in order. */
@@ -222,7 +246,16 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
         return [name, { command: [executable, ...args], env: server.env, timeoutMs: server.timeout_ms }];
       }),
     ),
+    commands: Object.fromEntries(
+      Object.entries(file.command).map(([name, c]) => [name, { template: c.template, description: c.description, agent: c.agent, model: c.model ? parseModelRef(c.model) : undefined, subtask: c.subtask }]),
+    ),
+    references: Object.fromEntries(Object.entries(file.reference).map(([alias, dir]) => [alias, path.resolve(baseDir, dir)])),
   };
+}
+
+/** Every directory besides the session directory that `file:` reads and the model's tools may use: `roots` and the references. */
+export function allowedRoots(config: Pick<LedgerConfig, "roots" | "references">): string[] {
+  return [...config.roots, ...Object.values(config.references)];
 }
 
 function firstModel(providers: Record<string, ProviderConfig>): LedgerConfig["model"] {

@@ -6,6 +6,7 @@ import { MessageSchema, MessageWithPartsSchema, type Message, type MessageWithPa
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import { PermissionAction, PermissionRuleSchema } from "../../gen/ledger/v1/session_pb.js";
 import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
+import { allowedRoots } from "../config/config.js";
 import { newId } from "../ids.js";
 import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
 import { insertMessage, insertParts } from "../storage/message-store.js";
@@ -19,6 +20,16 @@ import { resolveAgent, resolveModel, resolveVariant, sameModel } from "./selecti
 import { isUniqueViolation, writeSession, type EventKind } from "./writer.js";
 
 export type { StoredPrompt } from "./prompt-replay.js";
+
+/** Extras of one `storePrompt` call. */
+export interface StorePromptOptions {
+  /**
+   * Events to append in the prompt's transaction, after its parts' events and before
+   * `prompted` (so a replayed `message_id` returns them too); given the new message's id.
+   * E.g. `command` for the `Command` RPC. Not called for a replayed prompt.
+   */
+  extraEvents?: (messageId: string) => EventKind[];
+}
 
 /**
  * Stores a prompt as a user message with its parts (design.md §3; OpenCode
@@ -37,7 +48,7 @@ export type { StoredPrompt } from "./prompt-replay.js";
  * `LimitExceededError`, `PathNotAllowedError`, `AlreadyExistsError`, `PluginError`; on any of
  * them nothing is written.
  */
-export async function storePrompt(deps: LedgerDeps, request: PromptRequest): Promise<StoredPrompt> {
+export async function storePrompt(deps: LedgerDeps, request: PromptRequest, options: StorePromptOptions = {}): Promise<StoredPrompt> {
   checkCounts(deps, request);
   const row = await getSession(deps.db, request.sessionId);
   if (!row) throw new SessionNotFoundError(request.sessionId);
@@ -53,7 +64,7 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest): Pro
   const variant = resolveVariant(deps.config, agent, model, request.variant);
   const messageId = request.messageId || newId("msg");
   const drafts = await resolveDrafts(
-    { sessionId: session.id, messageId, directory: session.directory, roots: deps.config.roots, limits: deps.config.limits, agent, mcp: deps.mcp },
+    { sessionId: session.id, messageId, directory: session.directory, roots: allowedRoots(deps.config), references: deps.config.references, limits: deps.config.limits, agent, mcp: deps.mcp },
     request.parts,
   );
   const draftMessage = create(MessageSchema, {
@@ -95,7 +106,7 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest): Pro
       await insertMessage(w.trx, { message: hooked.message, position: w.nextPosition(), requestHash: fingerprint });
       w.session.messageCount += 1;
       await insertParts(w.trx, hooked.parts.map((part) => ({ part, position: w.nextPosition() })));
-      emitPromptEvents(w.emit, hooked.message, hooked.parts, drafts, messageId, request.noReply);
+      emitPromptEvents(w.emit, hooked.message, hooked.parts, drafts, messageId, request.noReply, options.extraEvents?.(messageId) ?? []);
       if (Object.keys(request.tools).length > 0) w.session.permission = permissionsFromTools(request.tools);
       w.emit({ case: "sessionUpdated", value: { session: w.session } });
       return undefined;
@@ -114,6 +125,7 @@ function emitPromptEvents(
   drafts: ResolvedDrafts,
   messageId: string,
   noReply: boolean,
+  extra: EventKind[],
 ): void {
   emit({ case: "messageUpdated", value: { message } });
   for (const part of parts) emit({ case: "partUpdated", value: { part } });
@@ -125,6 +137,7 @@ function emitPromptEvents(
   }
   const synthetic = drafts.syntheticIds.filter((id) => parts.some((p) => p.id === id));
   if (synthetic.length > 0) emit({ case: "synthetic", value: { messageId, partIds: synthetic } });
+  for (const kind of extra) emit(kind);
   emit({ case: "prompted", value: { messageId, noReply } });
 }
 

@@ -6,7 +6,7 @@ import { followSession } from "../events/feed.js";
 import { getSession } from "../storage/session-store.js";
 import { finalAnswer } from "./answers.js";
 import type { LedgerDeps, Replier } from "./deps.js";
-import { storePrompt, type StoredPrompt } from "./prompt.js";
+import { storePrompt, type StoredPrompt, type StorePromptOptions } from "./prompt.js";
 
 /**
  * The `Prompt` RPC: stores the prompt; with `no_reply` returns the user message, otherwise has
@@ -15,8 +15,8 @@ import { storePrompt, type StoredPrompt } from "./prompt.js";
  * `PreconditionError` (FAILED_PRECONDITION, reason `NO_MODEL_PROVIDER`) whose metadata names the
  * stored `message_id`. Same errors as `storePrompt` otherwise.
  */
-export async function prompt(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal): Promise<MessageWithParts> {
-  const stored = await storePrompt(deps, request);
+export async function prompt(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal, options: StorePromptOptions = {}): Promise<MessageWithParts> {
+  const stored = await storePrompt(deps, request, options);
   if (request.noReply) return stored.message;
   for await (const _ of answerEvents(deps, stored, signal)) {
     // Wait for the answer; the events themselves go to PromptStream/WatchSession readers.

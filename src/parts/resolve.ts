@@ -1,5 +1,5 @@
 import path from "node:path";
-import { create } from "@bufbuild/protobuf";
+import { create, type JsonObject } from "@bufbuild/protobuf";
 import {
   type AgentPartInput,
   type FilePartInput,
@@ -17,6 +17,7 @@ import { confinePath } from "../tools/confine.js";
 import { ReadFailure, readPath, type ReadResult } from "../tools/read.js";
 import { dataUrlText, parseDataUrl, toDataUrl } from "./data-url.js";
 import { parseFileUrl } from "./file-url.js";
+import { referenceNote } from "./reference.js";
 import { isImageMime, normalizeImage, sniffImage } from "./image.js";
 
 /** Everything draft resolution needs to know about the prompt. */
@@ -25,8 +26,10 @@ export interface ResolveContext {
   messageId: string;
   /** The session's resolved directory: `file:` reads must stay inside it or `roots`. */
   directory: string;
-  /** Extra allowed directories (absolute). */
+  /** Extra allowed directories (absolute), the references among them. */
   roots: string[];
+  /** Configured references (alias → absolute directory): a `file:` draft inside one gets a leading note. */
+  references?: Record<string, string>;
   limits: Limits;
   /** The prompt's agent (its permissions shape the agent-mention hint). */
   agent: AgentInfo;
@@ -62,6 +65,8 @@ type Piece = { part: Part; synthetic: boolean };
  *   content, whatever the declared mime) → the file part with the image normalized by
  *   `normalizeImage` (design.md §3 step 6) as a base64 `data:` URL with the image's real mime;
  * - file `data:` other → the file part; `http(s):` → the file part as given;
+ * - file `file:` inside a configured reference → first S `Referenced configured reference
+ *   @<alias>/<target>.` with `metadata.reference` (see `referenceNote`), then as below;
  * - file `file:` → S read call, then the read output (text, with `?start=&end=` ranges, or a
  *   directory listing) and the file part, or the file as a `data:` URL (images/PDF, sniffed;
  *   images normalized as above, PDFs as read);
@@ -185,6 +190,8 @@ async function dataDraft(ctx: ResolveContext, draft: FilePartInput, field: strin
 async function fileUrlDraft(ctx: ResolveContext, draft: FilePartInput, field: string, problems: ReadProblem[]): Promise<Piece[]> {
   const target = parseFileUrl(`${field}.url`, draft.url);
   const filePath = await confinePath(`${field}.url`, target.path, [ctx.directory, ...ctx.roots]);
+  const note = ctx.references ? await referenceNote(ctx.references, draft, filePath) : undefined;
+  const lead = note ? [synthetic(note.text, note.metadata)] : [];
   const args = { filePath, offset: target.offset, limit: target.limit };
   const call = synthetic(`Called the Read tool with the following input: ${JSON.stringify(args)}`);
   let result: ReadResult;
@@ -193,18 +200,18 @@ async function fileUrlDraft(ctx: ResolveContext, draft: FilePartInput, field: st
   } catch (error) {
     if (!(error instanceof ReadFailure)) throw error;
     problems.push({ path: filePath, message: error.message });
-    return [call, synthetic(`Read tool failed to read ${filePath} with the following error: ${error.message}`)];
+    return [...lead, call, synthetic(`Read tool failed to read ${filePath} with the following error: ${error.message}`)];
   }
   const filename = draft.filename || path.basename(filePath);
   switch (result.kind) {
     case "text":
-      return [call, synthetic(result.output), filePart(draft, { mime: "text/plain", filename })];
+      return [...lead, call, synthetic(result.output), filePart(draft, { mime: "text/plain", filename })];
     case "directory":
-      return [call, synthetic(result.output), filePart(draft, { mime: "application/x-directory", filename })];
+      return [...lead, call, synthetic(result.output), filePart(draft, { mime: "application/x-directory", filename })];
     case "attachment": {
-      if (!isImageMime(result.mime)) return [call, filePart(draft, { mime: result.mime, filename, url: toDataUrl(result.mime, result.data) })];
+      if (!isImageMime(result.mime)) return [...lead, call, filePart(draft, { mime: result.mime, filename, url: toDataUrl(result.mime, result.data) })];
       const image = await normalizeImage(`${field}.url`, result.data, result.mime, ctx.limits);
-      return [call, filePart(draft, { mime: image.mime, filename, url: toDataUrl(image.mime, image.bytes) })];
+      return [...lead, call, filePart(draft, { mime: image.mime, filename, url: toDataUrl(image.mime, image.bytes) })];
     }
   }
 }
@@ -219,8 +226,8 @@ function filePart(draft: FilePartInput, override: { mime?: string; filename?: st
   return { part: create(PartSchema, { id: draft.id, kind: { case: "file", value } }), synthetic: false };
 }
 
-function synthetic(text: string): Piece {
-  return { part: create(PartSchema, { kind: { case: "text", value: { text: storableText(text), synthetic: true } } }), synthetic: true };
+function synthetic(text: string, metadata?: JsonObject): Piece {
+  return { part: create(PartSchema, { kind: { case: "text", value: { text: storableText(text), synthetic: true, metadata } } }), synthetic: true };
 }
 
 /** Text as it can be stored and sent to a provider: lone surrogates and NUL become U+FFFD. */

@@ -6,6 +6,7 @@ import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_de
 import { logger } from "../observe/log.js";
 import {
   AgentNotFoundError,
+  CommandNotFoundError,
   AlreadyExistsError,
   CursorOutOfRangeError,
   InvalidArgumentError,
@@ -34,6 +35,7 @@ const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code
   [MessageNotFoundError, Code.NotFound],
   [PartNotFoundError, Code.NotFound],
   [AgentNotFoundError, Code.NotFound],
+  [CommandNotFoundError, Code.NotFound],
   [AlreadyExistsError, Code.AlreadyExists],
   [LimitExceededError, Code.ResourceExhausted],
   [PathNotAllowedError, Code.PermissionDenied],

@@ -4,6 +4,7 @@ import { AgentSchema, ModelSchema } from "../../gen/ledger/v1/model_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { PromptRequestSchema, type PromptAsyncRequest, type PromptRequest, type PromptStreamRequest, type SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { listAgents, listModels } from "../ledger/catalog.js";
+import { runCommand } from "../ledger/command.js";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { getMessage, listMessages } from "../ledger/messages.js";
 import { abortSession, prompt, promptAsync, promptStream, resumeSession } from "../ledger/reply.js";
@@ -47,6 +48,9 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     },
     async *promptStream(req, ctx) {
       for await (const event of promptStream(deps, asPromptRequest(req), ctx.signal)) yield { event };
+    },
+    async command(req, ctx) {
+      return { message: await runCommand(deps, req, ctx.signal) };
     },
     async promptAsync(req) {
       return { message: await promptAsync(deps, asPromptRequest(req)) };

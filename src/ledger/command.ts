@@ -1,0 +1,119 @@
+import { stat } from "node:fs/promises";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import type { PartInputSchema } from "../../gen/ledger/v1/part_pb.js";
+import { PromptRequestSchema, type CommandRequest } from "../../gen/ledger/v1/service_pb.js";
+import { AgentNotFoundError, CommandNotFoundError, SessionNotFoundError } from "../errors.js";
+import { getSession } from "../storage/session-store.js";
+import type { LedgerDeps } from "./deps.js";
+import { prompt } from "./reply.js";
+import { visibleAgents } from "./selection.js";
+
+type Draft = MessageInitShape<typeof PartInputSchema>;
+
+/**
+ * The `Command` RPC (OpenCode `SessionPrompt.command`): runs the configured prompt template
+ * `command.<name>` as a prompt. The template gets its arguments (`expandTemplate`), its `@path`
+ * references become `file:` drafts (`fileReferences`), and the request's `parts` are appended;
+ * with `subtask: true` the expanded template is one subtask draft for the command's agent
+ * instead. Agent and model: the request's, else the command's, else the usual defaults. The
+ * prompt is then stored and answered exactly like `Prompt`, with a `command` event in the same
+ * transaction (before `prompted`).
+ *
+ * Throws `CommandNotFoundError` (NOT_FOUND, listing the configured commands),
+ * `SessionNotFoundError`, `AgentNotFoundError` for an unknown subtask agent, and whatever
+ * `prompt` throws (e.g. PERMISSION_DENIED for a reference outside the allowed directories).
+ */
+export async function runCommand(deps: LedgerDeps, request: CommandRequest, signal?: AbortSignal): Promise<MessageWithParts> {
+  const command = Object.hasOwn(deps.config.commands, request.command) ? deps.config.commands[request.command] : undefined;
+  if (!command) throw new CommandNotFoundError(request.command, Object.keys(deps.config.commands));
+  const row = await getSession(deps.db, request.sessionId);
+  if (!row) throw new SessionNotFoundError(request.sessionId);
+
+  const text = expandTemplate(command.template, request.arguments);
+  const model = request.model ?? command.model;
+  let agent = request.agent || command.agent || "";
+  let drafts: Draft[];
+  if (command.subtask) {
+    // The user message runs under the request's (or default) agent; the subtask under the command's.
+    const subagent = command.agent || request.agent || deps.config.defaultAgent;
+    if (!deps.config.agents.has(subagent)) throw new AgentNotFoundError(subagent, visibleAgents(deps.config), "command.agent");
+    drafts = [{ kind: { case: "subtask", value: { prompt: text, description: command.description ?? "", agent: subagent, model, command: request.command } } }];
+    agent = request.agent;
+  } else {
+    drafts = [{ kind: { case: "text", value: { text } } }, ...(await fileReferences(text, row.directory))];
+  }
+  const promptRequest = create(PromptRequestSchema, {
+    sessionId: request.sessionId,
+    messageId: request.messageId,
+    agent,
+    model: command.subtask ? request.model : model,
+    variant: request.variant,
+    noReply: request.noReply,
+    parts: [...drafts, ...request.parts],
+  });
+  return prompt(deps, promptRequest, signal, {
+    extraEvents: (messageId) => [{ case: "command", value: { command: request.command, arguments: request.arguments, messageId } }],
+  });
+}
+
+/** `"quoted words"`, `'quoted words'` or a run of non-blanks (OpenCode's argument split). */
+const ARGUMENT = /"[^"]*"|'[^']*'|[^\s"']+/g;
+const PLACEHOLDER = /\$(\d+)/g;
+
+/**
+ * Fills a command template: `$1`, `$2`... become the whitespace-split arguments (quotes keep
+ * words together and are dropped; the highest placeholder takes the remaining arguments; a
+ * missing one becomes empty), `$ARGUMENTS` the whole argument string. A template with neither
+ * gets the arguments appended after a blank line.
+ */
+export function expandTemplate(template: string, args: string): string {
+  const words = (args.match(ARGUMENT) ?? []).map((w) => w.replace(/^["']|["']$/g, ""));
+  const positions = [...template.matchAll(PLACEHOLDER)].map((m) => Number(m[1]));
+  const last = Math.max(0, ...positions);
+  const filled = template.replace(PLACEHOLDER, (_, index: string) => {
+    const position = Number(index);
+    if (position < 1 || position > words.length) return "";
+    return position === last ? words.slice(position - 1).join(" ") : words[position - 1]!;
+  });
+  const usesArguments = template.includes("$ARGUMENTS");
+  const result = filled.replaceAll("$ARGUMENTS", () => args);
+  if (positions.length === 0 && !usesArguments && args.trim()) return `${result}\n\n${args}`;
+  return result;
+}
+
+/** `@path` not preceded by a word character or backtick (OpenCode `ConfigMarkdown.files`). */
+const FILE_REFERENCE = /(?<![\w`])@(\.?[^\s`,.]*(?:\.[^\s`,.]+)*)/g;
+
+/**
+ * The `file:` drafts for the `@path` references in `text` that name an existing file or
+ * directory, relative to `directory`; each path once, in order of appearance. Whether a path
+ * may be read is checked later, like any file draft.
+ */
+export async function fileReferences(text: string, directory: string): Promise<Draft[]> {
+  const seen = new Set<string>();
+  const drafts: Draft[] = [];
+  for (const match of text.matchAll(FILE_REFERENCE)) {
+    const name = match[1];
+    if (!name || seen.has(name)) continue;
+    seen.add(name);
+    const absolute = path.resolve(directory, name);
+    const info = await stat(absolute).catch(() => undefined);
+    if (!info) continue;
+    const start = match.index;
+    drafts.push({
+      kind: {
+        case: "file",
+        value: {
+          url: pathToFileURL(absolute).href,
+          filename: name,
+          mime: info.isDirectory() ? "application/x-directory" : "text/plain",
+          source: { kind: { case: "file", value: { path: absolute, text: { value: match[0], start, end: start + match[0].length } } } },
+        },
+      },
+    });
+  }
+  return drafts;
+}

@@ -1,0 +1,105 @@
+import { mkdir, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { expandTemplate } from "../../src/ledger/command.js";
+import { newId } from "../../src/ids.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { shape, text } from "../support/prompt.js";
+
+let t: TestLedger;
+beforeAll(async () => {
+  t = await startTestLedger({
+    command: {
+      review: { template: "Review $1 for $2 ($ARGUMENTS). Notes in @notes.txt, not in @missing.txt.", description: "review a file", agent: "plan" },
+      count: { template: "Count the files under $1", description: "count files", agent: "explore", subtask: true },
+    },
+  });
+  await writeFile(path.join(t.dir, "notes.txt"), "first note\nsecond note\n");
+  await mkdir(path.join(t.dir, "src"));
+});
+afterAll(() => t?.close());
+
+async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
+  const error = await promise.then(() => undefined, (e: unknown) => e);
+  expect(error).toBeInstanceOf(ConnectError);
+  return error as ConnectError;
+}
+
+async function eventKinds(sessionId: string) {
+  return t.ledger.deps.db.selectFrom("session_event").select(["seq", "kind", "data"]).where("session_id", "=", sessionId).orderBy("seq").execute();
+}
+
+describe("expandTemplate", () => {
+  it("fills $N with words (quotes kept together, the last takes the rest) and $ARGUMENTS with everything", () => {
+    expect(expandTemplate("a=$1 b=$2 all=$ARGUMENTS", `"two words" x y`)).toBe(`a=two words b=x y all="two words" x y`);
+    expect(expandTemplate("a=$1 b=$3", "only")).toBe("a=only b=");
+    expect(expandTemplate("plain", "extra args")).toBe("plain\n\nextra args");
+    expect(expandTemplate("cost $ARGUMENTS", "$1 and $&")).toBe("cost $1 and $&");
+  });
+});
+
+describe("Command", () => {
+  it("stores the expanded template, its file references and the extra parts, with the command event", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const res = await t.client.command({ sessionId, command: "review", arguments: `src/app.ts "error handling"`, noReply: true, parts: [text("and be brief")] });
+    const message = res.message!;
+    const user = message.message!.kind;
+    expect(user.case === "user" && user.value.agent).toBe("plan");
+    const notes = path.join(t.dir, "notes.txt");
+    const shapes = message.parts.map(shape);
+    expect(shapes[0]).toEqual({ kind: "text", synthetic: false, text: `Review src/app.ts for error handling (src/app.ts "error handling"). Notes in @notes.txt, not in @missing.txt.` });
+    expect(shapes[1]).toEqual({ kind: "text", synthetic: true, text: `Called the Read tool with the following input: ${JSON.stringify({ filePath: notes })}` });
+    expect(shapes[2]).toMatchObject({ kind: "text", synthetic: true });
+    expect(String(shapes[2]!.text)).toContain("1: first note");
+    expect(shapes[3]).toEqual({ kind: "file", mime: "text/plain", filename: "notes.txt", url: pathToFileURL(notes).href });
+    expect(shapes[4]).toEqual({ kind: "text", synthetic: false, text: "and be brief" });
+    expect(shapes).toHaveLength(5);
+
+    const events = await eventKinds(sessionId);
+    const command = events.find((e) => e.kind === "command");
+    expect(command?.data).toMatchObject({ command: { command: "review", arguments: `src/app.ts "error handling"`, messageId: user.value!.id } });
+    // In the prompt's transaction, right before `prompted`.
+    expect(events[events.indexOf(command!) + 1]?.kind).toBe("prompted");
+
+    const watched = [];
+    for await (const r of t.client.watchSession({ sessionId, afterSeq: 0n }, { signal: AbortSignal.timeout(1000) })) {
+      watched.push(r.event!);
+      if (r.event!.kind.case === "command") break;
+    }
+    expect(watched.at(-1)?.kind).toMatchObject({ case: "command", value: { command: "review", messageId: user.value!.id } });
+  });
+
+  it("replays the same message_id without a second message or command event", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const messageId = newId("msg");
+    const first = await t.client.command({ sessionId, messageId, command: "review", arguments: "a", noReply: true });
+    const again = await t.client.command({ sessionId, messageId, command: "review", arguments: "a", noReply: true });
+    expect(again.message).toEqual(first.message);
+    expect((await eventKinds(sessionId)).filter((e) => e.kind === "command")).toHaveLength(1);
+  });
+
+  it("runs a subtask command as one subtask part for the command's agent", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const res = await t.client.command({ sessionId, command: "count", arguments: "src", noReply: true });
+    const message = res.message!;
+    expect(message.parts.map(shape)).toEqual([{ kind: "subtask", agent: "explore", prompt: "Count the files under src" }]);
+    const part = message.parts[0]!.kind;
+    expect(part.case === "subtask" && [part.value.description, part.value.command]).toEqual(["count files", "count"]);
+    const user = message.message!.kind;
+    expect(user.case === "user" && user.value.agent).toBe("build");
+    expect((await eventKinds(sessionId)).some((e) => e.kind === "command")).toBe(true);
+  });
+
+  it("answers NOT_FOUND listing the configured commands, writing nothing", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const before = await eventKinds(sessionId);
+    const error = await rejection(t.client.command({ sessionId, command: "deploy", arguments: "", noReply: true }));
+    expect(error.code).toBe(Code.NotFound);
+    expect(error.rawMessage).toContain("review, count");
+    expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "COMMAND_NOT_FOUND", metadata: { command: "deploy", available: "review,count" } });
+    expect(await eventKinds(sessionId)).toEqual(before);
+  });
+});
