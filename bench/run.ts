@@ -84,7 +84,7 @@ export function markdown(rows: Row[]): string {
     const pass = r.pass === null ? "—" : r.pass ? "yes" : "**NO**";
     lines.push(`| ${name} | ${format(r.ours)} | ${format(r.baseline)} | ${r.unit} | ${format(r.ratio)}× | ${r.goal ?? "—"} | ${pass} |`);
   }
-  if (notes.length > 0) lines.push("", ...notes.map((note, i) => `[${i + 1}] ${note}`));
+  if (notes.length > 0) lines.push("", ...notes.map((note, i) => `- [${i + 1}] ${note}`));
   return lines.join("\n");
 }
 
