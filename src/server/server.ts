@@ -1,6 +1,7 @@
 import http from "node:http";
 import http2 from "node:http2";
 import { setMaxListeners } from "node:events";
+import { setTimeout as sleep } from "node:timers/promises";
 import net from "node:net";
 import { Duplex } from "node:stream";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
@@ -209,5 +210,5 @@ const DRAIN_POLL_MS = 20;
 const FORCE_WAIT_MS = 2000;
 
 function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+  return sleep(ms, undefined, { ref: false });
 }
