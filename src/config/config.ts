@@ -44,6 +44,7 @@ const limitsSchema = z
     attachment_bytes: z.number().int().positive(),
     parts_per_prompt: z.number().int().positive(),
     image_pixels: z.number().int().positive(),
+    symbol_source_bytes: z.number().int().positive(),
   })
   .partial();
 

@@ -20,6 +20,11 @@ export interface Limits {
    * decompression bombs (a small file declaring a huge canvas). Default 50 000 000.
    */
   image_pixels: number;
+  /**
+   * Largest source file parsed to expand a one-line `file:` range (`?start=N&end=N`) to the
+   * symbol starting on that line (bytes). A bigger file is read as the single line. Default 2 MiB.
+   */
+  symbol_source_bytes: number;
 }
 
 /** The defaults of every limit. */
@@ -30,4 +35,5 @@ export const DEFAULT_LIMITS: Limits = {
   attachment_bytes: 20 * 1024 * 1024,
   parts_per_prompt: 256,
   image_pixels: 50_000_000,
+  symbol_source_bytes: 2 * 1024 * 1024,
 };

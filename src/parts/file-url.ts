@@ -11,6 +11,11 @@ export interface FileUrlTarget {
   offset?: number;
   /** How many lines to read (lines); absent when the range has no end. */
   limit?: number;
+  /**
+   * The line of a one-line range (`?start=N&end=N`, both given and equal, 1-based): the client
+   * asks for the symbol starting there (see `findSymbolAt`). Absent otherwise.
+   */
+  symbolLine?: number;
   /** True when the URL path ended with `/` (the client means a directory). */
   hasTrailingSlash: boolean;
 }
@@ -42,7 +47,8 @@ function bound(field: string, params: URLSearchParams, name: "start" | "end"): n
  * Range (design.md §4, OpenCode `resolvePart`): `?start=a&end=b` gives offset = max(a, 1) and
  * limit = b − offset + 1 (end is inclusive); `?start=a` gives offset = max(a, 1) and no limit
  * (`start=0` means from line 1); `?end=b` alone gives offset 1, limit b. Other query parameters
- * are ignored.
+ * are ignored. When both bounds are given and equal (`?start=12&end=12`), `symbolLine` is that
+ * line: the caller widens the range to the symbol starting there (OpenCode's `start === end`).
  *
  * @param field - request field named in errors, e.g. `parts[0].file.url`.
  * @param url - the URL string.
@@ -96,6 +102,7 @@ export function parseFileUrl(field: string, url: string): FileUrlTarget {
   if (start !== undefined || end !== undefined) {
     target.offset = Math.max(start ?? 1, 1);
     if (end !== undefined) target.limit = end - target.offset + 1;
+    if (start !== undefined && start === end) target.symbolLine = end;
   }
   return target;
 }

@@ -17,6 +17,7 @@ import { confinePath } from "../tools/confine.js";
 import { ReadFailure, readPath, type ReadResult } from "../tools/read.js";
 import { dataUrlText, parseDataUrl, toDataUrl } from "./data-url.js";
 import { parseFileUrl } from "./file-url.js";
+import { findSymbolAt } from "./symbols/index.js";
 import { referenceNote } from "./reference.js";
 import { isImageMime, normalizeImage, sniffImage } from "./image.js";
 
@@ -69,7 +70,9 @@ type Piece = { part: Part; synthetic: boolean };
  *   @<alias>/<target>.` with `metadata.reference` (see `referenceNote`), then as below;
  * - file `file:` → S read call, then the read output (text, with `?start=&end=` ranges, or a
  *   directory listing) and the file part, or the file as a `data:` URL (images/PDF, sniffed;
- *   images normalized as above, PDFs as read);
+ *   images normalized as above, PDFs as read); a one-line range `?start=N&end=N` on a
+ *   TypeScript/JavaScript, Python, Go or Rust file is widened to the symbol starting on line N
+ *   (`findSymbolAt`), and the read call's `metadata.symbol` gives `{name, kind, start, end}`;
  *   binary, missing or unreadable → S failure text and a `ReadProblem`;
  * - MCP resource source → S `Reading MCP resource: <filename> (<uri>)`, S per non-empty text item,
  *   S `[Binary content: <mime>]` per binary item (never inlined), then the file part as given; any
@@ -192,11 +195,17 @@ async function fileUrlDraft(ctx: ResolveContext, draft: FilePartInput, field: st
   const filePath = await confinePath(`${field}.url`, target.path, [ctx.directory, ...ctx.roots]);
   const note = ctx.references ? await referenceNote(ctx.references, draft, filePath) : undefined;
   const lead = note ? [synthetic(note.text, note.metadata)] : [];
-  const args = { filePath, offset: target.offset, limit: target.limit };
-  const call = synthetic(`Called the Read tool with the following input: ${JSON.stringify(args)}`);
+  let { offset, limit } = target;
+  const symbol = target.symbolLine === undefined ? undefined : await findSymbolAt(filePath, target.symbolLine, ctx.limits.symbol_source_bytes);
+  if (symbol !== undefined) {
+    offset = symbol.start;
+    limit = symbol.end - symbol.start + 1;
+  }
+  const args = { filePath, offset, limit };
+  const call = synthetic(`Called the Read tool with the following input: ${JSON.stringify(args)}`, symbol ? { symbol: { ...symbol } } : undefined);
   let result: ReadResult;
   try {
-    result = await readPath(filePath, { offset: target.offset, limit: target.limit, maxAttachmentBytes: ctx.limits.attachment_bytes, field: `${field}.url` });
+    result = await readPath(filePath, { offset, limit, maxAttachmentBytes: ctx.limits.attachment_bytes, field: `${field}.url` });
   } catch (error) {
     if (!(error instanceof ReadFailure)) throw error;
     problems.push({ path: filePath, message: error.message });

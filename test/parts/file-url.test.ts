@@ -112,6 +112,16 @@ describe("parseFileUrl: line ranges", () => {
   it("start=5&end=5 reads one line", () => {
     expect(range("?start=5&end=5")).toEqual({ offset: 5, limit: 1 });
   });
+  it("marks only a one-line range with both bounds as a symbol line", () => {
+    const symbolLine = (q: string) => parseFileUrl(F, `file:///tmp/a.ts${q}`).symbolLine;
+    expect(symbolLine("?start=5&end=5")).toBe(5);
+    expect(symbolLine("?start=1&end=1")).toBe(1);
+    expect(symbolLine("?end=1")).toBeUndefined();
+    expect(symbolLine("?start=5")).toBeUndefined();
+    expect(symbolLine("?start=5&end=6")).toBeUndefined();
+    expect(symbolLine("?start=0&end=1")).toBeUndefined();
+    expect(symbolLine("")).toBeUndefined();
+  });
   it("start=0 means from line 1 with no limit", () => {
     expect(range("?start=0")).toEqual({ offset: 1, limit: undefined });
   });

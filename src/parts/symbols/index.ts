@@ -1,0 +1,79 @@
+import { constants } from "node:fs";
+import { open } from "node:fs/promises";
+import { extname } from "node:path";
+import { logger } from "../../observe/log.js";
+import { isBinary } from "../../tools/binary.js";
+import { decodeText } from "../../tools/text-decode.js";
+import { TREE_SITTER_EXTENSIONS, treeSitterSymbolAt } from "./tree-sitter.js";
+import type { SourceSymbol } from "./types.js";
+import { TYPESCRIPT_EXTENSIONS, typescriptSymbolAt } from "./typescript.js";
+
+export type { SourceSymbol } from "./types.js";
+
+/**
+ * True when symbol ranges are supported for this file name: `.ts .tsx .mts .cts .js .jsx .mjs
+ * .cjs` (TypeScript language service) and `.py .pyi .go .rs` (tree-sitter), case-insensitive.
+ */
+export function hasSymbolSupport(path: string): boolean {
+  const ext = extname(path).toLowerCase();
+  return TYPESCRIPT_EXTENSIONS.has(ext) || TREE_SITTER_EXTENSIONS.has(ext);
+}
+
+/**
+ * Finds the symbol that starts at a line of a source file, for a `file:` draft whose range is one
+ * line (`?start=N&end=N`). Follows OpenCode's `resolvePart` (`session/prompt.ts`), which asks a
+ * running language server for `textDocument/documentSymbol` and widens the range to the symbol
+ * whose range starts at that line; here the file is parsed in-process (see
+ * `typescriptSymbolAt` and `treeSitterSymbolAt`) and every line is 1-based.
+ *
+ * Best effort, never an error for the client: an unsupported extension, a file over `maxBytes`,
+ * a binary file, a line with no declaration on it, or a parser that fails to load all give
+ * `undefined`, and the caller reads the single line. A parser failure is logged as a warning.
+ *
+ * @param path - absolute path, already confined (see `confinePath`); must be a regular file.
+ * @param line - the requested line, 1-based (lines).
+ * @param maxBytes - largest file parsed, in bytes (limit `symbol_source_bytes`).
+ * @returns the symbol's name, kind and 1-based inclusive line range, or undefined.
+ */
+export async function findSymbolAt(path: string, line: number, maxBytes: number): Promise<SourceSymbol | undefined> {
+  const ext = extname(path).toLowerCase();
+  const treeSitter = TREE_SITTER_EXTENSIONS.get(ext);
+  if (!TYPESCRIPT_EXTENSIONS.has(ext) && treeSitter === undefined) return undefined;
+  const bytes = await readBounded(path, maxBytes);
+  if (bytes === undefined || isBinary(path, bytes.subarray(0, 4096))) return undefined;
+  // A lone `\r` ends a line for the read tool (readline rules); make it a `\n` for the parsers,
+  // which count `\n` only, so both agree on line numbers. The length, hence every offset, stays.
+  const file = { path, text: decodeText(bytes).replace(/\r(?!\n)/g, "\n") };
+  try {
+    return treeSitter === undefined ? await typescriptSymbolAt(file, line) : await treeSitterSymbolAt(file, treeSitter, line);
+  } catch (error) {
+    logger.warn("symbol lookup failed; reading the single line", { path, line, error: error instanceof Error ? error.message : String(error) });
+    return undefined;
+  }
+}
+
+/** The whole file if it is a regular file of at most `maxBytes` bytes, else undefined. */
+async function readBounded(path: string, maxBytes: number): Promise<Uint8Array | undefined> {
+  let handle;
+  try {
+    // O_NONBLOCK: a FIFO swapped in after confinement opens at once instead of hanging.
+    handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  } catch {
+    return undefined;
+  }
+  try {
+    const info = await handle.stat();
+    if (!info.isFile() || info.size > maxBytes) return undefined;
+    // Read one byte more than allowed, so a file that grew after stat is still refused.
+    const buffer = Buffer.alloc(Math.min(info.size, maxBytes) + 1);
+    let length = 0;
+    while (length < buffer.length) {
+      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, length);
+      if (bytesRead === 0) break;
+      length += bytesRead;
+    }
+    return length > maxBytes ? undefined : new Uint8Array(buffer.buffer, buffer.byteOffset, length);
+  } finally {
+    await handle.close();
+  }
+}

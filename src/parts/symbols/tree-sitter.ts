@@ -1,0 +1,159 @@
+import { createRequire } from "node:module";
+import type { Language, Node } from "web-tree-sitter";
+import { pickSymbol, type SourceFile, type SourceSymbol } from "./types.js";
+
+/** A language read with tree-sitter, and the npm package that ships its grammar as `.wasm`. */
+interface Grammar {
+  /** Module specifier of the grammar's `.wasm`, resolved from this package's `node_modules`. */
+  wasm: string;
+  /** Node types that are declarations (functions, classes, methods, types, ...). */
+  declarations: ReadonlySet<string>;
+  /** Node types that precede a declaration and belong to it (decorators, attributes). */
+  prefixes: ReadonlySet<string>;
+  /** Node type that wraps a declaration together with its decorators, if the grammar has one. */
+  wrapper?: string;
+}
+
+const GRAMMARS = {
+  python: {
+    wasm: "tree-sitter-python/tree-sitter-python.wasm",
+    declarations: new Set(["function_definition", "class_definition"]),
+    prefixes: new Set(),
+    wrapper: "decorated_definition",
+  },
+  go: {
+    wasm: "tree-sitter-go/tree-sitter-go.wasm",
+    declarations: new Set(["function_declaration", "method_declaration", "type_declaration", "type_spec"]),
+    prefixes: new Set(),
+  },
+  rust: {
+    wasm: "tree-sitter-rust/tree-sitter-rust.wasm",
+    declarations: new Set([
+      "function_item",
+      "function_signature_item",
+      "struct_item",
+      "enum_item",
+      "union_item",
+      "trait_item",
+      "impl_item",
+      "mod_item",
+      "macro_definition",
+      "type_item",
+      "const_item",
+      "static_item",
+    ]),
+    prefixes: new Set(["attribute_item"]),
+  },
+} satisfies Record<string, Grammar>;
+
+/** Languages read with tree-sitter. */
+export type TreeSitterLanguage = keyof typeof GRAMMARS;
+
+/** File extensions (lower case, with the dot) read with tree-sitter, and their language. */
+export const TREE_SITTER_EXTENSIONS: ReadonlyMap<string, TreeSitterLanguage> = new Map([
+  [".py", "python"],
+  [".pyi", "python"],
+  [".go", "go"],
+  [".rs", "rust"],
+]);
+
+const require = createRequire(import.meta.url);
+let runtime: Promise<typeof import("web-tree-sitter")> | undefined;
+const languages = new Map<TreeSitterLanguage, Promise<Language>>();
+
+/** Loads `web-tree-sitter` and initializes its WebAssembly runtime once, on first use. */
+function loadRuntime(): Promise<typeof import("web-tree-sitter")> {
+  runtime ??= import("web-tree-sitter").then(async (mod) => {
+    await mod.Parser.init();
+    return mod;
+  });
+  return runtime;
+}
+
+/** Loads a grammar's `.wasm` once per process. */
+function loadLanguage(name: TreeSitterLanguage): Promise<Language> {
+  let language = languages.get(name);
+  if (language === undefined) {
+    language = loadRuntime().then((mod) => mod.Language.load(require.resolve(GRAMMARS[name].wasm)));
+    languages.set(name, language);
+  }
+  return language;
+}
+
+/** 1-based last line of a node; a node ending at column 0 of a line ends on the line before. */
+function lastLine(node: Node): number {
+  const { row, column } = node.endPosition;
+  return column === 0 && row > node.startPosition.row ? row : row + 1;
+}
+
+function nameOf(node: Node): string {
+  const name = node.childForFieldName("name");
+  if (name) return name.text;
+  if (node.type === "type_declaration") {
+    const spec = node.namedChildren.find((child) => child?.type === "type_spec");
+    return spec?.childForFieldName("name")?.text ?? "type";
+  }
+  if (node.type === "impl_item") {
+    const type = node.childForFieldName("type")?.text ?? "";
+    const trait = node.childForFieldName("trait")?.text;
+    return trait ? `impl ${trait} for ${type}` : `impl ${type}`;
+  }
+  return node.type;
+}
+
+/**
+ * Finds the declaration that starts at a line of a Python, Go or Rust file, with `web-tree-sitter`
+ * and the grammar `.wasm` shipped by the `tree-sitter-python`, `tree-sitter-go` and
+ * `tree-sitter-rust` npm packages (no native addon, no language server).
+ *
+ * Declarations: Python `def`/`class` (methods are `def`s inside a class; decorators belong to
+ * the declaration, so it starts at its first decorator and is also found by its `def` line);
+ * Go functions, methods and `type` declarations (a grouped `type (...)` and each spec in it);
+ * Rust `fn` (with or without a body), `struct`, `enum`, `union`, `trait`, `impl`, `mod`,
+ * `macro_rules!`, `type`, `const` and `static`, each starting at its first `#[...]` attribute.
+ * The parser is error-tolerant: a file with syntax errors still yields the declarations it can.
+ *
+ * @param file - the file's path (not read; the caller decoded it) and text.
+ * @param language - which grammar to parse with.
+ * @param line - the requested line, 1-based (lines).
+ * @returns the outermost declaration starting on `line` (else named on `line`), or undefined.
+ * @throws Error when the grammar's `.wasm` cannot be found or loaded (a broken install).
+ */
+export async function treeSitterSymbolAt(file: SourceFile, language: TreeSitterLanguage, line: number): Promise<SourceSymbol | undefined> {
+  const mod = await loadRuntime();
+  const grammar: Grammar = GRAMMARS[language];
+  const parser = new mod.Parser();
+  try {
+    parser.setLanguage(await loadLanguage(language));
+    const tree = parser.parse(file.text);
+    if (tree === null) return undefined;
+    try {
+      const row = line - 1;
+      const candidates: Array<SourceSymbol & { nameLine?: number }> = [];
+      const add = (node: Node) => {
+        let first: Node = node;
+        if (grammar.wrapper !== undefined && node.parent?.type === grammar.wrapper) first = node.parent;
+        for (let prev = first.previousNamedSibling; prev !== null && grammar.prefixes.has(prev.type); prev = prev.previousNamedSibling) {
+          first = prev;
+        }
+        candidates.push({ name: nameOf(node), kind: node.type, start: first.startPosition.row + 1, end: lastLine(node), nameLine: node.startPosition.row + 1 });
+      };
+      // Descend only into subtrees that contain the requested line; a declaration beside them
+      // is still a candidate, since its decorators or attributes may start on that line.
+      const visit = (node: Node) => {
+        if (grammar.declarations.has(node.type)) add(node);
+        for (const child of node.namedChildren) {
+          if (child === null) continue;
+          if (child.startPosition.row <= row && child.endPosition.row >= row) visit(child);
+          else if (grammar.declarations.has(child.type)) add(child);
+        }
+      };
+      visit(tree.rootNode);
+      return pickSymbol(candidates, line);
+    } finally {
+      tree.delete();
+    }
+  } finally {
+    parser.delete();
+  }
+}

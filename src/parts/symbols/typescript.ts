@@ -1,0 +1,91 @@
+import { pickSymbol, type SourceFile, type SourceSymbol } from "./types.js";
+
+/** File extensions read with the TypeScript language service (lower case, with the dot). */
+export const TYPESCRIPT_EXTENSIONS: ReadonlySet<string> = new Set([".ts", ".tsx", ".mts", ".cts", ".js", ".jsx", ".mjs", ".cjs"]);
+
+type TypeScript = typeof import("typescript");
+type NavigationTree = import("typescript").NavigationTree;
+
+let loading: Promise<TypeScript> | undefined;
+
+/** Loads the `typescript` package once, on first use (it takes a few hundred ms to import). */
+function loadTypeScript(): Promise<TypeScript> {
+  loading ??= import("typescript").then((mod) => ("default" in mod ? (mod.default as TypeScript) : mod));
+  return loading;
+}
+
+/** Navigation-tree kinds that are not declarations worth expanding to. */
+const SKIPPED_KINDS = new Set(["alias", "script", "module-root"]);
+
+/**
+ * Finds the declaration that starts at a line of a TypeScript or JavaScript file.
+ *
+ * Uses the `typescript` package's language service in syntactic mode (no program, no type
+ * check, no `tsserver` process): `getNavigationTree` is what `tsserver` answers LSP's
+ * `textDocument/documentSymbol` with, so the candidates are the ones an editor's outline shows
+ * (functions, classes, methods, constructors, accessors, interfaces, enums, type aliases,
+ * namespaces, variables and test callbacks). A declaration's span starts at its decorators
+ * and modifiers and leaves out a leading JSDoc comment. Imports (`alias`) are skipped.
+ *
+ * @param file - the file's path (its extension picks TS, TSX, JS or JSX parsing) and text.
+ * @param line - the requested line, 1-based (lines).
+ * @returns the outermost declaration starting on `line` (else named on `line`), or undefined.
+ */
+export async function typescriptSymbolAt(file: SourceFile, line: number): Promise<SourceSymbol | undefined> {
+  const ts = await loadTypeScript();
+  const { path, text } = file;
+  const host: import("typescript").LanguageServiceHost = {
+    getScriptFileNames: () => [path],
+    getScriptVersion: () => "1",
+    getScriptSnapshot: (name) => (name === path ? ts.ScriptSnapshot.fromString(text) : undefined),
+    getCurrentDirectory: () => "/",
+    getCompilationSettings: () => ({ allowJs: true, noResolve: true, noLib: true }),
+    getDefaultLibFileName: () => "lib.d.ts",
+    fileExists: (name) => name === path,
+    readFile: (name) => (name === path ? text : undefined),
+  };
+  const service = ts.createLanguageService(host, ts.createDocumentRegistry(), ts.LanguageServiceMode.Syntactic);
+  try {
+    const tree = service.getNavigationTree(path);
+    const lineOf = lineLocator(text);
+    const candidates: Array<SourceSymbol & { nameLine?: number }> = [];
+    const visit = (node: NavigationTree, isRoot: boolean) => {
+      if (!isRoot && !SKIPPED_KINDS.has(node.kind)) {
+        for (const span of node.spans) {
+          candidates.push({
+            name: node.text,
+            kind: node.kind,
+            start: lineOf(span.start),
+            // The span's end is exclusive; a declaration ending in "}\n" ends on the "}" line.
+            end: lineOf(Math.max(span.start, span.start + span.length - 1)),
+            nameLine: node.nameSpan ? lineOf(node.nameSpan.start) : undefined,
+          });
+        }
+      }
+      for (const child of node.childItems ?? []) visit(child, false);
+    };
+    visit(tree, true);
+    return pickSymbol(candidates, line);
+  } finally {
+    service.dispose();
+  }
+}
+
+/**
+ * Maps a UTF-16 offset in `text` to its 1-based line, counting `\n` only (the caller has turned
+ * `\r\n` and lone `\r` line ends into lines the same way, see `findSymbolAt`).
+ */
+function lineLocator(text: string): (pos: number) => number {
+  const starts = [0];
+  for (let i = text.indexOf("\n"); i !== -1; i = text.indexOf("\n", i + 1)) starts.push(i + 1);
+  return (pos) => {
+    let low = 0;
+    let high = starts.length - 1;
+    while (low < high) {
+      const mid = (low + high + 1) >> 1;
+      if (starts[mid]! <= pos) low = mid;
+      else high = mid - 1;
+    }
+    return low + 1;
+  };
+}
