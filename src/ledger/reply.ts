@@ -3,7 +3,7 @@ import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
 import { PreconditionError, SessionNotFoundError } from "../errors.js";
 import { followSession } from "../events/feed.js";
-import { getSession } from "../storage/session-store.js";
+import { getSession, rowToSession } from "../storage/session-store.js";
 import { finalAnswer } from "./answers.js";
 import type { LedgerDeps, Replier } from "./deps.js";
 import { storePrompt, type StoredPrompt, type StorePromptOptions } from "./prompt.js";
@@ -60,12 +60,22 @@ export async function promptAsync(deps: LedgerDeps, request: PromptRequest): Pro
  * The `ResumeSession` RPC: reruns the loop for the session's last user message (not
  * `no_reply`) whose answer was interrupted (crash, shutdown), aborted, or never started, and
  * streams the run like `promptStream` (from the session's current seq). Throws
- * `SessionNotFoundError`, `PreconditionError` NOTHING_TO_RESUME when that message is answered,
- * and NO_MODEL_PROVIDER like `prompt`.
+ * `SessionNotFoundError`, `PreconditionError` (FAILED_PRECONDITION) NOTHING_TO_RESUME when that
+ * message is answered, SESSION_REVERTED while the session has a revert point (`Revert`), and
+ * NO_MODEL_PROVIDER like `prompt`.
  */
 export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const row = await getSession(deps.db, sessionId);
   if (!row) throw new SessionNotFoundError(sessionId);
+  const revert = rowToSession(row).revert;
+  if (revert) {
+    // Resuming would answer a prompt the client has rolled back; the next Prompt applies the
+    // revert first (OpenCode `SessionRevert.cleanup`), Unrevert restores the conversation.
+    throw new PreconditionError("SESSION_REVERTED", `session ${sessionId} has a revert point at message ${revert.messageId}; send a new prompt (which applies it) or Unrevert before ResumeSession`, {
+      session_id: sessionId,
+      message_id: revert.messageId,
+    });
+  }
   const user = await lastPrompt(deps, sessionId);
   if (!user) throw new PreconditionError("NOTHING_TO_RESUME", `session ${sessionId} has no prompt to answer`, { session_id: sessionId });
   const answer = (await finalAnswer(deps, sessionId, user.id))?.message?.kind;

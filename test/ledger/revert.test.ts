@@ -172,4 +172,29 @@ describe("Revert / Unrevert", () => {
     await t.client.revert({ sessionId, messageId: idOf(sent[1]!) });
     expect(await listed(sessionId)).toEqual([[idOf(sent[0]!), ["one"]]]);
   });
+
+  it("refuses ResumeSession while a revert point is set (SESSION_REVERTED), and resumes after Unrevert", async () => {
+    const { sessionId, sent } = await threeMessages();
+    const stop = await hangLoop(t, fake, sessionId);
+    await stop(); // the "hang on" prompt's answer is aborted: resumable
+    while ((await t.client.getStatus({})).statuses[sessionId]) await new Promise((resolve) => setTimeout(resolve, 20));
+    await t.client.revert({ sessionId, messageId: idOf(sent[1]!) });
+    const before = await rows(sessionId);
+    const seq = await lastSeq(sessionId);
+    const refused = async () => {
+      for await (const _ of t.client.resumeSession({ sessionId })) void _;
+    };
+    expect(await failure(refused())).toMatchObject({ code: Code.FailedPrecondition, reason: "SESSION_REVERTED" });
+    expect(await rows(sessionId)).toEqual(before);
+    expect(await lastSeq(sessionId)).toBe(seq);
+
+    await t.client.unrevert({ sessionId });
+    fake.push({ kind: "stream", chunks: [{ text: "resumed" }] });
+    const kinds: string[] = [];
+    for await (const res of t.client.resumeSession({ sessionId })) kinds.push(res.event!.kind.case!);
+    expect(kinds.at(-1)).toBe("sessionStatus");
+    const last = (await t.client.listMessages({ sessionId })).messages.at(-1)!;
+    expect(last.message!.kind.case).toBe("assistant");
+    expect(last.parts.map(partText).filter(Boolean)).toContain("resumed");
+  });
 });
