@@ -15,6 +15,7 @@ export const SPECIAL_DIRS: readonly string[] = ["/proc", "/sys", "/dev"];
 /** Reason given when a path names a FIFO, socket or device. */
 const NOT_REGULAR = "is not a regular file or directory";
 /** Reason given for a path in {@link SPECIAL_DIRS} or on a kernel pseudo-filesystem. */
+const THROUGH_SYMLINK = "leads through a symlink outside the session directory and the configured roots";
 const SPECIAL = "is a special filesystem path (/proc, /sys and /dev are never read)";
 
 /**
@@ -138,8 +139,10 @@ async function onPseudoFs(path: string): Promise<boolean> {
  *   lexical path when the target does not exist.
  * @throws InvalidArgumentError when `path` is not absolute, contains a NUL, is longer than
  *   {@link MAX_PATH_BYTES} bytes, or has a name the filesystem finds too long (ENAMETOOLONG).
- * @throws PathNotAllowedError(field, path) when the path, or its symlink target, is outside every
- *   root; PathNotAllowedError(field, path, "is a special filesystem path ...") under /proc, /sys,
+ * @throws PathNotAllowedError(field, path) when the path is outside every root, and
+ *   PathNotAllowedError(field, path, "leads through a symlink outside ...") when it is inside but
+ *   a symlink in it (the file or a parent directory) resolves outside every root (the target is
+ *   not named, so nothing outside the roots is disclosed); PathNotAllowedError(field, path, "is a special filesystem path ...") under /proc, /sys,
  *   /dev or on a pseudo-filesystem; PathNotAllowedError(field, path, "is not a regular file or
  *   directory") for FIFOs, sockets and devices; PathNotAllowedError(field, path, "cannot be
  *   resolved (CODE)") when realpath fails otherwise (EACCES, ELOOP, ...).
@@ -179,11 +182,11 @@ export async function confinePath(field: string, path: string, roots: string[]):
     } catch (inner) {
       throw new PathNotAllowedError(field, path, `cannot be resolved (${errnoCode(inner) ?? "error"})`);
     }
-    if (!reals.some((root) => isInside(root, ancestor))) throw new PathNotAllowedError(field, path);
+    if (!reals.some((root) => isInside(root, ancestor))) throw new PathNotAllowedError(field, path, THROUGH_SYMLINK);
     if (isSpecialPath(ancestor)) throw new PathNotAllowedError(field, path, SPECIAL);
     return lexical;
   }
-  if (!reals.some((root) => isInside(root, real))) throw new PathNotAllowedError(field, path);
+  if (!reals.some((root) => isInside(root, real))) throw new PathNotAllowedError(field, path, THROUGH_SYMLINK);
   if (isSpecialPath(real) || (await onPseudoFs(real))) throw new PathNotAllowedError(field, path, SPECIAL);
 
   let kind;

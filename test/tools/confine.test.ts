@@ -94,7 +94,12 @@ describe("confinePath", () => {
   it("refuses a symlink pointing outside the root", async () => {
     const err = await denied(join(root, "leak.txt"), [root]);
     expect(err.path).toBe(join(root, "leak.txt"));
-    await denied(join(root, "leakdir", "secret.txt"), [root]);
+    // Says the link leads out, without naming its target outside the root.
+    expect(err.message).toBe(`${F}: ${join(root, "leak.txt")} leads through a symlink outside the session directory and the configured roots`);
+    const dir = await denied(join(root, "leakdir", "secret.txt"), [root]);
+    expect(dir.message).toBe(`${F}: ${join(root, "leakdir", "secret.txt")} leads through a symlink outside the session directory and the configured roots`);
+    const missing = await denied(join(root, "leakdir", "nope.txt"), [root]);
+    expect(missing.message).toContain("leads through a symlink outside");
   });
 
   it("returns the lexical path of a missing file inside a root", async () => {
