@@ -32,7 +32,7 @@ export interface AgentInfo {
 export const BUILT_IN_AGENTS: readonly AgentInfo[] = [
   {
     name: "build",
-    description: "The default agent: reads, searches and changes the project.",
+    description: "The default agent: every tool allowed (read, list, glob, grep, task; no editing tools yet).",
     mode: "primary",
     hidden: false,
     permission: { "*": "allow" },
