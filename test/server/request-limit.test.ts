@@ -1,0 +1,269 @@
+import http from "node:http";
+import http2 from "node:http2";
+import { create, fromBinary, toBinary, toJsonString } from "@bufbuild/protobuf";
+import { anyUnpack } from "@bufbuild/protobuf/wkt";
+import path from "node:path";
+import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
+import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
+import { trailerParse } from "@connectrpc/connect/protocol-grpc-web";
+import { compressionGzip, createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
+import { PromptRequestSchema, SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { text } from "../support/prompt.js";
+
+// A request message over `limits.request_bytes` is refused by connect-es before any handler runs
+// (its `readMaxBytes`). The README promises every limit over-run is RESOURCE_EXHAUSTED naming the
+// limit and the value, with a google.rpc.ErrorInfo; these tests send oversized requests through
+// real clients of every protocol the port speaks and check the code, message and ErrorInfo.
+
+const ROOT = path.resolve(import.meta.dirname, "../..");
+const LIMIT = 4096;
+
+let t: TestLedger;
+let sessionId: string;
+let h2: Http2SessionManager;
+
+beforeAll(async () => {
+  t = await startTestLedger({ limits: { request_bytes: LIMIT } });
+  sessionId = (await t.client.createSession({})).session!.id;
+  h2 = new Http2SessionManager(t.ledger.url);
+});
+
+afterAll(async () => {
+  h2?.abort();
+  await t?.close();
+});
+
+/** A prompt whose message is well over LIMIT bytes in both the binary and the JSON format. */
+function bigPrompt() {
+  return { sessionId, noReply: true, parts: [text("x".repeat(3 * LIMIT))] };
+}
+
+const binarySize = () => toBinary(PromptRequestSchema, create(PromptRequestSchema, bigPrompt())).byteLength;
+const jsonSize = () => Buffer.byteLength(toJsonString(PromptRequestSchema, create(PromptRequestSchema, bigPrompt())));
+
+async function failure(call: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await call;
+  } catch (error) {
+    return ConnectError.from(error);
+  }
+  throw new Error("expected the call to fail");
+}
+
+async function drainFailure(stream: AsyncIterable<unknown>): Promise<ConnectError> {
+  return failure(
+    (async () => {
+      for await (const _ of stream) void _;
+    })(),
+  );
+}
+
+/**
+ * The refusal every protocol must give: RESOURCE_EXHAUSTED, a message naming `request_bytes`, the
+ * limit and (when connect knew it) the size, and ErrorInfo {LIMIT_EXCEEDED, ledger.v1, metadata}.
+ */
+function expectTooLarge(code: Code, message: string, details: { reason: string; domain: string; metadata: Record<string, string> } | undefined, actual?: number, afterDecompression = false): void {
+  expect(code).toBe(Code.ResourceExhausted);
+  expect(message).toContain("request_bytes");
+  expect(message).toContain(String(LIMIT));
+  expect(message).not.toContain("readMaxBytes");
+  if (actual !== undefined) expect(message).toBe(`request message: ${actual} bytes exceeds limit request_bytes (${LIMIT} bytes)`);
+  else if (afterDecompression) expect(message).toBe(`request message: more than ${LIMIT} bytes after decompression exceeds limit request_bytes (${LIMIT} bytes)`);
+  else expect(message).toBe(`request message: more than ${LIMIT} bytes exceeds limit request_bytes (${LIMIT} bytes)`);
+  expect(details, "ErrorInfo detail").toBeDefined();
+  expect(details!.reason).toBe("LIMIT_EXCEEDED");
+  expect(details!.domain).toBe("ledger.v1");
+  const metadata: Record<string, string> = { limit: "request_bytes", max: String(LIMIT) };
+  if (actual !== undefined) metadata.actual = String(actual);
+  expect({ ...details!.metadata }).toEqual(metadata);
+}
+
+function expectConnectTooLarge(error: ConnectError, actual?: number, afterDecompression = false): void {
+  expectTooLarge(error.code, error.rawMessage, error.findDetails(ErrorInfoSchema)[0], actual, afterDecompression);
+}
+
+async function expectNothingStored(): Promise<void> {
+  expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
+}
+
+describe("a request over limits.request_bytes", () => {
+  // connect-es clients stream the body without a content-length: connect stops reading at the
+  // limit, so the size is unknown.
+  it("Connect unary JSON over HTTP/1.1 (connect-es client: size unknown)", async () => {
+    const error = await failure(t.client.prompt(bigPrompt()));
+    expectConnectTooLarge(error);
+    await expectNothingStored();
+  });
+
+  it("Connect unary binary over h2c (connect-es client: size unknown)", async () => {
+    const client = createClient(SessionService, createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "2", useBinaryFormat: true, sessionManager: h2 }));
+    expectConnectTooLarge(await failure(client.prompt(bigPrompt())));
+  });
+
+  it("Connect unary JSON with a content-length (like curl): the size is named", async () => {
+    const body = toJsonString(PromptRequestSchema, create(PromptRequestSchema, bigPrompt()));
+    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/Prompt`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    expect(res.status).toBe(429);
+    expect(res.headers.get("content-type")).toMatch(/^application\/json/);
+    const bytes = new Uint8Array(await res.arrayBuffer());
+    expect(res.headers.get("content-length")).toBe(String(bytes.byteLength));
+    expectConnectTooLarge(errorFromJsonBytes(bytes, undefined, new ConnectError("unparsable", Code.Unknown)), jsonSize());
+    await expectNothingStored();
+  });
+
+  it("Connect unary, gzip-compressed under the limit but over it decompressed", async () => {
+    const client = createClient(SessionService, createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true, sendCompression: compressionGzip }));
+    expectConnectTooLarge(await failure(client.prompt(bigPrompt())), undefined, true);
+    await expectNothingStored();
+  });
+
+  it("Connect unary JSON with a chunked body (no content-length: size unknown)", async () => {
+    const body = Buffer.from(toJsonString(PromptRequestSchema, create(PromptRequestSchema, bigPrompt())));
+    const res = await new Promise<{ status: number; body: Buffer; type: string }>((resolve, reject) => {
+      const req = http.request(`${t.ledger.url}/ledger.v1.SessionService/Prompt`, { method: "POST", headers: { "content-type": "application/json" } }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks), type: String(res.headers["content-type"]) }));
+        res.on("error", reject);
+      });
+      req.on("error", reject);
+      // Several writes without a content-length: Node sends transfer-encoding: chunked.
+      for (let i = 0; i < body.length; i += 1000) req.write(body.subarray(i, i + 1000));
+      req.end();
+    });
+    expect(res.status).toBe(429);
+    expect(res.type).toMatch(/^application\/json/);
+    expectConnectTooLarge(errorFromJsonBytes(res.body, undefined, new ConnectError("unparsable", Code.Unknown)));
+  });
+
+  it("Connect server stream (PromptStream) over HTTP/1.1", async () => {
+    const client = createClient(SessionService, createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true }));
+    expectConnectTooLarge(await drainFailure(client.promptStream(bigPrompt())), binarySize());
+    await expectNothingStored();
+  });
+
+  it("gRPC with connect-es over h2c (size from the envelope header)", async () => {
+    const client = createClient(SessionService, createGrpcTransport({ baseUrl: t.ledger.url, sessionManager: h2 }));
+    expectConnectTooLarge(await failure(client.prompt(bigPrompt())), binarySize());
+  });
+
+  it("gRPC with connect-es, gzip-compressed envelope over the limit decompressed", async () => {
+    const client = createClient(SessionService, createGrpcTransport({ baseUrl: t.ledger.url, sessionManager: h2, sendCompression: compressionGzip }));
+    expectConnectTooLarge(await failure(client.prompt(bigPrompt())), undefined, true);
+  });
+
+  it("gRPC server stream (PromptStream) with connect-es over h2c", async () => {
+    const client = createClient(SessionService, createGrpcTransport({ baseUrl: t.ledger.url, sessionManager: h2 }));
+    expectConnectTooLarge(await drainFailure(client.promptStream(bigPrompt())), binarySize());
+  });
+
+  it("gRPC-Web over HTTP/1.1, unary and server stream", async () => {
+    const transport: Transport = createGrpcWebTransport({ baseUrl: t.ledger.url, httpVersion: "1.1" });
+    const client = createClient(SessionService, transport);
+    expectConnectTooLarge(await failure(client.prompt(bigPrompt())), binarySize());
+    expectConnectTooLarge(await drainFailure(client.promptStream(bigPrompt())), binarySize());
+    await expectNothingStored();
+  });
+
+  it("@grpc/grpc-js: RESOURCE_EXHAUSTED with grpc-status-details-bin holding ErrorInfo", async () => {
+    const definition = protoLoader.loadSync(path.join(ROOT, "proto/ledger/v1/service.proto"), {
+      includeDirs: [path.join(ROOT, "proto"), path.join(ROOT, "proto-vendor")],
+      keepCase: false,
+      longs: String,
+      enums: String,
+      defaults: true,
+      oneofs: true,
+    });
+    const loaded = grpc.loadPackageDefinition(definition) as unknown as { ledger: { v1: { SessionService: grpc.ServiceClientConstructor } } };
+    const client = new loaded.ledger.v1.SessionService(new URL(t.ledger.url).host, grpc.credentials.createInsecure()) as unknown as grpc.Client &
+      Record<string, (request: object, callback: (error: grpc.ServiceError | null) => void) => void>;
+    try {
+      const error = await new Promise<grpc.ServiceError | null>((resolve) =>
+        client.prompt!({ sessionId, noReply: true, parts: [{ text: { text: "x".repeat(3 * LIMIT) } }] }, (e) => resolve(e)),
+      );
+      expect(error).not.toBeNull();
+      const [bin] = error!.metadata.get("grpc-status-details-bin");
+      expect(bin).toBeInstanceOf(Buffer);
+      const status = fromBinary(StatusSchema, new Uint8Array(bin as Buffer));
+      expect(status.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+      // grpc-js undoes connect-es's percent-encoding of grpc-message only partly (decodeURI
+      // leaves ":" as %3A); the Status in grpc-status-details-bin has the exact text.
+      expect(decodeURIComponent(error!.details)).toBe(status.message);
+      const info = status.details.map((d) => anyUnpack(d, ErrorInfoSchema)).find((d) => d !== undefined);
+      expectTooLarge(error!.code as number as Code, status.message, info, binarySize());
+    } finally {
+      client.close();
+    }
+    await expectNothingStored();
+  });
+
+  it("a request under the limit still works on the same server", async () => {
+    const res = await t.client.prompt({ sessionId, noReply: true, parts: [text("small")] });
+    expect(res.message?.parts).toHaveLength(1);
+  });
+});
+
+describe("an undecodable binary request message is INVALID_ARGUMENT on every protocol", () => {
+  const garbage = Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+  const frame = (flags = 0) => {
+    const out = Buffer.alloc(5 + garbage.length);
+    out[0] = flags;
+    out.writeUInt32BE(garbage.length, 1);
+    garbage.copy(out, 5);
+    return out;
+  };
+
+  /** Posts `body` over HTTP/1.1 and returns the gRPC-Web trailer frame of the response. */
+  async function grpcWebTrailer(procedure: string, body: Buffer): Promise<Headers> {
+    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/${procedure}`, { method: "POST", headers: { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" }, body });
+    expect(res.status).toBe(200);
+    const bytes = new Uint8Array(await res.arrayBuffer());
+    expect(bytes[0]).toBe(0x80);
+    const length = new DataView(bytes.buffer, bytes.byteOffset).getUint32(1);
+    expect(bytes.byteLength).toBe(5 + length);
+    return trailerParse(bytes.subarray(5));
+  }
+
+  it("gRPC-Web unary (Prompt) and server stream (PromptStream): grpc-status 3", async () => {
+    for (const procedure of ["Prompt", "PromptStream"]) {
+      const trailer = await grpcWebTrailer(procedure, frame());
+      expect(trailer.get("grpc-status"), procedure).toBe("3");
+      expect(decodeURIComponent(trailer.get("grpc-message") ?? "")).toMatch(/^parse binary:/);
+    }
+  });
+
+  it("Connect server stream (PromptStream): the end-stream error is invalid_argument", async () => {
+    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/PromptStream`, { method: "POST", headers: { "content-type": "application/connect+proto" }, body: frame() });
+    expect(res.status).toBe(200);
+    const bytes = Buffer.from(await res.arrayBuffer());
+    expect(bytes[0]).toBe(0b10);
+    const end = JSON.parse(bytes.subarray(5, 5 + bytes.readUInt32BE(1)).toString("utf8")) as { error?: { code?: string; message?: string } };
+    expect(end.error?.code).toBe("invalid_argument");
+    expect(end.error?.message).toMatch(/^parse binary:/);
+  });
+
+  it("gRPC server stream (PromptStream) over h2c: grpc-status 3", async () => {
+    const session = http2.connect(t.ledger.url);
+    try {
+      const status = await new Promise<string | undefined>((resolve, reject) => {
+        const req = session.request({ ":method": "POST", ":path": "/ledger.v1.SessionService/PromptStream", "content-type": "application/grpc", te: "trailers" });
+        let grpcStatus: string | undefined;
+        req.on("response", (headers) => (grpcStatus ??= headers["grpc-status"] as string | undefined));
+        req.on("trailers", (trailers) => (grpcStatus = trailers["grpc-status"] as string | undefined));
+        req.on("end", () => resolve(grpcStatus));
+        req.on("error", reject);
+        req.resume();
+        req.end(frame());
+      });
+      expect(status).toBe("3");
+    } finally {
+      session.close();
+    }
+  });
+});
