@@ -65,6 +65,11 @@ export interface RecordedRequest {
   /** The parsed JSON body (model, messages, tools, stream, ...). */
   body: Record<string, unknown>;
   headers: IncomingHttpHeaders;
+  /**
+   * How the response ended: undefined while it is still open, `"finished"` when the fake sent
+   * all of it, `"aborted"` when the client went away first (e.g. a hung reply the client aborted).
+   */
+  end?: "finished" | "aborted";
 }
 
 /** A running fake server; see {@link startFakeOpenAI}. */
@@ -124,7 +129,9 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
       sendJson(res, 400, { error: { message: `fake OpenAI: bad JSON body: ${String(error)}`, type: "invalid_request_error", code: null } });
       return;
     }
-    requests.push({ body, headers: req.headers });
+    const record: RecordedRequest = { body, headers: req.headers };
+    requests.push(record);
+    res.once("close", () => (record.end = res.writableFinished ? "finished" : "aborted"));
     const reply = queue.shift() ?? fallback;
     const id = `chatcmpl-fake-${++counter}`;
     const model = typeof body.model === "string" ? body.model : MODEL;

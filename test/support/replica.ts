@@ -60,10 +60,11 @@ export async function writeLedgerConfig(dir: string, baseURL: string): Promise<v
 
 /**
  * Starts `ledger serve --port 0` in `cwd` against `databaseUrl` and waits (up to `timeoutMs`)
- * for its listening line. Rejects with the child's stderr if it exits or times out first.
+ * for its listening line. `env` adds to (or overrides) the test's environment, e.g.
+ * `{ LEDGER_LOG_LEVEL: "info" }`. Rejects with the child's stderr if it exits or times out first.
  */
-export async function startReplica(options: { name: string; cwd: string; databaseUrl: string; timeoutMs?: number }): Promise<Replica> {
-  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: options.databaseUrl };
+export async function startReplica(options: { name: string; cwd: string; databaseUrl: string; timeoutMs?: number; env?: NodeJS.ProcessEnv }): Promise<Replica> {
+  const env: NodeJS.ProcessEnv = { ...process.env, ...options.env, DATABASE_URL: options.databaseUrl };
   delete env.LEDGER_CONFIG;
   delete env.LEDGER_TOKEN;
   const child = spawn(process.execPath, [BIN, "serve", "--port", "0"], { cwd: options.cwd, env, stdio: ["ignore", "pipe", "pipe"] });
