@@ -287,7 +287,7 @@ describe("`ledger serve` as a child process", () => {
     child.stderr.on("data", (d: Buffer) => stderr.push(d.toString("utf8")));
     const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
     try {
-      const url = await until("the listening line", () => /listening on (\S+)/.exec(stdout.join(""))?.[1], 25_000);
+      const url = await until("the listening line", () => /listening on (\S+)/.exec(stdout.join(""))?.[1], 90_000);
       const client = createClient(SessionService, createConnectTransport({ baseUrl: url, httpVersion: "1.1" }));
       let echoed: string | null = null;
       const { session } = await client.createSession({}, { headers: { "x-request-id": "child-create" }, onHeader: (h) => void (echoed = h.get("x-request-id")) });
@@ -308,7 +308,7 @@ describe("`ledger serve` as a child process", () => {
       child.kill("SIGTERM");
       await exited;
     }
-  }, 40_000);
+  }, 120_000);
 });
 
 describe("building blocks", () => {

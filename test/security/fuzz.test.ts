@@ -11,6 +11,8 @@ import { startTestLedger, type TestLedger } from "../support/ledger.js";
 // one of the documented refusals, never INTERNAL, and the server stays up. `npm run fuzz` runs
 // FUZZ_RUNS=100000; CI runs a few thousand cases.
 const RUNS = Number(process.env.FUZZ_RUNS ?? 2500);
+// A bound against a hang, not a speed goal: generous for a busy CI machine, and growing with RUNS.
+const LONG_MS = Math.max(180_000, RUNS * 60);
 const ALLOWED = new Set([Code.InvalidArgument, Code.ResourceExhausted, Code.PermissionDenied, Code.NotFound, Code.AlreadyExists, Code.FailedPrecondition]);
 
 let t: TestLedger;
@@ -58,7 +60,7 @@ async function outcome(call: Promise<unknown>): Promise<Code | "ok"> {
 }
 
 describe("fuzzing the prompt path", () => {
-  it(`answers ${RUNS} random prompts with success or a documented refusal, never INTERNAL`, async () => {
+  it(`answers ${RUNS} random prompts with success or a documented refusal, never INTERNAL`, { timeout: LONG_MS }, async () => {
     const client = binary();
     await fc.assert(
       fc.asyncProperty(request, async (r) => {
@@ -70,7 +72,7 @@ describe("fuzzing the prompt path", () => {
     expect((await t.client.listAgents({})).defaultAgent).toBe("build");
   });
 
-  it("answers randomly mutated binary frames with a Connect error or success, never INTERNAL", async () => {
+  it("answers randomly mutated binary frames with a Connect error or success, never INTERNAL", { timeout: LONG_MS }, async () => {
     const valid = toBinary(
       PromptRequestSchema,
       create(PromptRequestSchema, { sessionId, noReply: true, parts: [{ kind: { case: "text", value: { text: "hello" } } }, { kind: { case: "file", value: { mime: "text/plain", url: "data:text/plain;base64,aGk=" } } }] }),
