@@ -2,19 +2,16 @@
  * Reading the latest 50 messages (with their parts) of a 10,000-message session vs a
  * 100-message session, on the same database.
  *
- * `ListMessages` pages oldest first and its page token is opaque, so a client that wants the
- * latest 50 must page through the whole session (page_size 1000, the maximum) and keep the tail:
- * that is the first row. The API has no "latest N" read, so the second row measures the storage
- * query the server would run for it: `listMessageRows(afterPosition = the position before the
- * 50th message from the end, limit 50)` + `listPartRows`. The third row (no goal) is the RPC
- * itself given a cursor at that position (a token the server issues, which clients cannot get
- * without paging).
+ * The first row (the goal) is the RPC a client makes: `ListMessages(page_size 50,
+ * newest_first)`. The second row is the storage query under it (`listMessageRows` newest first,
+ * limit 51, + `listPartRows`) on the app's Kysely. The third row (no goal) is what a client had
+ * to do before `newest_first` existed: page oldest first through the whole session (page_size
+ * 1000, the maximum) and keep the tail.
  *
  * Sessions are seeded with SQL (`generate_series`) from the rows of a real stored prompt:
  * each message has PARTS text parts, so messages sit at every (PARTS + 1)-th position.
  */
 import pg from "pg";
-import { encodePageToken } from "../src/ledger/page-token.js";
 import { listMessageRows, listPartRows } from "../src/storage/message-store.js";
 import { atMost, connectClient, createBenchDatabase, log, paired, percentile, prose, row, scaled, tempDir, type Row } from "./common.js";
 import { lastSeq, startBenchLedger, writtenRows } from "./ledger.js";
@@ -88,16 +85,16 @@ export async function historyRead(): Promise<Row[]> {
       if (latest.length !== LATEST) throw new Error(`read ${latest.length} messages`);
       return calls;
     };
-    const afterPosition = (key: keyof typeof SIZES) => sessions[key].lastPosition - LATEST * (PARTS + 1);
-    /** The storage query for the latest 50 (what ListMessages runs for one page). */
+    /** The storage query for the latest 50 (what ListMessages runs for one newest-first page). */
     const storage = async (key: keyof typeof SIZES) => {
-      const messages = await listMessageRows(ledger.deps.db, sessions[key].id, { afterPosition: afterPosition(key), limit: LATEST + 1 });
+      const messages = await listMessageRows(ledger.deps.db, sessions[key].id, { newestFirst: true, limit: LATEST + 1 });
       const parts = await listPartRows(ledger.deps.db, messages.slice(0, LATEST).map((m) => m.id));
-      if (messages.length !== LATEST || parts.length !== LATEST * PARTS) throw new Error(`storage read ${messages.length} messages, ${parts.length} parts`);
+      if (messages.length !== LATEST + 1 || parts.length !== LATEST * PARTS) throw new Error(`storage read ${messages.length} messages, ${parts.length} parts`);
     };
-    const withToken = async (key: keyof typeof SIZES) => {
-      const page = await client.listMessages({ sessionId: sessions[key].id, pageSize: LATEST, pageToken: encodePageToken({ p: afterPosition(key) }) });
-      if (page.messages.length !== LATEST || page.nextPageToken !== "") throw new Error(`token read ${page.messages.length} messages`);
+    /** The RPC: ListMessages(page_size 50, newest_first). */
+    const newestFirst = async (key: keyof typeof SIZES) => {
+      const page = await client.listMessages({ sessionId: sessions[key].id, pageSize: LATEST, newestFirst: true });
+      if (page.messages.length !== LATEST || page.nextPageToken === "") throw new Error(`newest-first read ${page.messages.length} messages`);
     };
 
     const bigCalls = await pageThrough(sessions.big.id);
@@ -108,33 +105,32 @@ export async function historyRead(): Promise<Row[]> {
     const iterations = scaled(400, 20);
     log(`history read: storage query and cursor RPC, ${iterations} rounds each`);
     const store = await paired(iterations, scaled(40, 5), () => storage("big"), () => storage("small"));
-    const rpc = await paired(iterations, scaled(40, 5), () => withToken("big"), () => withToken("small"));
+    const rpc = await paired(iterations, scaled(40, 5), () => newestFirst("big"), () => newestFirst("small"));
     const sizes = `${SIZES.big} vs ${SIZES.small} messages, ${PARTS} text parts each`;
     return [
       row(
-        "latest 50 messages, storage query (10k vs 100-message session), p50",
-        percentile(store.a, 50),
-        percentile(store.b, 50),
-        "ms",
-        atMost(1.5),
-        `the API cannot read the latest N directly (ListMessages pages oldest first, opaque tokens), so this is the direct storage query: ` +
-          `listMessageRows(afterPosition = last_position − 50×${PARTS + 1}, limit 51) + listPartRows, on the app's Kysely; ${sizes}`,
-      ),
-      row(
-        "latest 50 messages, what a client must do today (10k vs 100), p50",
-        percentile(api.a, 50),
-        percentile(api.b, 50),
-        "ms",
-        atMost(1.5),
-        `ListMessages with page_size 1000 (the maximum) until next_page_token is empty, keeping the last 50: ${bigCalls} calls vs ${smallCalls}; ${sizes}`,
-      ),
-      row(
-        "latest 50 messages, ListMessages given a cursor at the tail (10k vs 100), p50",
+        "latest 50 messages, ListMessages newest_first (10k vs 100-message session), p50",
         percentile(rpc.a, 50),
         percentile(rpc.b, 50),
         "ms",
+        atMost(1.5),
+        `ListMessages(page_size 50, newest_first) over Connect; ${sizes}`,
+      ),
+      row(
+        "latest 50 messages, storage query (10k vs 100), p50",
+        percentile(store.a, 50),
+        percentile(store.b, 50),
+        "ms",
         undefined,
-        `ListMessages(page_size 50, page_token made by the server's encodePageToken for that position) — a token clients cannot obtain today without paging; includes GetSession's message count`,
+        `listMessageRows(newestFirst, limit 51) + listPartRows on the app's Kysely; ${sizes}`,
+      ),
+      row(
+        "latest 50 messages by paging oldest first (10k vs 100), p50",
+        percentile(api.a, 50),
+        percentile(api.b, 50),
+        "ms",
+        undefined,
+        `ListMessages with page_size 1000 (the maximum) until next_page_token is empty, keeping the last 50: ${bigCalls} calls vs ${smallCalls}; what a client needed before newest_first; ${sizes}`,
       ),
     ];
   } finally {

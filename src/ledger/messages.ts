@@ -4,7 +4,7 @@ import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Kysely } from "kysely";
 import { getMessageRow, listMessageRows, listPartRows, rowToMessage, rowToPart } from "../storage/message-store.js";
 import type { DB, MessageRow } from "../storage/schema.js";
-import { getSession, rowToSession } from "../storage/session-store.js";
+import { getSessionRow, rowToSession } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
@@ -13,8 +13,11 @@ import { decodePageToken, encodePageToken } from "./page-token.js";
 export const MESSAGE_PAGE = { default: 100, max: 1000 } as const;
 
 /**
- * One page of a session's messages with their parts, oldest first (by server position).
- * `pageToken` continues after the previous page; `nextPageToken` is empty on the last page.
+ * One page of a session's messages with their parts, oldest first (by server position), or
+ * newest first with `newestFirst` (OpenCode's `messages({limit})` reads the newest `limit`;
+ * here `pageSize` does, and the token pages on to older ones). `pageToken` continues after the
+ * previous page; `nextPageToken` is empty on the last page. Tokens carry their direction: an
+ * oldest-first token given with `newestFirst` (or the reverse) is refused.
  * Unless `includeReverted`, what lies past the session's revert point is left out: later
  * messages, and the revert message itself, or only its parts from the revert part on.
  * Throws `SessionNotFoundError` (NOT_FOUND) and `InvalidArgumentError` (bad `page_token`).
@@ -22,17 +25,22 @@ export const MESSAGE_PAGE = { default: 100, max: 1000 } as const;
 export async function listMessages(
   deps: LedgerDeps,
   sessionId: string,
-  page: { pageSize: number; pageToken: string; includeReverted?: boolean },
+  page: { pageSize: number; pageToken: string; includeReverted?: boolean; newestFirst?: boolean },
 ): Promise<{ messages: MessageWithParts[]; nextPageToken: string }> {
-  const session = await getSession(deps.db, sessionId);
+  const session = await getSessionRow(deps.db, sessionId);
   if (!session) throw new SessionNotFoundError(sessionId);
   const limit = Math.min(page.pageSize || MESSAGE_PAGE.default, MESSAGE_PAGE.max);
-  const after = page.pageToken ? Number(decodePageToken("page_token", page.pageToken, { p: "int" }).p) : undefined;
+  // Oldest-first tokens are {p: last position}; newest-first ones {b: last position}.
+  const token = page.pageToken
+    ? Number(page.newestFirst ? decodePageToken("page_token", page.pageToken, { b: "int" }).b : decodePageToken("page_token", page.pageToken, { p: "int" }).p)
+    : undefined;
   const revert = page.includeReverted ? undefined : rowToSession(session).revert;
   const revertRow = revert ? await getMessageRow(deps.db, revert.messageId) : undefined;
   const cut = revert && revertRow?.session_id === sessionId ? { position: Number(revertRow.position), messageId: revert.messageId, partId: revert.partId } : undefined;
-  const before = cut ? cut.position + (cut.partId ? 1 : 0) : undefined;
-  const rows = await listMessageRows(deps.db, sessionId, { afterPosition: after, beforePosition: before, limit: limit + 1 });
+  const cutBefore = cut ? cut.position + (cut.partId ? 1 : 0) : undefined;
+  const after = page.newestFirst ? undefined : token;
+  const before = page.newestFirst && token !== undefined ? Math.min(token, cutBefore ?? Infinity) : cutBefore;
+  const rows = await listMessageRows(deps.db, sessionId, { afterPosition: after, beforePosition: before, limit: limit + 1, newestFirst: page.newestFirst });
   const pageRows = rows.slice(0, limit);
   const last = pageRows.at(-1);
   const messages = await withParts(deps.db, pageRows);
@@ -45,7 +53,7 @@ export async function listMessages(
   }
   return {
     messages,
-    nextPageToken: rows.length > limit && last ? encodePageToken({ p: Number(last.position) }) : "",
+    nextPageToken: rows.length > limit && last ? encodePageToken(page.newestFirst ? { b: Number(last.position) } : { p: Number(last.position) }) : "",
   };
 }
 
@@ -53,7 +61,7 @@ export async function listMessages(
 export async function getMessage(deps: LedgerDeps, sessionId: string, messageId: string): Promise<MessageWithParts> {
   const row = await getMessageRow(deps.db, messageId);
   if (!row || row.session_id !== sessionId) {
-    if (!(await getSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+    if (!(await getSessionRow(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
     throw new MessageNotFoundError(messageId);
   }
   const [message] = await withParts(deps.db, [row]);

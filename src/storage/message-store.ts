@@ -78,16 +78,20 @@ export async function getMessageRow(db: Kysely<DB>, id: string): Promise<Message
   return db.selectFrom("message").selectAll().where("id", "=", id).executeTakeFirst();
 }
 
-/** Lists a session's message rows in position order, after `afterPosition`, at most `limit`. */
+/**
+ * Lists a session's message rows in position order (descending with `newestFirst`), strictly
+ * between `afterPosition` and `beforePosition` when given, at most `limit` rows. Served by the
+ * `(session_id, position)` key, so the newest rows of a long session cost no more than the oldest.
+ */
 export async function listMessageRows(
   db: Kysely<DB>,
   sessionId: string,
-  options: { afterPosition?: number; beforePosition?: number; limit?: number },
+  options: { afterPosition?: number; beforePosition?: number; limit?: number; newestFirst?: boolean },
 ): Promise<MessageRow[]> {
   let query = db.selectFrom("message").selectAll().where("session_id", "=", sessionId);
   if (options.afterPosition !== undefined) query = query.where("position", ">", options.afterPosition);
   if (options.beforePosition !== undefined) query = query.where("position", "<", options.beforePosition);
-  query = query.orderBy("position", "asc");
+  query = query.orderBy("position", options.newestFirst ? "desc" : "asc");
   if (options.limit !== undefined) query = query.limit(options.limit);
   return query.execute();
 }

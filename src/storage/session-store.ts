@@ -42,6 +42,11 @@ export async function lockSession(trx: Transaction<DB>, id: string): Promise<Ses
   return trx.selectFrom("session").selectAll("session").select(messageCount).where("id", "=", id).forUpdate().executeTakeFirst();
 }
 
+/** Reads one session row without counting its messages (cheap at any session size), or undefined. */
+export async function getSessionRow(db: Kysely<DB>, id: string): Promise<SessionRow | undefined> {
+  return db.selectFrom("session").selectAll("session").where("id", "=", id).executeTakeFirst();
+}
+
 /** Reads one session with its message count, or undefined. */
 export async function getSession(db: Kysely<DB>, id: string): Promise<SessionRowWithCount | undefined> {
   return db.selectFrom("session").selectAll("session").select(messageCount).where("id", "=", id).executeTakeFirst();
@@ -84,6 +89,44 @@ export async function updateSession(
     })
     .where("id", "=", session.id)
     .execute();
+}
+
+/**
+ * Locks a session and all its descendants (children by `parent_id`, their children, and so on)
+ * for the rest of `trx` (`select ... for update`, one level at a time, parents before children)
+ * and returns their rows with message counts: the root first, then each level. Empty when the
+ * root does not exist. Inserting a child takes a key-share lock on its parent row (the foreign
+ * key check), which waits for ours: once a level is locked no new child can appear under it, so
+ * the rows returned are exactly those a delete of the root cascades to.
+ */
+export async function lockSessionTree(trx: Transaction<DB>, rootId: string): Promise<SessionRowWithCount[]> {
+  const rows: SessionRowWithCount[] = [];
+  const seen = new Set<string>();
+  let level = [rootId];
+  while (level.length > 0) {
+    const locked = await trx.selectFrom("session").selectAll("session").select(messageCount).where("id", "in", level).orderBy("id").forUpdate().execute();
+    const fresh = locked.filter((r) => !seen.has(r.id));
+    for (const row of fresh) seen.add(row.id);
+    rows.push(...fresh);
+    if (fresh.length === 0) break;
+    const children = await trx.selectFrom("session").select("id").where("parent_id", "in", fresh.map((r) => r.id)).execute();
+    level = children.map((c) => c.id).filter((id) => !seen.has(id));
+  }
+  return rows;
+}
+
+/** Ids of a session's descendants (children, their children, ...; not the session itself), read without locking. */
+export async function listDescendantIds(db: Kysely<DB>, rootId: string): Promise<string[]> {
+  const ids: string[] = [];
+  const seen = new Set([rootId]);
+  let level = [rootId];
+  while (level.length > 0) {
+    const children = await db.selectFrom("session").select("id").where("parent_id", "in", level).execute();
+    level = children.map((c) => c.id).filter((id) => !seen.has(id));
+    for (const id of level) seen.add(id);
+    ids.push(...level);
+  }
+  return ids;
 }
 
 /** Deletes a session; messages, parts, events and child sessions cascade. Returns whether it existed. */

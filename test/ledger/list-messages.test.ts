@@ -1,0 +1,71 @@
+import { Code } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import { failure } from "../support/busy.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { partText, text } from "../support/prompt.js";
+
+// ListMessages paging in both orders through the real server: oldest first (the default) and
+// newest first (`newest_first`, "the latest N" in one call), with the revert point honoured.
+
+let t: TestLedger;
+beforeAll(async () => {
+  t = await startTestLedger();
+});
+afterAll(() => t?.close());
+
+const firstText = (m: MessageWithParts) => partText(m.parts[0]);
+
+/** A session with seven stored prompts "m1" … "m7". */
+async function sevenMessages(): Promise<{ sessionId: string; sent: MessageWithParts[] }> {
+  const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+  const sent: MessageWithParts[] = [];
+  for (let i = 1; i <= 7; i++) sent.push((await t.client.prompt({ sessionId, noReply: true, parts: [text(`m${i}`)] })).message!);
+  return { sessionId, sent };
+}
+
+/** Every page of a listing as the first text of each message, page by page. */
+async function pages(sessionId: string, request: { pageSize: number; newestFirst?: boolean; includeReverted?: boolean }): Promise<string[][]> {
+  const out: string[][] = [];
+  let pageToken = "";
+  do {
+    const res = await t.client.listMessages({ sessionId, pageToken, ...request });
+    out.push(res.messages.map(firstText));
+    pageToken = res.nextPageToken;
+  } while (pageToken && out.length < 20);
+  return out;
+}
+
+describe("ListMessages order", () => {
+  it("pages oldest first by default", async () => {
+    const { sessionId } = await sevenMessages();
+    expect(await pages(sessionId, { pageSize: 3 })).toEqual([["m1", "m2", "m3"], ["m4", "m5", "m6"], ["m7"]]);
+  });
+
+  it("with newest_first reads the latest N in one call and pages on to older ones", async () => {
+    const { sessionId, sent } = await sevenMessages();
+    const latest = await t.client.listMessages({ sessionId, pageSize: 2, newestFirst: true });
+    expect(latest.messages).toEqual([sent[6], sent[5]]);
+    expect(latest.nextPageToken).not.toBe("");
+    expect(await pages(sessionId, { pageSize: 3, newestFirst: true })).toEqual([["m7", "m6", "m5"], ["m4", "m3", "m2"], ["m1"]]);
+    expect(await pages(sessionId, { pageSize: 7, newestFirst: true })).toEqual([["m7", "m6", "m5", "m4", "m3", "m2", "m1"]]);
+  });
+
+  it("refuses a page token of the other order with INVALID_ARGUMENT naming page_token", async () => {
+    const { sessionId } = await sevenMessages();
+    const oldest = await t.client.listMessages({ sessionId, pageSize: 2 });
+    const newest = await t.client.listMessages({ sessionId, pageSize: 2, newestFirst: true });
+    expect(await failure(t.client.listMessages({ sessionId, pageSize: 2, newestFirst: true, pageToken: oldest.nextPageToken }))).toMatchObject({
+      code: Code.InvalidArgument,
+      field: "page_token",
+    });
+    expect(await failure(t.client.listMessages({ sessionId, pageSize: 2, pageToken: newest.nextPageToken }))).toMatchObject({ code: Code.InvalidArgument, field: "page_token" });
+  });
+
+  it("with newest_first starts below a revert point unless include_reverted", async () => {
+    const { sessionId, sent } = await sevenMessages();
+    await t.client.revert({ sessionId, messageId: sent[4]!.message!.kind.value!.id });
+    expect(await pages(sessionId, { pageSize: 3, newestFirst: true })).toEqual([["m4", "m3", "m2"], ["m1"]]);
+    expect(await pages(sessionId, { pageSize: 4, newestFirst: true, includeReverted: true })).toEqual([["m7", "m6", "m5", "m4"], ["m3", "m2", "m1"]]);
+  });
+});
