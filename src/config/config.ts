@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { parse as parseJsonc, printParseErrorCode, type ParseError } from "jsonc-parser";
 import { z } from "zod";
+import { InvalidArgumentError } from "../errors.js";
 import { BUILT_IN_AGENTS, type AgentInfo } from "./agents.js";
 import { DEFAULT_LIMITS, type Limits } from "./limits.js";
 
@@ -193,10 +194,32 @@ export class ConfigError extends Error {
   override name = "ConfigError";
 }
 
-/** Splits "provider/model" at the first slash. */
-export function parseModelRef(value: string): { providerId: string; modelId: string } {
+/**
+ * What is wrong with a model reference `{providerId, modelId}`, or undefined when it is well
+ * formed: the provider id must be non-blank and contain no `/` (a reference is written
+ * `provider/model` and split at the first slash), the model id non-blank (it may contain `/`,
+ * e.g. `openrouter/anthropic/claude-sonnet-4`). Says nothing about whether the model is configured.
+ * Returns the offending proto field (`provider_id` or `model_id`) and why.
+ */
+export function modelRefProblem(ref: { providerId: string; modelId: string }): { part: "provider_id" | "model_id"; description: string } | undefined {
+  if (!ref.providerId.trim()) return { part: "provider_id", description: "must not be empty" };
+  if (ref.providerId.includes("/")) return { part: "provider_id", description: `"${ref.providerId}" must not contain "/"` };
+  if (!ref.modelId.trim()) return { part: "model_id", description: "must not be empty" };
+  return undefined;
+}
+
+/**
+ * Parses a model reference written `"provider/model"` (config values, the CLI's `--model`) into
+ * `{providerId, modelId}`, splitting at the first slash (the model id may contain more).
+ * Throws `InvalidArgumentError` (INVALID_ARGUMENT) on `field` when there is no slash or either
+ * side is blank, e.g. `model: "garbage" is not a model reference: no "/"; expected "provider/model" (e.g. "local/qwen")`.
+ */
+export function parseModelRef(value: string, field = "model"): { providerId: string; modelId: string } {
   const slash = value.indexOf("/");
-  return { providerId: value.slice(0, slash), modelId: value.slice(slash + 1) };
+  const ref = { providerId: value.slice(0, Math.max(slash, 0)), modelId: value.slice(slash + 1) };
+  const why = slash < 0 ? 'no "/"' : !ref.providerId.trim() ? "the provider is empty" : !ref.modelId.trim() ? "the model is empty" : undefined;
+  if (why) throw new InvalidArgumentError(field, `${JSON.stringify(value)} is not a model reference: ${why}; expected "provider/model" (e.g. "local/qwen")`);
+  return ref;
 }
 
 /**

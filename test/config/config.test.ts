@@ -1,0 +1,59 @@
+import { describe, expect, it } from "vitest";
+import { buildConfig, ConfigError, configFileSchema, parseModelRef } from "../../src/config/config.js";
+import { InvalidArgumentError } from "../../src/errors.js";
+
+describe("parseModelRef", () => {
+  it('splits "provider/model" at the first slash (the model id may contain more)', () => {
+    expect(parseModelRef("local/qwen")).toEqual({ providerId: "local", modelId: "qwen" });
+    expect(parseModelRef("ollama/qwen2.5-coder:7b")).toEqual({ providerId: "ollama", modelId: "qwen2.5-coder:7b" });
+    expect(parseModelRef("openrouter/anthropic/claude-sonnet-4")).toEqual({ providerId: "openrouter", modelId: "anthropic/claude-sonnet-4" });
+  });
+
+  const bad: Array<[string, string]> = [
+    ["garbage", "no slash"],
+    ["", "empty"],
+    ["/qwen", "empty provider"],
+    ["local/", "empty model"],
+    ["/", "both empty"],
+    ["  /qwen", "blank provider"],
+    ["local/  ", "blank model"],
+  ];
+  for (const [value, why] of bad) {
+    it(`refuses ${JSON.stringify(value)} (${why}) with an InvalidArgumentError naming the field and the expected form`, () => {
+      let error: unknown;
+      try {
+        parseModelRef(value, "--model");
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).field).toBe("--model");
+      expect((error as Error).message).toContain(`--model: ${JSON.stringify(value)}`);
+      expect((error as Error).message).toContain('"provider/model"');
+    });
+  }
+
+  it('names "model" by default', () => {
+    expect(() => parseModelRef("garbage")).toThrow(/^model: "garbage" is not a model reference/);
+  });
+});
+
+describe("model references in ledger.json", () => {
+  const load = (file: Record<string, unknown>) => buildConfig(configFileSchema.parse(file), "ledger.json", "/");
+
+  it("parses model, agent.<name>.model and command.<name>.model", () => {
+    const config = load({ model: "local/qwen", agent: { plan: { model: "a/b/c" } }, command: { c: { template: "t", model: "x/y" } } });
+    expect(config.model).toEqual({ providerId: "local", modelId: "qwen" });
+    expect(config.agents.get("plan")?.model).toEqual({ providerId: "a", modelId: "b/c" });
+    expect(config.commands.c?.model).toEqual({ providerId: "x", modelId: "y" });
+  });
+
+  it("refuses a model without a slash or with an empty part before building anything", () => {
+    for (const model of ["garbage", "/qwen", "local/"]) {
+      expect(() => configFileSchema.parse({ model })).toThrow(/provider\/model/);
+      expect(() => configFileSchema.parse({ agent: { plan: { model } } })).toThrow(/provider\/model/);
+      expect(() => configFileSchema.parse({ command: { c: { template: "t", model } } })).toThrow(/provider\/model/);
+    }
+    expect(ConfigError).toBeDefined();
+  });
+});
