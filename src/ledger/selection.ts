@@ -1,6 +1,6 @@
 import type { AgentInfo } from "../config/agents.js";
-import type { LedgerConfig } from "../config/config.js";
-import { AgentNotFoundError } from "../errors.js";
+import { modelRefProblem, type LedgerConfig } from "../config/config.js";
+import { AgentNotFoundError, InvalidArgumentError } from "../errors.js";
 
 /** A model chosen for a turn, as provider/model ids. */
 export interface ModelChoice {
@@ -27,9 +27,18 @@ export function visibleAgents(config: LedgerConfig): string[] {
 }
 
 /**
- * Resolves the model of a prompt (design.md §3): `requested` ?? the agent's model ?? the
- * session's current (last used) model ?? the configured default. Undefined when none is known
- * (no provider configured).
+ * Resolves the model of a prompt (design.md §3; OpenCode `input.model ?? agent.model ??
+ * lastModel(session)`): `requested` ?? the agent's model ?? the session's current (last used)
+ * model, when it is configured ?? the configured default (`model`, else the first configured
+ * model). Undefined when none is known (no provider configured).
+ *
+ * A session's last model that is not configured (`isConfiguredModel`: e.g. an unknown model a
+ * client asked for, which ended in `model_not_found`, or one removed from `ledger.json`) is
+ * skipped, so the session does not stay stuck on it. A requested or agent model is kept even
+ * when unknown: the loop then answers with a `model_not_found` error naming the configured models.
+ *
+ * Throws `InvalidArgumentError` (INVALID_ARGUMENT) on `model.provider_id` / `model.model_id`
+ * when `requested` is malformed (see `checkModelRef`); callers run this before storing anything.
  */
 export function resolveModel(
   config: LedgerConfig,
@@ -37,8 +46,27 @@ export function resolveModel(
   requested: ModelChoice | undefined,
   sessionModel: ModelChoice | undefined,
 ): ModelChoice | undefined {
-  const pick = requested ?? agent.model ?? sessionModel ?? config.model;
+  if (requested) checkModelRef(requested);
+  const lastModel = sessionModel && isConfiguredModel(config, sessionModel) ? sessionModel : undefined;
+  const pick = requested ?? agent.model ?? lastModel ?? config.model;
   return pick ? { providerId: pick.providerId, modelId: pick.modelId } : undefined;
+}
+
+/**
+ * Checks that a model reference from a request is well formed (`modelRefProblem`): a non-blank
+ * provider id without `/` and a non-blank model id. `field` is the request field holding it
+ * (default `model`). Throws `InvalidArgumentError` (INVALID_ARGUMENT, `BadRequest` on
+ * `<field>.provider_id` or `<field>.model_id`) otherwise. Does not check that it is configured.
+ */
+export function checkModelRef(ref: ModelChoice, field = "model"): void {
+  const problem = modelRefProblem(ref);
+  if (problem) throw new InvalidArgumentError(`${field}.${problem.part}`, problem.description);
+}
+
+/** True when `ledger.json` lists the model under its provider (`provider.<id>.models.<id>`), i.e. the loop can resolve it. */
+export function isConfiguredModel(config: Pick<LedgerConfig, "providers">, ref: ModelChoice): boolean {
+  const provider = Object.hasOwn(config.providers, ref.providerId) ? config.providers[ref.providerId] : undefined;
+  return provider !== undefined && Object.hasOwn(provider.models, ref.modelId);
 }
 
 /**
