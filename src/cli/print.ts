@@ -33,14 +33,20 @@ export function formatSession(session: Session): string {
   return `${session.id}  ${updated}  ${String(session.messageCount).padStart(4)} msgs  ${session.directory}  ${session.title}`;
 }
 
-/** `tokens: in N, out N, reasoning N, cache r/w N/N · cost $0.0000 · steps N`, summed over the run's assistant messages. */
+/**
+ * `tokens: in N, out N, reasoning N, cache r/w N/N · cost $0.0000 · steps N`, summed over the
+ * run's assistant messages. `steps` counts the messages that reached a model: one that ended with
+ * `model_not_found` (the model is not configured, so none was called, and
+ * `ledger_loop_steps_total` counts nothing for it) is not a step.
+ */
 export function summary(messages: AssistantMessage[]): string {
+  const steps = messages.filter((m) => m.error?.kind.case !== "modelNotFound").length;
   const sum = (pick: (m: AssistantMessage) => bigint | undefined) => messages.reduce((total, m) => total + (pick(m) ?? 0n), 0n);
   const cost = messages.reduce((total, m) => total + m.cost, 0);
   const shown = cost > 0 && cost < 0.0001 ? cost.toFixed(6) : cost.toFixed(4);
   return (
     `tokens: in ${sum((m) => m.tokens?.input)}, out ${sum((m) => m.tokens?.output)}, reasoning ${sum((m) => m.tokens?.reasoning)}, ` +
-    `cache r/w ${sum((m) => m.tokens?.cache?.read)}/${sum((m) => m.tokens?.cache?.write)} · cost $${shown} · steps ${messages.length}`
+    `cache r/w ${sum((m) => m.tokens?.cache?.read)}/${sum((m) => m.tokens?.cache?.write)} · cost $${shown} · steps ${steps}`
   );
 }
 

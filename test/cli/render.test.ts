@@ -119,6 +119,18 @@ describe("PromptRenderer", () => {
     expect(aborted.err).toBe("error: aborted: The run was aborted\n");
   });
 
+  it("does not count a message whose model is not configured as a step (no model was called, /metrics counts none)", () => {
+    const notFound = { message: "model fake/nope is not configured; configured models: local/qwen", kind: { case: "modelNotFound" as const, value: { providerId: "fake", modelId: "nope", available: ["local/qwen"] } } };
+    const { out, err, outcome } = render([
+      assistant(A1),
+      event({ case: "sessionError", value: { messageId: A1, error: notFound } }),
+      assistant(A1, { error: notFound }),
+    ]);
+    expect(outcome.exitCode).toBe(EXIT_FAILED);
+    expect(err).toBe("error: model_not_found: model fake/nope is not configured; configured models: local/qwen\n");
+    expect(out).toBe(`session ${SES}\ntokens: in 0, out 0, reasoning 0, cache r/w 0/0 · cost $0.0000 · steps 0\n`);
+  });
+
   it("warns about errors of the prompt itself and fails when the stream ends without an answer", () => {
     const { err, outcome } = render([
       event({ case: "sessionError", value: { messageId: USER, error: { message: "File not found: x", kind: { case: "fileRead", value: { path: "x" } } } } }),
