@@ -1,9 +1,10 @@
 import { toJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Command, Option } from "commander";
+import { Command, InvalidArgumentError, Option } from "commander";
 import { MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
 import { ListSessionsResponseSchema } from "../../gen/ledger/v1/service_pb.js";
-import { loadConfig } from "../config/config.js";
+import { loadConfig, parseModelRef } from "../config/config.js";
+import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
 import { withClient, type ClientOptions } from "./client.js";
 import { startLocal } from "./local.js";
 import { formatMessage, formatSession } from "./print.js";
@@ -50,7 +51,7 @@ program
   .option("--session <id>", "prompt this session (default: a new session)")
   .option("--dir <dir>", "directory of the new session (default: the current directory)")
   .option("--agent <name>", "agent to answer (default: the configured default agent)")
-  .option("--model <provider/model>", "model to answer")
+  .addOption(new Option("--model <provider/model>", "model to answer").argParser(parseModelOption))
   .option("--no-reply", "store the message without running the agent loop")
   .option("--url <url>", "talk to a running server instead of starting one")
   .option("--db <dir>", "embedded database directory when no --url (default ./.ledger/db)")
@@ -127,6 +128,17 @@ program
 
 function collect(value: string, previous: string[]): string[] {
   return [...previous, value];
+}
+
+/** Checks `--model` is "provider/model" (both parts non-blank) before anything is sent; keeps the string. */
+function parseModelOption(value: string): string {
+  try {
+    parseModelRef(value, "--model");
+  } catch (error) {
+    if (error instanceof LedgerInvalidArgument) throw new InvalidArgumentError(error.message.replace(/^--model: /, ""));
+    throw error;
+  }
+  return value;
 }
 
 function parsePort(value: string): number {

@@ -41,8 +41,12 @@ interface Request {
  * live (see `PromptRenderer`), or, with `--json`, waits for the final assistant message
  * (unary `Prompt`) and prints it as JSON. While a run is going, the first Ctrl-C aborts it
  * (Abort RPC) and waits for the end; a second one exits at once with {@link EXIT_ABORTED}.
+ * A `model` that is not "provider/model" (no slash, or a blank side) throws `InvalidArgumentError`
+ * on `--model` before any request is sent; request failures reject with the `ConnectError`.
  */
 export async function runPrompt(client: Ledger, text: string, opts: PromptOptions): Promise<number> {
+  // Refuse a malformed --model before any request (and before a session is made for it).
+  const model = opts.model ? parseModelRef(opts.model, "--model") : undefined;
   const files = await Promise.all(opts.file.map(fileDraft));
   let noReply = !opts.reply;
   if (!noReply && !opts.model && (await client.listModels({})).models.length === 0) {
@@ -57,7 +61,7 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
   const request: Request = {
     sessionId,
     agent: opts.agent,
-    model: opts.model ? parseModelRef(opts.model) : undefined,
+    model,
     noReply,
     parts: [create(PartInputSchema, { kind: { case: "text", value: { text } } }), ...files],
   };

@@ -338,6 +338,54 @@ describe("ledger prompt with a model (streamed)", () => {
   );
 
   it(
+    "--model without a slash or with an empty part is a usage error before any request: exit 1, nothing stored",
+    async () => {
+      const before = await finished(start(["sessions", "--json", ...dbArgs()], project));
+      expectOk(before);
+      const requests = fake.requests.length;
+      for (const model of ["garbage", "/qwen", "local/"]) {
+        const run = await prompt("hi", "--model", model);
+        expect(run.code, run.stderr).toBe(1);
+        expect(run.stdout).toBe("");
+        expect(run.stderr).toContain(`error: option '--model <provider/model>' argument '${model}' is invalid.`);
+        expect(run.stderr).toContain(`${JSON.stringify(model)} is not a model reference`);
+        expect(run.stderr).toContain('expected "provider/model" (e.g. "local/qwen")');
+      }
+      // Refused before connecting: an unreachable --url is never tried.
+      const viaUrl = await finished(start(["prompt", "hi", "--model", "garbage", "--url", "http://127.0.0.1:9"], project));
+      expect(viaUrl.code, viaUrl.stderr).toBe(1);
+      expect(viaUrl.stderr).toContain('"garbage" is not a model reference: no "/"');
+      expect(viaUrl.stderr).not.toMatch(/ECONNREFUSED|Unavailable/);
+      const after = await finished(start(["sessions", "--json", ...dbArgs()], project));
+      expect(after.stdout).toBe(before.stdout);
+      expect(fake.requests.length).toBe(requests);
+    },
+    CLI_TIMEOUT,
+  );
+
+  it(
+    "an unknown --model ends in model_not_found with steps 0; the session's next prompt without --model answers with the default",
+    async () => {
+      const requests = fake.requests.length;
+      const failed = await prompt("one", "--model", "fake/nope");
+      expect(failed.code, failed.stderr).toBe(1);
+      expect(failed.stderr).toMatch(/^error: model_not_found: model fake\/nope is not configured; configured models: local\/qwen$/m);
+      expect(SUMMARY.exec(failed.stdout)?.[7]).toBe("0");
+      expect(fake.requests.length).toBe(requests);
+      const sessionId = SESSION_LINE.exec(failed.stdout.split("\n")[0])?.[1];
+      expect(sessionId, failed.stdout).toBeDefined();
+
+      fake.push({ kind: "stream", chunks: [{ text: "back on qwen" }], usage: { prompt_tokens: 4, completion_tokens: 3 } });
+      const again = await prompt("two", "--session", sessionId!);
+      expectOk(again);
+      expect(again.stdout.split("\n")).toContain("back on qwen");
+      expect(SUMMARY.exec(again.stdout)?.[7]).toBe("1");
+      expect(fake.requests.at(-1)?.body.model).toBe("qwen");
+    },
+    CLI_TIMEOUT,
+  );
+
+  it(
     "a 401 from the provider: an error line on stderr and exit 1",
     async () => {
       fake.push({ kind: "error", status: 401 });
