@@ -1,5 +1,7 @@
+import { clone, create } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { Kysely } from "kysely";
-import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { CursorOutOfRangeError } from "../errors.js";
 import { listEvents } from "../storage/event-store.js";
 import type { DB } from "../storage/schema.js";
@@ -17,8 +19,12 @@ const PAGE = 500;
  * table (they are committed: writers of a session serialize on its row and publish after
  * commit). Live `part_delta` events are yielded once the snapshot they extend has been yielded,
  * and dropped when a newer snapshot of that part already was (it contains them).
- * Ends when `signal` aborts. Throws `CursorOutOfRangeError` (CURSOR_EXPIRED) when retention
- * removed events the reader has not seen yet, and what the database throws.
+ * Ends after yielding a `session_deleted` event (published by DeleteSession here, by the relay
+ * for a deletion on another replica or one found missing after a listener reconnect, or made
+ * here when the session was already gone once subscribed); its `seq` is one past the last
+ * event yielded unless it carries a higher one. Ends when `signal` aborts. Throws
+ * `CursorOutOfRangeError` (CURSOR_EXPIRED) when retention removed events the reader has not
+ * seen yet, and what the database throws.
  */
 export async function* followSession(
   deps: { db: Kysely<DB>; bus: EventBus },
@@ -44,6 +50,12 @@ export async function* followSession(
   }
   try {
     yield* catchUp();
+    // Nothing stored after the cursor: the session may have been deleted before we subscribed
+    // (its session_deleted went by unseen). Rows read above prove it existed after we subscribed.
+    if (last === afterSeq && !(await sessionExists(deps.db, sessionId))) {
+      yield deleted(sessionId, last);
+      return;
+    }
     for await (const item of live) {
       if (isHint(item)) {
         if (item.seq > last) yield* catchUp();
@@ -56,7 +68,7 @@ export async function* followSession(
       }
       // The log goes with a deleted session: there is nothing left to fill a gap from.
       if (item.kind.case === "sessionDeleted") {
-        yield item;
+        yield item.seq > last ? item : { ...clone(SessionEventSchema, item), seq: last + 1n };
         return;
       }
       if (item.seq <= last) continue;
@@ -71,6 +83,16 @@ export async function* followSession(
   } finally {
     live.close();
   }
+}
+
+/** Whether the session's row exists. */
+async function sessionExists(db: Kysely<DB>, sessionId: string): Promise<boolean> {
+  return (await db.selectFrom("session").select("id").where("id", "=", sessionId).executeTakeFirst()) !== undefined;
+}
+
+/** A `session_deleted` event for a session found missing: only its id is known. */
+function deleted(sessionId: string, last: bigint): SessionEvent {
+  return create(SessionEventSchema, { sessionId, seq: last + 1n, time: timestampNow(), kind: { case: "sessionDeleted", value: { session: { id: sessionId } } } });
 }
 
 /** Throws CURSOR_EXPIRED when events after `last` were pruned. */
