@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
-import { create } from "@bufbuild/protobuf";
+import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { sql, type Kysely, type Transaction } from "kysely";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
 import pg from "pg";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import type { DB } from "../storage/schema.js";
@@ -10,7 +11,11 @@ import type { BusItem, EventBus } from "./bus.js";
 export const EVENTS_CHANNEL = "ledger_events";
 /** Channel of batched live deltas: `origin|[[session, seq, message, part, field, delta, offset], ...]`. */
 export const DELTAS_CHANNEL = "ledger_deltas";
-/** Channel of requests to other replicas: `origin|abort|session_id`. */
+/**
+ * Channel of requests and notices to other replicas: `origin|abort|session_id` (abort the
+ * session's loop), `origin|deleted|{session_deleted event as proto JSON}` (sent by DeleteSession
+ * in its transaction, one per deleted session).
+ */
 export const CONTROL_CHANNEL = "ledger_control";
 /** Postgres refuses NOTIFY payloads of 8000 bytes or more; stay well under. */
 const MAX_PAYLOAD_BYTES = 7000;
@@ -28,6 +33,14 @@ export interface Relay {
   notify(trx: Transaction<DB>, sessionId: string, seq: bigint): Promise<void>;
   /** Sends a live delta to the other replicas (batched, under the payload limit). */
   delta(event: SessionEvent): void;
+  /**
+   * Queues, inside the deleting transaction, one notice per deleted session carrying its
+   * `session_deleted` event (session id, seq, and the session as it was: only `id`,
+   * `parent_id` and `directory` when the whole session would not fit in a NOTIFY payload).
+   * Postgres delivers them at commit and drops them on rollback; every other replica then
+   * publishes the events on its bus, which ends its feeds of those sessions and stops their loops.
+   */
+  deleted(trx: Transaction<DB>, events: readonly SessionEvent[]): Promise<void>;
   /** Asks every other replica to abort the session's loop if it runs there. */
   requestAbort(sessionId: string): Promise<void>;
   /** Handles abort requests from other replicas. */
@@ -37,11 +50,14 @@ export interface Relay {
 }
 
 /**
- * Starts the relay: one dedicated `pg.Client` LISTENs on both channels and republishes what
+ * Starts the relay: one dedicated `pg.Client` LISTENs on the three channels and republishes what
  * other processes send on the local bus (commit hints as `Hint`s, deltas as `part_delta`
- * events; its own messages are recognised by `origin` and skipped). If the connection drops it
- * reconnects with backoff (100 ms doubling to 5 s) and then hints every watched session at its
- * current `last_seq`, so readers resync from the table.
+ * events, deletions as `session_deleted` events; its own messages are recognised by `origin`
+ * and skipped). If the connection drops it reconnects with backoff (100 ms doubling to 5 s) and
+ * then hints every watched session at its current `last_seq`, so readers resync from the table;
+ * a watched session whose row is gone by then (its deletion notice was sent while this replica
+ * was not listening) gets a `session_deleted` event with the session id only and seq 0 (feeds
+ * renumber it one past the last event they yielded).
  */
 export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: EventBus }): Promise<Relay> {
   const origin = randomUUID().slice(0, 8);
@@ -67,6 +83,10 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
     const body = payload.slice(bar + 1);
     if (message.channel === CONTROL_CHANNEL) {
       if (body.startsWith("abort|")) abortHandler?.(body.slice("abort|".length));
+      else if (body.startsWith("deleted|")) {
+        const event = fromJson(SessionEventSchema, JSON.parse(body.slice("deleted|".length)) as JsonValue, { ignoreUnknownFields: true });
+        if (event.kind.case === "sessionDeleted" && event.sessionId) bus.publish([event]);
+      }
       return;
     }
     if (message.channel === EVENTS_CHANNEL) {
@@ -110,6 +130,9 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
     if (watched.length === 0) return;
     const rows = await db.selectFrom("session").select(["id", "last_seq"]).where("id", "in", watched).execute();
     bus.publish(rows.map((r) => ({ hint: true as const, sessionId: r.id, seq: BigInt(r.last_seq) })));
+    // Deleted while we were not listening: the notice is lost, the missing row tells.
+    const alive = new Set(rows.map((r) => r.id));
+    bus.publish(watched.filter((id) => !alive.has(id)).map((id) => deletedEvent(id)));
   };
   const flush = async () => {
     timer = undefined;
@@ -140,6 +163,9 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       }
       timer ??= setTimeout(() => void flush(), DELTA_FLUSH_MS);
     },
+    async deleted(trx, events) {
+      for (const event of events) await sql`select pg_notify(${CONTROL_CHANNEL}, ${`${origin}|deleted|${deletedPayload(event)}`})`.execute(trx);
+    },
     async requestAbort(sessionId) {
       await sql`select pg_notify(${CONTROL_CHANNEL}, ${`${origin}|abort|${sessionId}`})`.execute(db);
     },
@@ -153,6 +179,23 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       await client?.end().catch(() => {});
     },
   };
+}
+
+/** A `session_deleted` event of `sessionId` that knows nothing else (seq 0: feeds renumber it). */
+function deletedEvent(sessionId: string): SessionEvent {
+  return create(SessionEventSchema, { sessionId, seq: 0n, time: timestampNow(), kind: { case: "sessionDeleted", value: { session: { id: sessionId } } } });
+}
+
+/** The event as proto JSON, under the NOTIFY limit: a session too large to fit keeps only `id`, `parent_id`, `directory` (else `id`). */
+function deletedPayload(event: SessionEvent): string {
+  const full = JSON.stringify(toJson(SessionEventSchema, event));
+  if (Buffer.byteLength(full) <= MAX_PAYLOAD_BYTES - 100) return full;
+  const session = event.kind.case === "sessionDeleted" ? event.kind.value.session : undefined;
+  for (const value of [{ id: event.sessionId, parentId: session?.parentId ?? "", directory: session?.directory ?? "" }, { id: event.sessionId }]) {
+    const small = JSON.stringify(toJson(SessionEventSchema, create(SessionEventSchema, { sessionId: event.sessionId, seq: event.seq, time: event.time, kind: { case: "sessionDeleted", value: { session: value } } })));
+    if (Buffer.byteLength(small) <= MAX_PAYLOAD_BYTES - 100) return small;
+  }
+  throw new Error(`session id too long for a NOTIFY payload: ${event.sessionId.length} characters`);
 }
 
 /** Joins JSON items into arrays whose payloads stay under the NOTIFY limit. */
