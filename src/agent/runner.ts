@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { CreateSessionRequestSchema, PromptRequestSchema } from "../../gen/ledger/v1/service_pb.js";
+import { isHint, type BusItem } from "../events/bus.js";
 import type { LedgerDeps, Replier } from "../ledger/deps.js";
 import { finalAnswer } from "../ledger/answers.js";
 import { storePrompt } from "../ledger/prompt.js";
@@ -20,6 +21,8 @@ interface Running {
   resume?: string;
   /** The loop has stopped looking for work and is releasing the lock. */
   finishing: boolean;
+  /** The session was deleted (a `session_deleted` on the bus, or its row found missing). */
+  deleted: boolean;
   done: Promise<void>;
 }
 
@@ -30,14 +33,25 @@ interface Running {
  * A prompt for a session whose loop runs here joins it; one stored on another replica is picked
  * up by the lock holder's next look or, after it releases, by the waiting run of that replica.
  * `abort` cancels the loop (or the wait) through its `AbortSignal`.
+ *
+ * A run listens on the bus for its session's `session_deleted` (DeleteSession here, the relay
+ * for a deletion on another replica or found after a listener reconnect) and aborts; so does a
+ * subagent run for its child session. A loop whose session is gone (deleted, or its row found
+ * missing after a failed write) ends with one `info` line "agent loop stopped: session deleted"
+ * instead of an error, and releases its lock.
  */
 export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: SessionLocks): Replier {
   const running = new Map<string, Running>();
   const loopDeps: LoopDeps = { ...deps, models, runTask: (parent) => taskRunner({ ...deps, models }, locks, parent) };
 
   const start = (sessionId: string, resume?: string): Running => {
-    const entry: Running = { controller: new AbortController(), wake: false, resume, finishing: false, done: Promise.resolve() };
+    const entry: Running = { controller: new AbortController(), wake: false, resume, finishing: false, deleted: false, done: Promise.resolve() };
     const signal = entry.controller.signal;
+    const unsubscribe = deps.bus.subscribe(sessionId, (item) => {
+      if (!isDeletion(item)) return;
+      entry.deleted = true;
+      entry.controller.abort();
+    });
     entry.done = (async () => {
       let release: Release | undefined;
       try {
@@ -53,9 +67,15 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         } while (entry.wake && !signal.aborted);
         entry.finishing = true;
       } catch (error) {
-        if (!signal.aborted) logger.error("agent loop failed", { session_id: sessionId, error });
+        // Its writes fail once the row is gone, possibly before the deletion notice arrives.
+        if (!entry.deleted && !signal.aborted && !(await sessionExists(deps, sessionId))) entry.deleted = true;
+        if (entry.deleted) {
+          entry.controller.abort(); // a model request or tool still in flight
+          logger.info("agent loop stopped: session deleted", { session_id: sessionId });
+        } else if (!signal.aborted) logger.error("agent loop failed", { session_id: sessionId, error });
       } finally {
         entry.finishing = true;
+        unsubscribe();
         await release?.();
         running.delete(sessionId);
       }
@@ -102,6 +122,17 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
   };
 }
 
+/** True for a `session_deleted` event. */
+function isDeletion(item: BusItem): boolean {
+  return !isHint(item) && item.kind.case === "sessionDeleted";
+}
+
+/** Whether the session's row exists; true when the database cannot tell (so errors stay errors). */
+async function sessionExists(deps: LedgerDeps, sessionId: string): Promise<boolean> {
+  const row = await deps.db.selectFrom("session").select("id").where("id", "=", sessionId).executeTakeFirst().catch(() => ({ id: sessionId }));
+  return row !== undefined;
+}
+
 /** Whether the session's last status event says a loop runs (on any replica). */
 async function runningSomewhere(deps: LedgerDeps, sessionId: string): Promise<boolean> {
   const last = await deps.db
@@ -119,7 +150,9 @@ async function runningSomewhere(deps: LedgerDeps, sessionId: string): Promise<bo
 /**
  * The task tool's runner for sessions whose parent is `parentSessionId`: a child session
  * (`parent_id` set, same directory) gets the prompt as a user message for the subagent, its
- * loop runs to the end under the caller's signal, and the final text is the tool output.
+ * loop runs to the end under the caller's signal, and the final text is the tool output. When
+ * the child session is deleted meanwhile (here or on another replica) its loop is aborted and
+ * the tool output says so; the parent's loop goes on (unless it was deleted too).
  */
 function taskRunner(deps: LedgerDeps & { models: ModelResolver }, locks: SessionLocks, parentSessionId: string): TaskRunner {
   return async (input, signal): Promise<ToolOutput> => {
@@ -129,13 +162,35 @@ function taskRunner(deps: LedgerDeps & { models: ModelResolver }, locks: Session
       create(CreateSessionRequestSchema, { directory: parent.directory, title: `${input.description} (@${input.agent} subagent)`, parentId: parentSessionId, agent: input.agent }),
     );
     const stored = await storePrompt(deps, create(PromptRequestSchema, { sessionId: child.id, agent: input.agent, model: input.model, parts: [{ kind: { case: "text", value: { text: input.prompt } } }] }));
-    // The child's loop holds the child's lock like any run, so recovery elsewhere leaves it alone.
-    const release = await locks.acquire(child.id, signal);
+    const gone = new AbortController();
+    const unsubscribe = deps.bus.subscribe(child.id, (item) => {
+      if (isDeletion(item)) gone.abort();
+    });
+    const childSignal = AbortSignal.any([signal, gone.signal]);
+    const deletedOutput = (): ToolOutput => ({
+      title: input.description,
+      output: `The subagent's session ${child.id} was deleted before it answered.`,
+      metadata: { sessionId: child.id, agent: input.agent },
+    });
     try {
-      await runLoop({ ...deps }, child.id, signal);
+      // The child's loop holds the child's lock like any run, so recovery elsewhere leaves it alone.
+      const release = await locks.acquire(child.id, childSignal);
+      try {
+        await runLoop({ ...deps }, child.id, childSignal);
+      } finally {
+        await release();
+      }
+    } catch (error) {
+      if (signal.aborted) throw error;
+      if (gone.signal.aborted || !(await sessionExists(deps, child.id))) {
+        gone.abort();
+        return deletedOutput();
+      }
+      throw error;
     } finally {
-      await release();
+      unsubscribe();
     }
+    if (gone.signal.aborted) return deletedOutput();
     const userId = stored.message.message?.kind.value?.id ?? "";
     const answer = await finalAnswer(deps, child.id, userId);
     const text = (answer?.parts ?? []).flatMap((p) => (p.kind.case === "text" && !p.kind.value.synthetic ? [p.kind.value.text] : [])).join("\n");
