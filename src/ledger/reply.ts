@@ -13,13 +13,15 @@ import { storePrompt, type StoredPrompt, type StorePromptOptions } from "./promp
  * the session's agent loop answer it (on this replica or the one running the session) and
  * returns the final assistant message. Without a configured model provider it throws
  * `PreconditionError` (FAILED_PRECONDITION, reason `NO_MODEL_PROVIDER`) whose metadata names the
- * stored `message_id`. Same errors as `storePrompt` otherwise.
+ * stored `message_id`. `SessionNotFoundError` (NOT_FOUND) when the session is deleted before
+ * the answer is complete. Same errors as `storePrompt` otherwise.
  */
 export async function prompt(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal, options: StorePromptOptions = {}): Promise<MessageWithParts> {
   const stored = await storePrompt(deps, request, options);
   if (request.noReply) return stored.message;
-  for await (const _ of answerEvents(deps, stored, signal)) {
+  for await (const event of answerEvents(deps, stored, signal)) {
     // Wait for the answer; the events themselves go to PromptStream/WatchSession readers.
+    if (event.kind.case === "sessionDeleted") throw new SessionNotFoundError(request.sessionId);
   }
   const userId = stored.message.message!.kind.value!.id;
   const answer = await finalAnswer(deps, request.sessionId, userId);
@@ -34,6 +36,7 @@ export async function prompt(deps: LedgerDeps, request: PromptRequest, signal?: 
  * assistant message answering it and the `idle` status. A client that goes away (`signal`)
  * stops only its stream, never the run; it re-attaches with `WatchSession(after_seq)`. On a
  * replayed `message_id` it yields the original events and ends if the message was answered.
+ * Ends after a `session_deleted` event when the session is deleted before the answer is complete.
  */
 export async function* promptStream(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const stored = await storePrompt(deps, request);

@@ -98,16 +98,33 @@ export async function updateSession(deps: LedgerDeps, sessionId: string, change:
 }
 
 /**
- * Deletes a session and, by cascade, its messages, parts, events and child sessions. Live
- * watchers get a `session_deleted` event (not stored: the log goes with the session).
- * Throws `SessionNotFoundError`.
+ * Deletes a session and, by cascade, its messages, parts, events and child sessions (at any
+ * depth). Before the delete, agent loops of those sessions running in this process are aborted
+ * and waited for (their answers end with an aborted error, their locks are released). The delete
+ * locks the rows (root, then each level of children) so no write or new child slips in, and
+ * queues one relay notice per deleted session in its transaction (Postgres delivers them only
+ * on commit). After commit, every live watcher (WatchSession, PromptStream; here and, through
+ * the notice, on every other replica) gets a `session_deleted` event (not stored: the log goes
+ * with the session; `seq` = the session's last seq + 1) and its stream ends, and a loop still
+ * running for one of those sessions anywhere is aborted and stops quietly.
+ * Throws `SessionNotFoundError` (NOT_FOUND).
  */
 export async function deleteSession(deps: LedgerDeps, sessionId: string): Promise<void> {
-  const row = await store.getSession(deps.db, sessionId);
-  if (!row || !(await store.deleteSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
-  const session = store.rowToSession(row);
-  const seq = BigInt(Number(row.last_seq) + 1);
-  deps.bus.publish([create(SessionEventSchema, { sessionId, seq, time: timestampFromDate(new Date()), kind: { case: "sessionDeleted", value: { session } } })]);
+  if (!(await store.getSessionRow(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+  // Outside the transaction: an aborted loop writes its last state under the session row lock.
+  const tree = [sessionId, ...(await store.listDescendantIds(deps.db, sessionId))];
+  for (const id of tree) if (deps.replier?.isRunning(id)) await deps.replier.abort(id);
+  const time = timestampFromDate(new Date());
+  const events = await deps.db.transaction().execute(async (trx) => {
+    const rows = await store.lockSessionTree(trx, sessionId);
+    if (rows.length === 0 || !(await store.deleteSession(trx, sessionId))) throw new SessionNotFoundError(sessionId);
+    const deleted = rows.map((row) =>
+      create(SessionEventSchema, { sessionId: row.id, seq: BigInt(Number(row.last_seq) + 1), time, kind: { case: "sessionDeleted", value: { session: store.rowToSession(row) } } }),
+    );
+    await deps.relay?.deleted(trx, deleted);
+    return deleted;
+  });
+  deps.bus.publish(events);
 }
 
 /**

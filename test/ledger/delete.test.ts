@@ -1,0 +1,202 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { followSession } from "../../src/events/feed.js";
+import { newId } from "../../src/ids.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { text } from "../support/prompt.js";
+
+// DeleteSession while the session's agent loop runs in this process: the loop is aborted before
+// the row goes (its model request is cancelled, it writes nothing after), watchers end with
+// `session_deleted`, GetStatus forgets the session, and nothing is logged as an error. Child
+// sessions (cascade) get the same treatment. Runs on Postgres and PGlite (vitest projects).
+
+let t: TestLedger;
+let fake: FakeOpenAI;
+
+beforeAll(async () => {
+  fake = await startFakeOpenAI();
+  t = await startTestLedger({
+    model: "main/m",
+    provider: { main: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } },
+    retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
+  });
+});
+
+afterAll(async () => {
+  await t?.close();
+  await fake?.close();
+});
+
+/** Error-level log lines and unhandled rejections seen during one test. */
+let errors: string[] = [];
+const onUnhandled = (reason: unknown) => errors.push(`unhandled rejection: ${String(reason)}`);
+beforeEach(() => {
+  errors = [];
+  process.on("unhandledRejection", onUnhandled);
+  const write = process.stderr.write.bind(process.stderr);
+  vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array, ...rest: unknown[]) => {
+    const line = typeof chunk === "string" ? chunk : Buffer.from(chunk).toString("utf8");
+    if (/"level":"error"|failed|unhandled/i.test(line)) errors.push(line);
+    return (write as (c: string | Uint8Array, ...r: unknown[]) => boolean)(chunk, ...rest);
+  });
+});
+afterEach(() => {
+  process.off("unhandledRejection", onUnhandled);
+  vi.restoreAllMocks();
+});
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+async function waitFor(what: string, check: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await check()) return;
+    await sleep(10);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/** Reads a server stream in the background until it ends or fails (never aborted by the test). */
+function collect(stream: AsyncIterable<{ event?: SessionEvent }>) {
+  const events: SessionEvent[] = [];
+  let failure: unknown;
+  let ended = false;
+  const done = (async () => {
+    try {
+      for await (const res of stream) events.push(res.event!);
+    } catch (error) {
+      failure = error;
+    } finally {
+      ended = true;
+    }
+  })();
+  return { events, done, ended: () => ended, failure: () => failure };
+}
+
+async function code(promise: Promise<unknown>): Promise<Code | undefined> {
+  return promise.then(
+    () => undefined,
+    (e: unknown) => (e instanceof ConnectError ? e.code : undefined),
+  );
+}
+
+const rowsOf = async (table: "session" | "message" | "part" | "session_event", sessionId: string) =>
+  table === "session"
+    ? await t.ledger.deps.db.selectFrom("session").select("id").where("id", "=", sessionId).execute()
+    : await t.ledger.deps.db.selectFrom(table).select("session_id").where("session_id", "=", sessionId).execute();
+
+describe("DeleteSession while the loop runs in this process", () => {
+  it("aborts the hanging loop, ends watchers with session_deleted, and leaves nothing running or listed", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const before = fake.requests.length;
+    fake.push({ kind: "stream", chunks: [{ text: "thinking about it" }, { hang: true }] });
+    const watcher = collect(t.client.watchSession({ sessionId, afterSeq: 0n }));
+    const prompted = collect(t.client.promptStream({ sessionId, parts: [text("never answered")] }));
+    await waitFor("the model request", () => fake.requests.length > before);
+    await waitFor("streamed text", () => prompted.events.some((e) => e.kind.case === "partDelta"));
+    expect(t.ledger.deps.replier!.isRunning(sessionId)).toBe(true);
+    expect(Object.keys((await t.client.getStatus({})).statuses)).toContain(sessionId);
+
+    await t.client.deleteSession({ sessionId });
+
+    // The loop stopped before the delete returned, and its model request was cancelled.
+    expect(t.ledger.deps.replier!.isRunning(sessionId)).toBe(false);
+    await waitFor("the model request to be aborted", () => fake.requests[before]!.end === "aborted");
+    await Promise.race([Promise.all([watcher.done, prompted.done]), sleep(5_000)]);
+    expect({ watcher: watcher.ended(), prompt: prompted.ended() }).toEqual({ watcher: true, prompt: true });
+    expect(watcher.failure()).toBeUndefined();
+    expect(prompted.failure()).toBeUndefined();
+    const last = watcher.events.at(-1)!;
+    expect(last.kind.case).toBe("sessionDeleted");
+    expect(last.kind.case === "sessionDeleted" ? last.kind.value.session?.id : "").toBe(sessionId);
+    // seq is one past the last stored event the watcher saw.
+    expect(last.seq).toBe(watcher.events.at(-2)!.seq + 1n);
+
+    expect(await code(t.client.getSession({ sessionId }))).toBe(Code.NotFound);
+    for (const table of ["session", "message", "part", "session_event"] as const) expect(await rowsOf(table, sessionId), table).toEqual([]);
+    expect(Object.keys((await t.client.getStatus({})).statuses)).not.toContain(sessionId);
+    await sleep(200); // anything the loop might still try would show up by now
+    expect(await rowsOf("session", sessionId)).toEqual([]);
+    expect(errors).toEqual([]);
+  });
+
+  it("deleting a parent stops its subagent's loop and ends the child's watchers too", async () => {
+    const parentId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const before = fake.requests.length;
+    const taskArgs = JSON.stringify({ description: "dig", prompt: "look around", subagent_type: "general" });
+    fake.push(
+      { kind: "stream", chunks: [{ text: "Delegating" }, { toolCall: { id: "call_dig", name: "task", arguments: taskArgs } }] },
+      { kind: "stream", chunks: [{ text: "child at work" }, { hang: true }] },
+    );
+    await t.client.promptAsync({ sessionId: parentId, parts: [text("delegate")] });
+    await waitFor("the child's model request", () => fake.requests.length >= before + 2);
+    const children = (await t.client.listChildren({ sessionId: parentId })).sessions;
+    expect(children).toHaveLength(1);
+    const childId = children[0]!.id;
+    const childWatcher = collect(t.client.watchSession({ sessionId: childId, afterSeq: 0n }));
+    const parentWatcher = collect(t.client.watchSession({ sessionId: parentId, afterSeq: 0n }));
+    await waitFor("both watchers replayed", () => childWatcher.events.length > 0 && parentWatcher.events.length > 0);
+
+    await t.client.deleteSession({ sessionId: parentId });
+
+    await waitFor("the child's model request to be aborted", () => fake.requests[before + 1]!.end === "aborted");
+    await Promise.race([Promise.all([childWatcher.done, parentWatcher.done]), sleep(5_000)]);
+    for (const [name, w, id] of [["parent", parentWatcher, parentId], ["child", childWatcher, childId]] as const) {
+      expect(w.ended(), name).toBe(true);
+      expect(w.failure(), name).toBeUndefined();
+      const last = w.events.at(-1)!;
+      expect(last.kind.case === "sessionDeleted" ? last.kind.value.session?.id : last.kind.case, name).toBe(id);
+    }
+    expect(await rowsOf("session", childId)).toEqual([]);
+    expect(t.ledger.deps.replier!.isRunning(parentId)).toBe(false);
+    const statuses = Object.keys((await t.client.getStatus({})).statuses);
+    expect(statuses).not.toContain(parentId);
+    expect(statuses).not.toContain(childId);
+    await sleep(200);
+    expect(errors).toEqual([]);
+  });
+
+  it("deleting only a child ends its watchers and its subagent run; the parent's task says so and the parent answers", async () => {
+    const parentId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const before = fake.requests.length;
+    const taskArgs = JSON.stringify({ description: "dig", prompt: "look around", subagent_type: "general" });
+    fake.push(
+      { kind: "stream", chunks: [{ toolCall: { id: "call_dig2", name: "task", arguments: taskArgs } }] },
+      { kind: "stream", chunks: [{ text: "child at work" }, { hang: true }] },
+      { kind: "stream", chunks: [{ text: "The child went away." }] },
+    );
+    const answer = t.client.prompt({ sessionId: parentId, parts: [text("delegate")] });
+    await waitFor("the child's model request", () => fake.requests.length >= before + 2);
+    const childId = (await t.client.listChildren({ sessionId: parentId })).sessions[0]!.id;
+    const childWatcher = collect(t.client.watchSession({ sessionId: childId, afterSeq: 0n }));
+    await waitFor("the child watcher's replay", () => childWatcher.events.length > 0);
+
+    await t.client.deleteSession({ sessionId: childId });
+
+    await waitFor("the child's model request to be aborted", () => fake.requests[before + 1]!.end === "aborted");
+    await Promise.race([childWatcher.done, sleep(5_000)]);
+    expect(childWatcher.ended()).toBe(true);
+    expect(childWatcher.events.at(-1)?.kind.case).toBe("sessionDeleted");
+    // The parent goes on: its task call ends (not hangs) and the model answers the next step.
+    const reply = (await answer).message!;
+    expect(reply.message?.kind.case === "assistant" ? reply.message.kind.value.error : "not assistant").toBeUndefined();
+    const parts = (await t.client.listMessages({ sessionId: parentId })).messages.flatMap((m) => m.parts);
+    const task = parts.find((p) => p.kind.case === "tool");
+    const state = task?.kind.case === "tool" ? task.kind.value.state?.status : undefined;
+    expect(state?.case).toBe("completed");
+    expect(state?.case === "completed" ? state.value.output : "").toBe(`The subagent's session ${childId} was deleted before it answered.`);
+    expect(errors).toEqual([]);
+  });
+
+  it("a feed opened on a session that is already gone ends with session_deleted at once", async () => {
+    const events: SessionEvent[] = [];
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), 3_000);
+    for await (const event of followSession(t.ledger.deps, newId("ses"), 0n, controller.signal)) events.push(event);
+    clearTimeout(timer);
+    expect(controller.signal.aborted).toBe(false);
+    expect(events.map((e) => e.kind.case)).toEqual(["sessionDeleted"]);
+  });
+});
