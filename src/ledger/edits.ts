@@ -4,17 +4,20 @@ import { InvalidArgumentError, MessageNotFoundError, PartNotFoundError } from ".
 import { deleteMessages, deleteParts, getMessageRow, getPartRow, updatePart as storeUpdatePart } from "../storage/message-store.js";
 import { protoCaseName } from "../storage/proto-names.js";
 import type { LedgerDeps } from "./deps.js";
+import { moveRevertPoint } from "./revert.js";
 import { assertIdle } from "./status.js";
 import { writeSession, type SessionWrite } from "./writer.js";
 
 /**
- * Removes a message with its parts; emits `message_removed`, then `part_removed` per part.
+ * Removes a message with its parts; emits `message_removed`, then `part_removed` per part. A
+ * revert point on the message moves to the next one (`moveRevertPoint`).
  * Throws `SessionNotFoundError`, `MessageNotFoundError` (not in the session), `SessionBusyError`.
  */
 export async function deleteMessage(deps: LedgerDeps, sessionId: string, messageId: string): Promise<void> {
   await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
     await messageOf(w, messageId);
+    await moveRevertPoint(w, { messageId });
     const removed = await deleteMessages(w.trx, [messageId]);
     w.emit({ case: "messageRemoved", value: { messageId } });
     for (const part of removed.parts) w.emit({ case: "partRemoved", value: { messageId, partId: part.id } });
@@ -23,7 +26,7 @@ export async function deleteMessage(deps: LedgerDeps, sessionId: string, message
 }
 
 /**
- * Removes one part; emits `part_removed`. Throws `SessionNotFoundError`, `MessageNotFoundError`,
+ * Removes one part; emits `part_removed`. A revert point on the part moves (`moveRevertPoint`). Throws `SessionNotFoundError`, `MessageNotFoundError`,
  * `PartNotFoundError` (not in the message), `SessionBusyError`.
  */
 export async function deletePart(deps: LedgerDeps, sessionId: string, messageId: string, partId: string): Promise<void> {
@@ -32,6 +35,7 @@ export async function deletePart(deps: LedgerDeps, sessionId: string, messageId:
     await messageOf(w, messageId);
     const part = await getPartRow(w.trx, partId);
     if (!part || part.message_id !== messageId) throw new PartNotFoundError(partId);
+    await moveRevertPoint(w, { messageId, partId });
     await deleteParts(w.trx, [partId]);
     w.emit({ case: "partRemoved", value: { messageId, partId } });
   });

@@ -32,8 +32,16 @@ export async function revertSession(deps: LedgerDeps, sessionId: string, message
   return getSession(deps, sessionId);
 }
 
-/** Clears the session's revert point; emits `session_updated`. Throws `SessionNotFoundError`, `SessionBusyError`. */
+/**
+ * Clears the session's revert point; emits `session_updated`. Without a revert point it changes
+ * nothing (no event, `time_updated` kept). Throws `SessionNotFoundError`, `SessionBusyError`.
+ */
 export async function unrevertSession(deps: LedgerDeps, sessionId: string): Promise<Session> {
+  const current = await getSession(deps, sessionId);
+  if (!current.revert) {
+    await assertIdle(deps, deps.db, sessionId);
+    return current;
+  }
   await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
     w.session.revert = undefined;
@@ -71,4 +79,33 @@ export async function applyRevert(w: SessionWrite): Promise<void> {
     for (const part of removed.parts) if (part.message_id === messageId) w.emit({ case: "partRemoved", value: { messageId, partId: part.id } });
   }
   w.session.messageCount -= removed.messages.length;
+}
+
+/**
+ * Inside a DeleteMessage/DeletePart write, before the row goes: keeps the session's revert point
+ * meaningful when it sits on what is being deleted, so the same later rows stay hidden and the
+ * next prompt still removes them. A deleted revert message moves the point to the next message
+ * (whole); a deleted revert part moves it to the next part of that message, else to the next
+ * message; with no next message the point is cleared (nothing is left past it). Emits
+ * `session_updated` when the point moves. Anything else leaves the point as it is.
+ *
+ * @param deleting - the message being deleted, or (`partId`) one part of it.
+ */
+export async function moveRevertPoint(w: SessionWrite, deleting: { messageId: string; partId?: string }): Promise<void> {
+  const revert = w.session.revert;
+  if (!revert || revert.messageId !== deleting.messageId) return;
+  if (deleting.partId !== undefined) {
+    if (revert.partId !== deleting.partId) return;
+    const parts = await listPartRows(w.trx, [revert.messageId]);
+    const next = parts[parts.findIndex((p) => p.id === deleting.partId) + 1];
+    if (next) {
+      w.session.revert = create(SessionRevertSchema, { messageId: revert.messageId, partId: next.id });
+      w.emit({ case: "sessionUpdated", value: { session: w.session } });
+      return;
+    }
+  }
+  const row = await getMessageRow(w.trx, revert.messageId);
+  const [next] = row ? await listMessageRows(w.trx, w.session.id, { afterPosition: Number(row.position), limit: 1 }) : [];
+  w.session.revert = next ? create(SessionRevertSchema, { messageId: next.id, partId: "" }) : undefined;
+  w.emit({ case: "sessionUpdated", value: { session: w.session } });
 }

@@ -173,6 +173,52 @@ describe("Revert / Unrevert", () => {
     expect(await listed(sessionId)).toEqual([[idOf(sent[0]!), ["one"]]]);
   });
 
+  it("DeleteMessage on the revert message moves the point to the next message, so the later ones stay hidden and are removed by the next prompt", async () => {
+    const { sessionId, sent } = await threeMessages();
+    const [m1, m2, m3] = sent.map(idOf) as [string, string, string];
+    await t.client.revert({ sessionId, messageId: m2 });
+    const seq = await lastSeq(sessionId);
+    await t.client.deleteMessage({ sessionId, messageId: m2 });
+    expect((await t.client.getSession({ sessionId })).session!.revert).toMatchObject({ messageId: m3, partId: "" });
+    expect(await listed(sessionId)).toEqual([[m1, ["one"]]]);
+    expect((await eventsAfter(sessionId, seq)).map((e) => e[0])).toEqual(["session_updated", "message_removed", "part_removed", "part_removed", "part_removed"]);
+    await t.client.prompt({ sessionId, noReply: true, parts: [text("four")] });
+    expect((await listed(sessionId)).map(([, texts]) => texts)).toEqual([["one"], ["four"]]);
+    expect((await rows(sessionId)).map(([id]) => id)).not.toContain(m3);
+
+    // The last message: nothing is left past the point, so it is cleared.
+    const last = await threeMessages();
+    await t.client.revert({ sessionId: last.sessionId, messageId: idOf(last.sent[2]!) });
+    await t.client.deleteMessage({ sessionId: last.sessionId, messageId: idOf(last.sent[2]!) });
+    expect((await t.client.getSession({ sessionId: last.sessionId })).session!.revert).toBeUndefined();
+    expect((await listed(last.sessionId)).map(([, texts]) => texts)).toEqual([["one"], ["two a", "two b", "two c"]]);
+  });
+
+  it("DeletePart on the revert part moves the point to the next part, or to the next message after the last part", async () => {
+    const { sessionId, sent } = await threeMessages();
+    const m2 = sent[1]!;
+    const [a, b, c] = m2.parts.map((p) => p.id) as [string, string, string];
+    await t.client.revert({ sessionId, messageId: idOf(m2), partId: b });
+    await t.client.deletePart({ sessionId, messageId: idOf(m2), partId: b });
+    expect((await t.client.getSession({ sessionId })).session!.revert).toMatchObject({ messageId: idOf(m2), partId: c });
+    expect((await listed(sessionId)).map(([, texts]) => texts)).toEqual([["one"], ["two a"]]);
+    await t.client.deletePart({ sessionId, messageId: idOf(m2), partId: c });
+    expect((await t.client.getSession({ sessionId })).session!.revert).toMatchObject({ messageId: idOf(sent[2]!), partId: "" });
+    expect((await listed(sessionId)).map(([, texts]) => texts)).toEqual([["one"], ["two a"]]);
+    // A part before the point leaves it where it is.
+    await t.client.deletePart({ sessionId, messageId: idOf(m2), partId: a });
+    expect((await t.client.getSession({ sessionId })).session!.revert).toMatchObject({ messageId: idOf(sent[2]!), partId: "" });
+  });
+
+  it("Unrevert without a revert point changes nothing: no event, time_updated kept", async () => {
+    const { sessionId } = await threeMessages();
+    const before = (await t.client.getSession({ sessionId })).session!;
+    const seq = await lastSeq(sessionId);
+    const after = (await t.client.unrevert({ sessionId })).session!;
+    expect(after.timeUpdated).toEqual(before.timeUpdated);
+    expect(await lastSeq(sessionId)).toBe(seq);
+  });
+
   it("refuses ResumeSession while a revert point is set (SESSION_REVERTED), and resumes after Unrevert", async () => {
     const { sessionId, sent } = await threeMessages();
     const stop = await hangLoop(t, fake, sessionId);

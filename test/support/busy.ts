@@ -6,10 +6,12 @@ import { text } from "./prompt.js";
 
 /**
  * Makes the session's loop run and hang: queues a reply on `fake` that never ends, sends
- * `Prompt` in the background and waits until GetStatus reports the session busy. Call the
+ * `Prompt` in the background and waits until GetStatus reports the session busy and the model
+ * request has reached `fake`. Call the
  * returned function to Abort the loop and wait for the prompt to return.
  */
 export async function hangLoop(t: TestLedger, fake: FakeOpenAI, sessionId: string): Promise<() => Promise<void>> {
+  const requested = fake.requests.length;
   fake.push({ kind: "stream", chunks: [{ text: "partial" }, { hang: true }] });
   const done = t.client.prompt({ sessionId, parts: [text("hang on")] }).then(
     () => undefined,
@@ -18,6 +20,12 @@ export async function hangLoop(t: TestLedger, fake: FakeOpenAI, sessionId: strin
   const deadline = Date.now() + 10_000;
   while ((await t.client.getStatus({})).statuses[sessionId]?.status.case !== "busy") {
     if (Date.now() > deadline) throw new Error(`session ${sessionId} never became busy`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  // Busy comes before the model call: wait until the hanging reply is taken, or an Abort sent
+  // now would leave it queued for the next test's request.
+  while (fake.requests.length <= requested) {
+    if (Date.now() > deadline) throw new Error(`session ${sessionId} never called the model`);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   return async () => {
