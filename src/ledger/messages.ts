@@ -6,7 +6,7 @@ import { getMessageRow, listMessageRows, listPartRows, rowToMessage, rowToPart }
 import type { DB, MessageRow } from "../storage/schema.js";
 import { getSessionRow, rowToSession } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
-import { MessageNotFoundError, SessionNotFoundError } from "../errors.js";
+import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 
 /** Default and maximum `page_size` of ListMessages. */
@@ -30,10 +30,7 @@ export async function listMessages(
   const session = await getSessionRow(deps.db, sessionId);
   if (!session) throw new SessionNotFoundError(sessionId);
   const limit = Math.min(page.pageSize || MESSAGE_PAGE.default, MESSAGE_PAGE.max);
-  // Oldest-first tokens are {p: last position}; newest-first ones {b: last position}.
-  const token = page.pageToken
-    ? Number(page.newestFirst ? decodePageToken("page_token", page.pageToken, { b: "int" }).b : decodePageToken("page_token", page.pageToken, { p: "int" }).p)
-    : undefined;
+  const token = page.pageToken ? messageCursor(page.pageToken, page.newestFirst ?? false) : undefined;
   const revert = page.includeReverted ? undefined : rowToSession(session).revert;
   const revertRow = revert ? await getMessageRow(deps.db, revert.messageId) : undefined;
   const cut = revert && revertRow?.session_id === sessionId ? { position: Number(revertRow.position), messageId: revert.messageId, partId: revert.partId } : undefined;
@@ -73,4 +70,26 @@ export async function withParts(db: Kysely<DB>, rows: MessageRow[]): Promise<Mes
   const byMessage = new Map<string, Part[]>(rows.map((r) => [r.id, []]));
   for (const row of await listPartRows(db, rows.map((r) => r.id))) byMessage.get(row.message_id)?.push(rowToPart(row));
   return rows.map((row) => create(MessageWithPartsSchema, { message: rowToMessage(row), parts: byMessage.get(row.id) }));
+}
+
+/**
+ * The position a ListMessages page token continues from. Oldest-first tokens are `{p: last
+ * position}`, newest-first ones `{b: last position}`. Throws `InvalidArgumentError` on
+ * `page_token` (INVALID_ARGUMENT) for a token that is not ours, or one issued for the other order.
+ */
+function messageCursor(token: string, newestFirst: boolean): number {
+  try {
+    return Number(newestFirst ? decodePageToken("page_token", token, { b: "int" }).b : decodePageToken("page_token", token, { p: "int" }).p);
+  } catch (error) {
+    try {
+      if (newestFirst) decodePageToken("page_token", token, { p: "int" });
+      else decodePageToken("page_token", token, { b: "int" });
+    } catch {
+      throw error;
+    }
+    throw new InvalidArgumentError(
+      "page_token",
+      `continues a listing with newest_first = ${!newestFirst}; send the same newest_first as the call that returned it, or no page_token to start over`,
+    );
+  }
 }

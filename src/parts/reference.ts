@@ -38,7 +38,8 @@ export async function referenceNote(references: Record<string, string>, draft: F
       "Kind: local directory",
       `Reference root: ${root}`,
       `Resolved path: ${filePath}`,
-      "For targeted context, inspect the reference path directly with Read, Glob, and Grep. For broader research, call the task tool with subagent scout and include this reference path.",
+      // OpenCode's text names its `scout` subagent; ours is the built-in `explore`.
+      "For targeted context, inspect the reference path directly with Read, Glob, and Grep. For broader research, call the task tool with subagent explore and include this reference path.",
     ].join("\n");
     return { text, metadata: { reference: { name: alias, kind: "local", path: root, target, targetPath: filePath, source } } };
   }

@@ -60,6 +60,10 @@ describe("ListMessages order", () => {
       field: "page_token",
     });
     expect(await failure(t.client.listMessages({ sessionId, pageSize: 2, pageToken: newest.nextPageToken }))).toMatchObject({ code: Code.InvalidArgument, field: "page_token" });
+    const message = await t.client.listMessages({ sessionId, pageSize: 2, pageToken: newest.nextPageToken }).catch((error: Error) => error.message);
+    expect(message).toContain("page_token: continues a listing with newest_first = true; send the same newest_first");
+    const forged = await t.client.listMessages({ sessionId, pageToken: "bm90LWEtdG9rZW4" }).catch((error: Error) => error.message);
+    expect(forged).toContain("page_token: is not a page token issued by this service");
   });
 
   it("with newest_first starts below a revert point unless include_reverted", async () => {

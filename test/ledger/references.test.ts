@@ -12,7 +12,7 @@ import { file, promptOnce, shape, text } from "../support/prompt.js";
 // a `file:` draft inside one is readable and gets a leading synthetic note with metadata.reference.
 
 const HINT =
-  "For targeted context, inspect the reference path directly with Read, Glob, and Grep. For broader research, call the task tool with subagent scout and include this reference path.";
+  "For targeted context, inspect the reference path directly with Read, Glob, and Grep. For broader research, call the task tool with subagent explore and include this reference path.";
 
 let t: TestLedger;
 let refDir: string;

@@ -86,7 +86,7 @@ describe("symbol ranges through Prompt", () => {
       synthetic: true,
       text: read(filePath, "4: class Shape:\n5:     def area(self):\n6:         return 0", "(Showing lines 4-6 of 10. Use offset=7 to continue.)"),
     });
-    expect(shape.metadata).toEqual({ symbol: { name: "Shape", kind: "class_definition", start: 4, end: 6 } });
+    expect(shape.metadata).toEqual({ symbol: { name: "Shape", kind: "class", start: 4, end: 6 } });
 
     const main = await stored("shape.py", 9);
     expect(main.parts[1]).toEqual({ kind: "text", synthetic: true, text: call({ filePath, offset: 9, limit: 2 }) });

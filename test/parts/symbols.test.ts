@@ -92,6 +92,7 @@ beforeAll(async () => {
   await writeFile(join(dir, "cr.cjs"), "// a\rfunction a() {\r  return 1;\r}\r");
   await writeFile(join(dir, "broken.ts"), "function ok() {\n  return 1;\n}\nfunction broken( {\n");
   await writeFile(join(dir, "notes.txt"), "function notCode() {\n}\n");
+  await writeFile(join(dir, "locals.ts"), "function add(a: number, b: number) {\n  const sum = a + b;\n  return sum;\n}\nconst TOP = {\n  a: 1,\n};\n");
   await writeFile(join(dir, "blob.ts"), Buffer.from([0, 1, 2, 3, 0, 0, 0, 0, 9, 9]));
 });
 afterAll(() => rm(dir, { recursive: true, force: true }));
@@ -114,11 +115,17 @@ describe("findSymbolAt: TypeScript and JavaScript (language service)", () => {
 
   it("expands an interface and a const arrow function", async () => {
     expect(await at("greet.ts", 17)).toEqual({ name: "Options", kind: "interface", start: 17, end: 19 });
-    expect(await at("greet.ts", 21)).toEqual({ name: "shout", kind: "const", start: 21, end: 23 });
+    expect(await at("greet.ts", 21)).toEqual({ name: "shout", kind: "constant", start: 21, end: 23 });
   });
 
   it("finds nothing on an import, a JSDoc line, a blank line or inside a body", async () => {
     for (const line of [1, 2, 3, 5, 7, 13, 99]) expect(await at("greet.ts", line)).toBeUndefined();
+  });
+
+  it("does not count a variable local to a function body as a symbol", async () => {
+    expect(await at("locals.ts", 2)).toBeUndefined();
+    expect(await at("locals.ts", 1)).toEqual({ name: "add", kind: "function", start: 1, end: 4 });
+    expect(await at("locals.ts", 5)).toEqual({ name: "TOP", kind: "constant", start: 5, end: 7 });
   });
 
   it("parses JSX, and counts CRLF and lone-CR line ends like the read tool", async () => {
@@ -133,14 +140,14 @@ describe("findSymbolAt: TypeScript and JavaScript (language service)", () => {
 });
 
 describe("findSymbolAt: Python, Go and Rust (tree-sitter)", () => {
-  it("expands a Python class, a method and a function", async () => {
-    expect(await at("shape.py", 4)).toEqual({ name: "Shape", kind: "class_definition", start: 4, end: 12 });
-    expect(await at("shape.py", 7)).toEqual({ name: "area", kind: "function_definition", start: 7, end: 8 });
-    expect(await at("shape.py", 15)).toEqual({ name: "main", kind: "function_definition", start: 15, end: 16 });
+  it("expands a Python class, a method and a function (kinds named alike for every language)", async () => {
+    expect(await at("shape.py", 4)).toEqual({ name: "Shape", kind: "class", start: 4, end: 12 });
+    expect(await at("shape.py", 7)).toEqual({ name: "area", kind: "method", start: 7, end: 8 });
+    expect(await at("shape.py", 15)).toEqual({ name: "main", kind: "function", start: 15, end: 16 });
   });
 
   it("expands a decorated Python method from its decorator line and from its def line", async () => {
-    const name = { name: "name", kind: "function_definition", start: 10, end: 12 };
+    const name = { name: "name", kind: "method", start: 10, end: 12 };
     expect(await at("shape.py", 10)).toEqual(name);
     expect(await at("shape.py", 11)).toEqual(name);
   });
@@ -150,17 +157,17 @@ describe("findSymbolAt: Python, Go and Rust (tree-sitter)", () => {
   });
 
   it("expands a Go type and a Go method", async () => {
-    expect(await at("point.go", 3)).toEqual({ name: "Point", kind: "type_declaration", start: 3, end: 5 });
-    expect(await at("point.go", 7)).toEqual({ name: "Norm", kind: "method_declaration", start: 7, end: 9 });
-    expect(await at("point.go", 11)).toEqual({ name: "main", kind: "function_declaration", start: 11, end: 12 });
+    expect(await at("point.go", 3)).toEqual({ name: "Point", kind: "struct", start: 3, end: 5 });
+    expect(await at("point.go", 7)).toEqual({ name: "Norm", kind: "method", start: 7, end: 9 });
+    expect(await at("point.go", 11)).toEqual({ name: "main", kind: "function", start: 11, end: 12 });
   });
 
   it("expands a Rust struct with its attributes, an impl and a method", async () => {
-    const point = { name: "Point", kind: "struct_item", start: 1, end: 5 };
+    const point = { name: "Point", kind: "struct", start: 1, end: 5 };
     expect(await at("point.rs", 1)).toEqual(point);
     expect(await at("point.rs", 3)).toEqual(point);
-    expect(await at("point.rs", 7)).toEqual({ name: "impl Point", kind: "impl_item", start: 7, end: 11 });
-    expect(await at("point.rs", 8)).toEqual({ name: "norm", kind: "function_item", start: 8, end: 10 });
+    expect(await at("point.rs", 7)).toEqual({ name: "impl Point", kind: "impl", start: 7, end: 11 });
+    expect(await at("point.rs", 8)).toEqual({ name: "norm", kind: "method", start: 8, end: 10 });
   });
 });
 

@@ -1,6 +1,6 @@
 import { createRequire } from "node:module";
 import type { Language, Node } from "web-tree-sitter";
-import { pickSymbol, type SourceFile, type SourceSymbol } from "./types.js";
+import { pickSymbol, type SourceFile, type SourceSymbol, type SymbolKind } from "./types.js";
 
 /** A language read with tree-sitter, and the npm package that ships its grammar as `.wasm`. */
 interface Grammar {
@@ -86,6 +86,52 @@ function lastLine(node: Node): number {
   return column === 0 && row > node.startPosition.row ? row : row + 1;
 }
 
+/** Node types with one fixed {@link SymbolKind}; the others are decided by `kindOf`. */
+const FIXED_KINDS: ReadonlyMap<string, SymbolKind> = new Map([
+  ["class_definition", "class"],
+  ["method_declaration", "method"],
+  ["function_declaration", "function"],
+  ["function_signature_item", "method"],
+  ["struct_item", "struct"],
+  ["union_item", "struct"],
+  ["enum_item", "enum"],
+  ["trait_item", "trait"],
+  ["impl_item", "impl"],
+  ["mod_item", "module"],
+  ["macro_definition", "macro"],
+  ["type_item", "type"],
+  ["const_item", "constant"],
+  ["static_item", "constant"],
+]);
+
+/** The {@link SymbolKind} of a declaration node. */
+function kindOf(node: Node): SymbolKind {
+  const fixed = FIXED_KINDS.get(node.type);
+  if (fixed) return fixed;
+  switch (node.type) {
+    case "function_definition": {
+      // Python: a def whose block (possibly through a decorator) belongs to a class is a method.
+      let up = node.parent;
+      if (up?.type === "decorated_definition") up = up.parent;
+      return up?.type === "block" && up.parent?.type === "class_definition" ? "method" : "function";
+    }
+    case "function_item": {
+      // Rust: a fn in an impl or trait body is a method.
+      const owner = node.parent?.type === "declaration_list" ? node.parent.parent?.type : undefined;
+      return owner === "impl_item" || owner === "trait_item" ? "method" : "function";
+    }
+    case "type_declaration":
+    case "type_spec": {
+      // Go: `type T struct{}` / `type I interface{}` / anything else.
+      const spec = node.type === "type_spec" ? node : node.namedChildren.find((child) => child?.type === "type_spec");
+      const type = spec?.childForFieldName("type")?.type;
+      return type === "struct_type" ? "struct" : type === "interface_type" ? "interface" : "type";
+    }
+    default:
+      return "type";
+  }
+}
+
 function nameOf(node: Node): string {
   const name = node.childForFieldName("name");
   if (name) return name.text;
@@ -136,7 +182,7 @@ export async function treeSitterSymbolAt(file: SourceFile, language: TreeSitterL
         for (let prev = first.previousNamedSibling; prev !== null && grammar.prefixes.has(prev.type); prev = prev.previousNamedSibling) {
           first = prev;
         }
-        candidates.push({ name: nameOf(node), kind: node.type, start: first.startPosition.row + 1, end: lastLine(node), nameLine: node.startPosition.row + 1 });
+        candidates.push({ name: nameOf(node), kind: kindOf(node), start: first.startPosition.row + 1, end: lastLine(node), nameLine: node.startPosition.row + 1 });
       };
       // Descend only into subtrees that contain the requested line; a declaration beside them
       // is still a candidate, since its decorators or attributes may start on that line.

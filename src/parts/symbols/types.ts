@@ -9,17 +9,40 @@
 export interface SourceSymbol {
   /** The symbol's name as the parser reports it, e.g. `greet`; a method is named without its class. */
   name: string;
-  /**
-   * What it is, in the parser's own words: TypeScript's `ScriptElementKind` (`function`, `class`,
-   * `method`, `interface`, `enum`, `type`, `const`, ...) or the tree-sitter node type
-   * (`function_definition`, `class_definition`, `method_declaration`, `impl_item`, ...).
-   */
-  kind: string;
+  /** What it is, the same words for every language (see {@link SymbolKind}). */
+  kind: SymbolKind;
   /** First line of the declaration, 1-based (lines). Decorators and modifiers are included. */
   start: number;
   /** Last line of the declaration, 1-based and inclusive (lines). */
   end: number;
 }
+
+/**
+ * Kinds of symbol, named after LSP's `SymbolKind` in lower case so they read the same for every
+ * language: TypeScript `function`/`class`/`method`/`constructor`/`interface`/`type`/`enum`/
+ * `module`, getters, setters and class fields as `property`, top-level `const` as `constant` and
+ * `let`/`var` as `variable`; Python `def` as `function` (`method` inside a class) and `class`;
+ * Go `func` as `function`/`method` and `type` as `struct`, `interface` or `type`; Rust `fn` as
+ * `function` (`method` inside an `impl` or `trait`), `struct`/`union` as `struct`, `enum`,
+ * `trait`, `impl`, `mod` as `module`, `macro_rules!` as `macro`, `type`, `const`/`static` as
+ * `constant`.
+ */
+export type SymbolKind =
+  | "function"
+  | "method"
+  | "constructor"
+  | "property"
+  | "class"
+  | "interface"
+  | "struct"
+  | "enum"
+  | "type"
+  | "trait"
+  | "impl"
+  | "module"
+  | "macro"
+  | "constant"
+  | "variable";
 
 /** Source text of one file together with the path that names its language. */
 export interface SourceFile {

@@ -1,4 +1,4 @@
-import { pickSymbol, type SourceFile, type SourceSymbol } from "./types.js";
+import { pickSymbol, type SourceFile, type SourceSymbol, type SymbolKind } from "./types.js";
 
 /** File extensions read with the TypeScript language service (lower case, with the dot). */
 export const TYPESCRIPT_EXTENSIONS: ReadonlySet<string> = new Set([".ts", ".tsx", ".mts", ".cts", ".js", ".jsx", ".mjs", ".cjs"]);
@@ -14,8 +14,30 @@ function loadTypeScript(): Promise<TypeScript> {
   return loading;
 }
 
-/** Navigation-tree kinds that are not declarations worth expanding to. */
-const SKIPPED_KINDS = new Set(["alias", "script", "module-root"]);
+/** Navigation-tree kinds (`ScriptElementKind`) that are symbols, and their {@link SymbolKind}. */
+const KINDS: ReadonlyMap<string, SymbolKind> = new Map([
+  ["function", "function"],
+  ["local function", "function"],
+  ["method", "method"],
+  ["constructor", "constructor"],
+  ["getter", "property"],
+  ["setter", "property"],
+  ["property", "property"],
+  ["class", "class"],
+  ["local class", "class"],
+  ["interface", "interface"],
+  ["type", "type"],
+  ["enum", "enum"],
+  ["module", "module"],
+  ["const", "constant"],
+  ["let", "variable"],
+  ["var", "variable"],
+  ["local var", "variable"],
+]);
+
+/** Kinds whose children are locals: a variable declared in their body is not a symbol. */
+const BODIES = new Set(["function", "local function", "method", "constructor", "getter", "setter"]);
+const VARIABLES = new Set(["const", "let", "var", "local var"]);
 
 /**
  * Finds the declaration that starts at a line of a TypeScript or JavaScript file.
@@ -25,7 +47,8 @@ const SKIPPED_KINDS = new Set(["alias", "script", "module-root"]);
  * `textDocument/documentSymbol` with, so the candidates are the ones an editor's outline shows
  * (functions, classes, methods, constructors, accessors, interfaces, enums, type aliases,
  * namespaces, variables and test callbacks). A declaration's span starts at its decorators
- * and modifiers and leaves out a leading JSDoc comment. Imports (`alias`) are skipped.
+ * and modifiers and leaves out a leading JSDoc comment. Imports (`alias`) and variables local
+ * to a function body are not symbols (as in Python, Go and Rust).
  *
  * @param file - the file's path (its extension picks TS, TSX, JS or JSX parsing) and text.
  * @param line - the requested line, 1-based (lines).
@@ -49,12 +72,14 @@ export async function typescriptSymbolAt(file: SourceFile, line: number): Promis
     const tree = service.getNavigationTree(path);
     const lineOf = lineLocator(text);
     const candidates: Array<SourceSymbol & { nameLine?: number }> = [];
-    const visit = (node: NavigationTree, isRoot: boolean) => {
-      if (!isRoot && !SKIPPED_KINDS.has(node.kind)) {
+    const visit = (node: NavigationTree, parent: NavigationTree | undefined) => {
+      const kind = KINDS.get(node.kind);
+      const local = parent !== undefined && BODIES.has(parent.kind) && VARIABLES.has(node.kind);
+      if (parent !== undefined && kind !== undefined && !local) {
         for (const span of node.spans) {
           candidates.push({
             name: node.text,
-            kind: node.kind,
+            kind,
             start: lineOf(span.start),
             // The span's end is exclusive; a declaration ending in "}\n" ends on the "}" line.
             end: lineOf(Math.max(span.start, span.start + span.length - 1)),
@@ -62,9 +87,9 @@ export async function typescriptSymbolAt(file: SourceFile, line: number): Promis
           });
         }
       }
-      for (const child of node.childItems ?? []) visit(child, false);
+      for (const child of node.childItems ?? []) visit(child, node);
     };
-    visit(tree, true);
+    visit(tree, undefined);
     return pickSymbol(candidates, line);
   } finally {
     service.dispose();
