@@ -3,7 +3,6 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { loadConfig } from "../config/config.js";
 import { logger } from "../observe/log.js";
-import { startLocal } from "./local.js";
 
 /** A Connect client of `ledger.v1.SessionService`. */
 export type Ledger = Client<typeof SessionService>;
@@ -23,6 +22,8 @@ export async function withClient<T>(opts: ClientOptions, fn: (client: Ledger) =>
   if (opts.url) return fn(connect(opts.url));
   // The in-process server's RPC log lines would mix into this command's output.
   if (!process.env.LEDGER_LOG_LEVEL) logger.setLevel("warn");
+  // Loaded on use: with --url the CLI never loads the server stack (database, AI SDK, ...).
+  const { startLocal } = await import("./local.js");
   const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db });
   try {
     return await fn(connect(ledger.url));

@@ -6,7 +6,6 @@ import { ListSessionsResponseSchema } from "../../gen/ledger/v1/service_pb.js";
 import { loadConfig, parseModelRef } from "../config/config.js";
 import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
 import { withClient, type ClientOptions } from "./client.js";
-import { startLocal } from "./local.js";
 import { formatMessage, formatSession } from "./print.js";
 import { runPrompt, type PromptOptions } from "./prompt.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
@@ -23,6 +22,8 @@ program
   .option("--db <dir>", "embedded database directory, or :memory: (ignored when DATABASE_URL is set)")
   .option("--config <path>", "config file (default ./ledger.json, or LEDGER_CONFIG)")
   .action(async (opts: { host: string; port: number; db?: string; config?: string }) => {
+    // Loaded on use: the server stack (database, AI SDK, ...) is not needed for --help or --url.
+    const { startLocal } = await import("./local.js");
     const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db, host: opts.host, port: opts.port });
     process.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
     if (ledger.database.kind === "pglite") {
