@@ -50,8 +50,9 @@ export function createModelResolver(config: LedgerConfig, env: NodeJS.ProcessEnv
   return {
     configured: available.length > 0,
     resolve({ providerId, modelId }) {
-      const entry = config.providers[providerId];
-      const modelConfig = entry?.models[modelId];
+      // Own keys only: "constructor/x" or "p/toString" must not find Object.prototype members.
+      const entry = Object.hasOwn(config.providers, providerId) ? config.providers[providerId] : undefined;
+      const modelConfig = entry && Object.hasOwn(entry.models, modelId) ? entry.models[modelId] : undefined;
       if (!entry || !modelConfig) throw new ModelUnavailableError(providerId, modelId, available);
       let provider = providers.get(providerId);
       if (!provider) {

@@ -46,6 +46,7 @@ const limitsSchema = z
     parts_per_prompt: z.number().int().positive(),
     image_pixels: z.number().int().positive(),
     symbol_source_bytes: z.number().int().positive(),
+    symbol_lookups: z.number().int().nonnegative(),
   })
   .partial();
 

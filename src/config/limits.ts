@@ -22,9 +22,15 @@ export interface Limits {
   image_pixels: number;
   /**
    * Largest source file parsed to expand a one-line `file:` range (`?start=N&end=N`) to the
-   * symbol starting on that line (bytes). A bigger file is read as the single line. Default 2 MiB.
+   * symbol starting on that line (bytes). A bigger file is read as the single line. Default 1 MiB.
    */
   symbol_source_bytes: number;
+  /**
+   * Most one-line ranges of one prompt widened to a symbol, in draft order; later ones read
+   * their single line. Parsing runs on the server's event loop, one file at a time, so this and
+   * `symbol_source_bytes` bound the work one prompt can ask for. Default 16.
+   */
+  symbol_lookups: number;
 }
 
 /** The defaults of every limit. */
@@ -35,5 +41,6 @@ export const DEFAULT_LIMITS: Limits = {
   attachment_bytes: 20 * 1024 * 1024,
   parts_per_prompt: 256,
   image_pixels: 50_000_000,
-  symbol_source_bytes: 2 * 1024 * 1024,
+  symbol_source_bytes: 1024 * 1024,
+  symbol_lookups: 16,
 };

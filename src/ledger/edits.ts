@@ -11,7 +11,8 @@ import { writeSession, type SessionWrite } from "./writer.js";
 /**
  * Removes a message with its parts; emits `message_removed`, then `part_removed` per part. A
  * revert point on the message moves to the next one (`moveRevertPoint`).
- * Throws `SessionNotFoundError`, `MessageNotFoundError` (not in the session), `SessionBusyError`.
+ * Throws `SessionNotFoundError`, `MessageNotFoundError` (NOT_FOUND; not in the session),
+ * `SessionBusyError` (FAILED_PRECONDITION, reason SESSION_BUSY).
  */
 export async function deleteMessage(deps: LedgerDeps, sessionId: string, messageId: string): Promise<void> {
   await writeSession(deps, sessionId, async (w) => {
@@ -26,8 +27,9 @@ export async function deleteMessage(deps: LedgerDeps, sessionId: string, message
 }
 
 /**
- * Removes one part; emits `part_removed`. A revert point on the part moves (`moveRevertPoint`). Throws `SessionNotFoundError`, `MessageNotFoundError`,
- * `PartNotFoundError` (not in the message), `SessionBusyError`.
+ * Removes one part; emits `part_removed`. A revert point on the part moves (`moveRevertPoint`).
+ * Throws `SessionNotFoundError`, `MessageNotFoundError`, `PartNotFoundError` (NOT_FOUND; not in
+ * the message), `SessionBusyError` (FAILED_PRECONDITION, reason SESSION_BUSY).
  */
 export async function deletePart(deps: LedgerDeps, sessionId: string, messageId: string, partId: string): Promise<void> {
   await writeSession(deps, sessionId, async (w) => {

@@ -34,7 +34,8 @@ export async function revertSession(deps: LedgerDeps, sessionId: string, message
 
 /**
  * Clears the session's revert point; emits `session_updated`. Without a revert point it changes
- * nothing (no event, `time_updated` kept). Throws `SessionNotFoundError`, `SessionBusyError`.
+ * nothing (no event, `time_updated` kept). Throws `SessionNotFoundError` (NOT_FOUND),
+ * `SessionBusyError` (FAILED_PRECONDITION, reason SESSION_BUSY).
  */
 export async function unrevertSession(deps: LedgerDeps, sessionId: string): Promise<Session> {
   const current = await getSession(deps, sessionId);

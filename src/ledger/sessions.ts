@@ -14,8 +14,8 @@ import type { LedgerDeps } from "./deps.js";
 import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { withParts } from "./messages.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
-import { resolveAgent } from "./selection.js";
-import { writeSession } from "./writer.js";
+import { checkModelRef, resolveAgent } from "./selection.js";
+import { isForeignKeyViolation, writeSession } from "./writer.js";
 
 /** Default and maximum `page_size` of ListSessions. */
 export const SESSION_PAGE = { default: 50, max: 1000 } as const;
@@ -25,9 +25,10 @@ export const SESSION_PAGE = { default: 50, max: 1000 } as const;
  * against it) must be an existing directory and is stored resolved (realpath). `parent_id`
  * must name a session; `agent` must exist. Appends the session's first event
  * (`session_updated`, seq 1) in the same transaction.
- * Throws `InvalidArgumentError` (directory), `SessionNotFoundError` (parent_id), `AgentNotFoundError`.
+ * Throws `InvalidArgumentError` (INVALID_ARGUMENT: directory, or a malformed `model.provider_id`/`model.model_id`), `SessionNotFoundError` (NOT_FOUND: parent_id, also when the parent is deleted meanwhile), `AgentNotFoundError` (NOT_FOUND).
  */
 export async function createSession(deps: LedgerDeps, request: CreateSessionRequest): Promise<Session> {
+  if (request.model) checkModelRef(request.model);
   const directory = await resolveDirectory(path.resolve(deps.cwd, request.directory || "."));
   if (request.parentId && !(await store.getSession(deps.db, request.parentId))) throw new SessionNotFoundError(request.parentId, "parent_id");
   const agent = request.agent ? resolveAgent(deps.config, request.agent).name : "";
@@ -44,7 +45,13 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
   });
   const event = create(SessionEventSchema, { sessionId: session.id, seq: 1n, time: timestampFromDate(now), kind: { case: "sessionUpdated", value: { session } } });
   await deps.db.transaction().execute(async (trx) => {
-    await store.insertSession(trx, session, now);
+    try {
+      await store.insertSession(trx, session, now);
+    } catch (error) {
+      // The parent was deleted between the check above and this insert.
+      if (request.parentId && isForeignKeyViolation(error)) throw new SessionNotFoundError(request.parentId, "parent_id");
+      throw error;
+    }
     await appendEvents(trx, [event]);
     await trx.updateTable("session").set({ last_seq: 1 }).where("id", "=", session.id).execute();
     await deps.relay?.notify(trx, session.id, 1n);
@@ -99,9 +106,8 @@ export async function updateSession(deps: LedgerDeps, sessionId: string, change:
 
 /**
  * Deletes a session and, by cascade, its messages, parts, events and child sessions (at any
- * depth). Before the delete, agent loops of those sessions running in this process are aborted
- * and waited for (their answers end with an aborted error, their locks are released). The delete
- * locks the rows (root, then each level of children) so no write or new child slips in, and
+ * depth). It does not wait for running loops: the delete locks the rows (root, then each level
+ * of children) so no write or new child slips in, and
  * queues one relay notice per deleted session in its transaction (Postgres delivers them only
  * on commit). After commit, every live watcher (WatchSession, PromptStream; here and, through
  * the notice, on every other replica) gets a `session_deleted` event (not stored: the log goes
@@ -110,10 +116,9 @@ export async function updateSession(deps: LedgerDeps, sessionId: string, change:
  * Throws `SessionNotFoundError` (NOT_FOUND).
  */
 export async function deleteSession(deps: LedgerDeps, sessionId: string): Promise<void> {
-  if (!(await store.getSessionRow(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
-  // Outside the transaction: an aborted loop writes its last state under the session row lock.
-  const tree = [sessionId, ...(await store.listDescendantIds(deps.db, sessionId))];
-  for (const id of tree) if (deps.replier?.isRunning(id)) await deps.replier.abort(id);
+  // Loops are not aborted first (an aborted loop would write its answer and `idle`, and the
+  // client's PromptStream would end there instead of at session_deleted); each running loop
+  // hears session_deleted on the bus after commit, here as on every replica, and stops quietly.
   const time = timestampFromDate(new Date());
   const events = await deps.db.transaction().execute(async (trx) => {
     const rows = await store.lockSessionTree(trx, sessionId);

@@ -85,6 +85,11 @@ export async function writeSession<T>(
   return outcome;
 }
 
+/** True when `error` is a foreign-key violation (SQLSTATE 23503) from `pg` or PGlite. */
+export function isForeignKeyViolation(error: unknown): boolean {
+  return typeof error === "object" && error !== null && (error as { code?: unknown }).code === "23503";
+}
+
 /**
  * True when `error` is a unique violation (SQLSTATE 23505) from `pg` or PGlite, optionally of
  * the named constraint.

@@ -9,6 +9,7 @@ import {
   type TextPartInput,
 } from "../../gen/ledger/v1/part_pb.js";
 import type { AgentInfo } from "../config/agents.js";
+import { modelRefProblem } from "../config/config.js";
 import type { Limits } from "../config/limits.js";
 import { newId } from "../ids.js";
 import { InvalidArgumentError, LimitExceededError } from "../errors.js";
@@ -72,13 +73,14 @@ type Piece = { part: Part; synthetic: boolean };
  *   directory listing) and the file part, or the file as a `data:` URL (images/PDF, sniffed;
  *   images normalized as above, PDFs as read); a one-line range `?start=N&end=N` on a
  *   TypeScript/JavaScript, Python, Go or Rust file is widened to the symbol starting on line N
- *   (`findSymbolAt`), and the read call's `metadata.symbol` gives `{name, kind, start, end}`;
+ *   (`findSymbolAt`; the first `symbol_lookups` such drafts of the prompt, in draft order), and
+ *   the read call's `metadata.symbol` gives `{name, kind, start, end}`;
  *   binary, missing or unreadable → S failure text and a `ReadProblem`;
  * - MCP resource source → S `Reading MCP resource: <filename> (<uri>)`, S per non-empty text item,
  *   S `[Binary content: <mime>]` per binary item (never inlined), then the file part as given; any
  *   read failure (server not configured, could not start, timeout, server error) → the reading
  *   text and S `Failed to read MCP resource <filename>: <message>` (no file part, no `ReadProblem`);
- * - agent → the agent part and S task hint; subtask → as given.
+ * - agent → the agent part and S task hint; subtask → as given (a malformed `model` is refused).
  *
  * Throws `InvalidArgumentError` (bad URL or range, a URL without a `data:`/`file:`/`http(s):`
  * scheme such as raw base64, an empty, truncated or undecodable image), `PathNotAllowedError`
@@ -90,7 +92,8 @@ export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): P
   const problems: ReadProblem[] = [];
   const blank = (d: PartInput) => d.kind.case === "text" && d.kind.value.text.trim() === "";
   if (drafts.every(blank)) throw new InvalidArgumentError("parts", "has no content: every draft is an empty or whitespace-only text");
-  const resolved = await Promise.all(drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, `parts[${i}]`, problems))));
+  const symbols = symbolDrafts(drafts, ctx.limits.symbol_lookups);
+  const resolved = await Promise.all(drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, `parts[${i}]`, problems, symbols.has(i)))));
   const parts: Part[] = [];
   const syntheticIds: string[] = [];
   for (const { part, synthetic } of resolved.flat()) {
@@ -103,15 +106,34 @@ export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): P
   return { parts, syntheticIds, problems };
 }
 
-async function resolveDraft(ctx: ResolveContext, draft: PartInput, field: string, problems: ReadProblem[]): Promise<Piece[]> {
+/**
+ * Indexes of the drafts allowed a symbol lookup: the first `max` `file:` drafts (in draft order)
+ * whose URL is a one-line range. A URL that does not parse is skipped here; resolving it fails.
+ */
+function symbolDrafts(drafts: PartInput[], max: number): Set<number> {
+  const allowed = new Set<number>();
+  drafts.forEach((draft, i) => {
+    if (allowed.size >= max || draft.kind.case !== "file" || !/^file:/i.test(draft.kind.value.url)) return;
+    try {
+      if (parseFileUrl("url", draft.kind.value.url).symbolLine !== undefined) allowed.add(i);
+    } catch {
+      // reported when the draft itself is resolved
+    }
+  });
+  return allowed;
+}
+
+async function resolveDraft(ctx: ResolveContext, draft: PartInput, field: string, problems: ReadProblem[], symbol: boolean): Promise<Piece[]> {
   switch (draft.kind.case) {
     case "text":
       return [textDraft(ctx, draft.kind.value, `${field}.text.text`)];
     case "file":
-      return fileDraft(ctx, draft.kind.value, `${field}.file`, problems);
+      return fileDraft(ctx, draft.kind.value, `${field}.file`, problems, symbol);
     case "agent":
       return agentDraft(ctx, draft.kind.value);
     case "subtask": {
+      const problem = draft.kind.value.model ? modelRefProblem(draft.kind.value.model) : undefined;
+      if (problem) throw new InvalidArgumentError(`${field}.subtask.model.${problem.part}`, problem.description);
       const { id, $typeName: _, ...subtask } = draft.kind.value;
       return [{ part: create(PartSchema, { id, kind: { case: "subtask", value: subtask } }), synthetic: false }];
     }
@@ -136,11 +158,11 @@ function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {
   ];
 }
 
-async function fileDraft(ctx: ResolveContext, draft: FilePartInput, field: string, problems: ReadProblem[]): Promise<Piece[]> {
+async function fileDraft(ctx: ResolveContext, draft: FilePartInput, field: string, problems: ReadProblem[], symbol: boolean): Promise<Piece[]> {
   if (draft.source?.kind.case === "resource") return resourceDraft(ctx, draft, draft.source.kind.value);
   const scheme = urlScheme(`${field}.url`, draft.url);
   if (scheme === "data") return dataDraft(ctx, draft, field);
-  if (scheme === "file") return fileUrlDraft(ctx, draft, field, problems);
+  if (scheme === "file") return fileUrlDraft(ctx, draft, field, problems, symbol);
   return [filePart(draft, {})];
 }
 
@@ -190,13 +212,13 @@ async function dataDraft(ctx: ResolveContext, draft: FilePartInput, field: strin
   ];
 }
 
-async function fileUrlDraft(ctx: ResolveContext, draft: FilePartInput, field: string, problems: ReadProblem[]): Promise<Piece[]> {
+async function fileUrlDraft(ctx: ResolveContext, draft: FilePartInput, field: string, problems: ReadProblem[], symbolAllowed: boolean): Promise<Piece[]> {
   const target = parseFileUrl(`${field}.url`, draft.url);
   const filePath = await confinePath(`${field}.url`, target.path, [ctx.directory, ...ctx.roots]);
   const note = ctx.references ? await referenceNote(ctx.references, draft, filePath) : undefined;
   const lead = note ? [synthetic(note.text, note.metadata)] : [];
   let { offset, limit } = target;
-  const symbol = target.symbolLine === undefined ? undefined : await findSymbolAt(filePath, target.symbolLine, ctx.limits.symbol_source_bytes);
+  const symbol = target.symbolLine === undefined || !symbolAllowed ? undefined : await findSymbolAt(filePath, target.symbolLine, ctx.limits.symbol_source_bytes);
   if (symbol !== undefined) {
     offset = symbol.start;
     limit = symbol.end - symbol.start + 1;

@@ -115,20 +115,6 @@ export async function lockSessionTree(trx: Transaction<DB>, rootId: string): Pro
   return rows;
 }
 
-/** Ids of a session's descendants (children, their children, ...; not the session itself), read without locking. */
-export async function listDescendantIds(db: Kysely<DB>, rootId: string): Promise<string[]> {
-  const ids: string[] = [];
-  const seen = new Set([rootId]);
-  let level = [rootId];
-  while (level.length > 0) {
-    const children = await db.selectFrom("session").select("id").where("parent_id", "in", level).execute();
-    level = children.map((c) => c.id).filter((id) => !seen.has(id));
-    for (const id of level) seen.add(id);
-    ids.push(...level);
-  }
-  return ids;
-}
-
 /** Deletes a session; messages, parts, events and child sessions cascade. Returns whether it existed. */
 export async function deleteSession(db: Kysely<DB>, id: string): Promise<boolean> {
   const result = await db.deleteFrom("session").where("id", "=", id).executeTakeFirst();

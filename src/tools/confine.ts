@@ -14,8 +14,9 @@ export const SPECIAL_DIRS: readonly string[] = ["/proc", "/sys", "/dev"];
 
 /** Reason given when a path names a FIFO, socket or device. */
 const NOT_REGULAR = "is not a regular file or directory";
-/** Reason given for a path in {@link SPECIAL_DIRS} or on a kernel pseudo-filesystem. */
+/** Reason given when a path inside the roots resolves, through a symlink, to a place outside them. */
 const THROUGH_SYMLINK = "leads through a symlink outside the session directory and the configured roots";
+/** Reason given for a path in {@link SPECIAL_DIRS} or on a kernel pseudo-filesystem. */
 const SPECIAL = "is a special filesystem path (/proc, /sys and /dev are never read)";
 
 /**

@@ -101,8 +101,8 @@ describe("DeleteSession while the loop runs in this process", () => {
 
     await t.client.deleteSession({ sessionId });
 
-    // The loop stopped before the delete returned, and its model request was cancelled.
-    expect(t.ledger.deps.replier!.isRunning(sessionId)).toBe(false);
+    // The loop hears session_deleted after the commit, stops, and its model request is cancelled.
+    await waitFor("the loop to stop", () => !t.ledger.deps.replier!.isRunning(sessionId));
     await waitFor("the model request to be aborted", () => fake.requests[before]!.end === "aborted");
     await Promise.race([Promise.all([watcher.done, prompted.done]), sleep(5_000)]);
     expect({ watcher: watcher.ended(), prompt: prompted.ended() }).toEqual({ watcher: true, prompt: true });
@@ -110,6 +110,9 @@ describe("DeleteSession while the loop runs in this process", () => {
     expect(prompted.failure()).toBeUndefined();
     const last = watcher.events.at(-1)!;
     expect(last.kind.case).toBe("sessionDeleted");
+    // The prompt's own stream ends at session_deleted too, not at an aborted answer and idle.
+    expect(prompted.events.at(-1)!.kind.case).toBe("sessionDeleted");
+    expect(prompted.events.some((e) => e.kind.case === "sessionStatus" && e.kind.value.status.case === "idle")).toBe(false);
     expect(last.kind.case === "sessionDeleted" ? last.kind.value.session?.id : "").toBe(sessionId);
     // seq is one past the last stored event the watcher saw.
     expect(last.seq).toBe(watcher.events.at(-2)!.seq + 1n);
@@ -119,6 +122,19 @@ describe("DeleteSession while the loop runs in this process", () => {
     expect(Object.keys((await t.client.getStatus({})).statuses)).not.toContain(sessionId);
     await sleep(200); // anything the loop might still try would show up by now
     expect(await rowsOf("session", sessionId)).toEqual([]);
+    expect(errors).toEqual([]);
+  });
+
+  it("a unary Prompt whose session is deleted meanwhile answers NOT_FOUND", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const before = fake.requests.length;
+    fake.push({ kind: "stream", chunks: [{ text: "working" }, { hang: true }] });
+    const answer = code(t.client.prompt({ sessionId, parts: [text("never answered")] }));
+    await waitFor("the model request", () => fake.requests.length > before);
+    await t.client.deleteSession({ sessionId });
+    expect(await answer).toBe(Code.NotFound);
+    await waitFor("the loop to stop", () => !t.ledger.deps.replier!.isRunning(sessionId));
+    await sleep(200);
     expect(errors).toEqual([]);
   });
 
@@ -150,7 +166,7 @@ describe("DeleteSession while the loop runs in this process", () => {
       expect(last.kind.case === "sessionDeleted" ? last.kind.value.session?.id : last.kind.case, name).toBe(id);
     }
     expect(await rowsOf("session", childId)).toEqual([]);
-    expect(t.ledger.deps.replier!.isRunning(parentId)).toBe(false);
+    await waitFor("the parent's loop to stop", () => !t.ledger.deps.replier!.isRunning(parentId));
     const statuses = Object.keys((await t.client.getStatus({})).statuses);
     expect(statuses).not.toContain(parentId);
     expect(statuses).not.toContain(childId);

@@ -3,6 +3,7 @@ import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newId } from "../../src/ids.js";
+import { failure } from "../support/busy.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
 
@@ -34,6 +35,24 @@ describe("session CRUD", () => {
     expect(await code(t.client.createSession({ directory: path.join(t.dir, "missing") }))).toBe(Code.InvalidArgument);
     expect(await code(t.client.createSession({ directory: t.dir, parentId: newId("ses") }))).toBe(Code.NotFound);
     expect(await code(t.client.getSession({ sessionId: newId("ses") }))).toBe(Code.NotFound);
+  });
+
+  it("refuses a malformed model on CreateSession and on a subtask draft with INVALID_ARGUMENT naming the field, storing nothing", async () => {
+    const before = await t.ledger.deps.db.selectFrom("session").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow();
+    const refused = await failure(t.client.createSession({ directory: t.dir, model: { providerId: "", modelId: "x" } }));
+    expect(refused).toMatchObject({ code: Code.InvalidArgument, field: "model.provider_id" });
+    const slash = await failure(t.client.createSession({ directory: t.dir, model: { providerId: "a/b", modelId: "x" } }));
+    expect(slash).toMatchObject({ code: Code.InvalidArgument, field: "model.provider_id" });
+    const after = await t.ledger.deps.db.selectFrom("session").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow();
+    expect(Number(after.n)).toBe(Number(before.n));
+
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const subtask = { kind: { case: "subtask" as const, value: { prompt: "look", description: "d", agent: "explore", model: { providerId: "a", modelId: " " } } } };
+    expect(await failure(t.client.prompt({ sessionId, noReply: true, parts: [text("go"), subtask] }))).toMatchObject({
+      code: Code.InvalidArgument,
+      field: "parts[1].subtask.model.model_id",
+    });
+    expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
   });
 
   it("lists newest updated first, paged, and updates titles", async () => {

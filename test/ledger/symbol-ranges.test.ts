@@ -108,4 +108,19 @@ describe("symbol ranges through Prompt", () => {
     });
     expect(metadata).toBeUndefined();
   });
+
+  it("widens only the first symbol_lookups one-line ranges of a prompt, in draft order", async () => {
+    const limited = await startTestLedger({ limits: { symbol_lookups: 1 } });
+    try {
+      await writeFile(path.join(limited.dir, "greet.ts"), TS);
+      const filePath = path.join(limited.dir, "greet.ts");
+      const url = (line: number) => `${pathToFileURL(filePath).href}?start=${line}&end=${line}`;
+      const { message } = await promptOnce(limited.client, limited.dir, [text("look"), file(url(3)), file(url(8))]);
+      const texts = message.parts.map(shape).filter((p) => p.kind === "text").map((p) => p.text);
+      expect(texts).toContain(call({ filePath, offset: 3, limit: 3 }));
+      expect(texts).toContain(call({ filePath, offset: 8, limit: 1 }));
+    } finally {
+      await limited.close();
+    }
+  });
 });

@@ -1,8 +1,10 @@
+import { execFile as execFileCb } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { promisify } from "node:util";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { findSymbolAt, hasSymbolSupport } from "../../src/parts/symbols/index.js";
+import { findSymbolAt } from "../../src/parts/symbols/index.js";
 
 // Real files in a temporary directory, parsed by the real TypeScript language service and the
 // real tree-sitter grammars. Every line number here is 1-based, as in `?start=N&end=N`.
@@ -77,6 +79,7 @@ impl Point {
 }
 `;
 
+const execFile = promisify(execFileCb);
 const MAX = 2 * 1024 * 1024;
 let dir: string;
 const at = (name: string, line: number, max = MAX) => findSymbolAt(join(dir, name), line, max);
@@ -92,6 +95,12 @@ beforeAll(async () => {
   await writeFile(join(dir, "cr.cjs"), "// a\rfunction a() {\r  return 1;\r}\r");
   await writeFile(join(dir, "broken.ts"), "function ok() {\n  return 1;\n}\nfunction broken( {\n");
   await writeFile(join(dir, "notes.txt"), "function notCode() {\n}\n");
+  await writeFile(
+    join(dir, "nested.ts"),
+    "const add = (a: number, b: number) => {\n  const sum = {\n    v: a + b,\n  };\n};\nclass K {\n  handler = () => {\n    const local = 1;\n  };\n}\n",
+  );
+  await writeFile(join(dir, "doc.rs"), "#[derive(Debug)]\n/// A point.\nstruct P {\n    x: i32,\n}\n");
+  await execFile("mkfifo", [join(dir, "pipe.ts")]);
   await writeFile(join(dir, "locals.ts"), "function add(a: number, b: number) {\n  const sum = a + b;\n  return sum;\n}\nconst TOP = {\n  a: 1,\n};\n");
   await writeFile(join(dir, "blob.ts"), Buffer.from([0, 1, 2, 3, 0, 0, 0, 0, 9, 9]));
 });
@@ -124,6 +133,12 @@ describe("findSymbolAt: TypeScript and JavaScript (language service)", () => {
 
   it("does not count a variable local to a function body as a symbol", async () => {
     expect(await at("locals.ts", 2)).toBeUndefined();
+    // Locals under a function-valued const or class field, and object keys, are not symbols either.
+    expect(await at("nested.ts", 2)).toBeUndefined();
+    expect(await at("nested.ts", 3)).toBeUndefined();
+    expect(await at("nested.ts", 8)).toBeUndefined();
+    expect(await at("nested.ts", 1)).toEqual({ name: "add", kind: "constant", start: 1, end: 5 });
+    expect(await at("nested.ts", 7)).toEqual({ name: "handler", kind: "property", start: 7, end: 9 });
     expect(await at("locals.ts", 1)).toEqual({ name: "add", kind: "function", start: 1, end: 4 });
     expect(await at("locals.ts", 5)).toEqual({ name: "TOP", kind: "constant", start: 5, end: 7 });
   });
@@ -168,16 +183,18 @@ describe("findSymbolAt: Python, Go and Rust (tree-sitter)", () => {
     expect(await at("point.rs", 3)).toEqual(point);
     expect(await at("point.rs", 7)).toEqual({ name: "impl Point", kind: "impl", start: 7, end: 11 });
     expect(await at("point.rs", 8)).toEqual({ name: "norm", kind: "method", start: 8, end: 10 });
+    // A doc comment between the attribute and the item does not cut the attribute off.
+    expect(await at("doc.rs", 1)).toEqual({ name: "P", kind: "struct", start: 1, end: 5 });
+    expect(await at("doc.rs", 3)).toEqual({ name: "P", kind: "struct", start: 1, end: 5 });
   });
 });
 
 describe("findSymbolAt: fallbacks", () => {
   it("gives undefined for an unsupported extension, a binary file, a missing file and a file over the byte limit", async () => {
-    expect(hasSymbolSupport("notes.txt")).toBe(false);
-    expect(hasSymbolSupport("A.TSX")).toBe(true);
     expect(await at("notes.txt", 1)).toBeUndefined();
     expect(await at("blob.ts", 1)).toBeUndefined();
     expect(await at("missing.ts", 1)).toBeUndefined();
+    expect(await at("pipe.ts", 1)).toBeUndefined(); // a FIFO: opened non-blocking, not read
     expect(await at("greet.ts", 4, TS.length - 1)).toBeUndefined();
     expect(await at("greet.ts", 4, Buffer.byteLength(TS))).toEqual({ name: "greet", kind: "function", start: 4, end: 6 });
   });

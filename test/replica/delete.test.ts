@@ -216,9 +216,10 @@ describe.skipIf(!POSTGRES)("DeleteSession with replicas sharing one Postgres", (
       const sessionId = (await A.connect.createSession({ directory: dir, title: "to be deleted" })).session!.id;
       await A.connect.prompt({ sessionId, noReply: true, parts: [text("some context")] });
       const watcher = watch(B, sessionId);
-      await waitFor("B's replay", () => watcher.events.length > 0);
+      // The whole stored log replayed (noReply prompt: every event is stored), so B follows live.
+      const { rows } = await sql().query<{ last_seq: string }>("select last_seq from session where id = $1", [sessionId]);
+      await waitFor("B's replay", () => watcher.events.at(-1)?.seq === BigInt(rows[0]!.last_seq));
       const replayed = watcher.events.length;
-      await sleep(100); // B is now following live
 
       await A.connect.deleteSession({ sessionId });
 

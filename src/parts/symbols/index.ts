@@ -11,20 +11,14 @@ import { TYPESCRIPT_EXTENSIONS, typescriptSymbolAt } from "./typescript.js";
 export type { SourceSymbol } from "./types.js";
 
 /**
- * True when symbol ranges are supported for this file name: `.ts .tsx .mts .cts .js .jsx .mjs
- * .cjs` (TypeScript language service) and `.py .pyi .go .rs` (tree-sitter), case-insensitive.
- */
-export function hasSymbolSupport(path: string): boolean {
-  const ext = extname(path).toLowerCase();
-  return TYPESCRIPT_EXTENSIONS.has(ext) || TREE_SITTER_EXTENSIONS.has(ext);
-}
-
-/**
  * Finds the symbol that starts at a line of a source file, for a `file:` draft whose range is one
  * line (`?start=N&end=N`). Follows OpenCode's `resolvePart` (`session/prompt.ts`), which asks a
  * running language server for `textDocument/documentSymbol` and widens the range to the symbol
  * whose range starts at that line; here the file is parsed in-process (see
  * `typescriptSymbolAt` and `treeSitterSymbolAt`) and every line is 1-based.
+ *
+ * Parsing is synchronous, so lookups run one at a time per process, each after the event loop
+ * had a turn (other requests and streams go on between two files).
  *
  * Best effort, never an error for the client: an unsupported extension, a file over `maxBytes`,
  * a binary file, a line with no declaration on it, or a parser that fails to load all give
@@ -45,11 +39,20 @@ export async function findSymbolAt(path: string, line: number, maxBytes: number)
   // which count `\n` only, so both agree on line numbers. The length, hence every offset, stays.
   const file = { path, text: decodeText(bytes).replace(/\r(?!\n)/g, "\n") };
   try {
-    return treeSitter === undefined ? await typescriptSymbolAt(file, line) : await treeSitterSymbolAt(file, treeSitter, line);
+    return await oneAtATime(() => (treeSitter === undefined ? typescriptSymbolAt(file, line) : treeSitterSymbolAt(file, treeSitter, line)));
   } catch (error) {
     logger.warn("symbol lookup failed; reading the single line", { path, line, error: error instanceof Error ? error.message : String(error) });
     return undefined;
   }
+}
+
+let queue: Promise<unknown> = Promise.resolve();
+
+/** Runs `parse` after every earlier one, and after the event loop has had a turn. */
+function oneAtATime<T>(parse: () => Promise<T>): Promise<T> {
+  const run = queue.then(() => new Promise<void>((resolve) => setImmediate(resolve))).then(parse);
+  queue = run.catch(() => undefined);
+  return run;
 }
 
 /** The whole file if it is a regular file of at most `maxBytes` bytes, else undefined. */
@@ -64,15 +67,15 @@ async function readBounded(path: string, maxBytes: number): Promise<Uint8Array |
   try {
     const info = await handle.stat();
     if (!info.isFile() || info.size > maxBytes) return undefined;
-    // Read one byte more than allowed, so a file that grew after stat is still refused.
-    const buffer = Buffer.alloc(Math.min(info.size, maxBytes) + 1);
+    // Read one byte more than stat said: a file that changed size meanwhile is not parsed half-read.
+    const buffer = Buffer.alloc(info.size + 1);
     let length = 0;
     while (length < buffer.length) {
       const { bytesRead } = await handle.read(buffer, length, buffer.length - length, length);
       if (bytesRead === 0) break;
       length += bytesRead;
     }
-    return length > maxBytes ? undefined : new Uint8Array(buffer.buffer, buffer.byteOffset, length);
+    return length !== info.size ? undefined : new Uint8Array(buffer.buffer, buffer.byteOffset, length);
   } finally {
     await handle.close();
   }

@@ -10,6 +10,8 @@ interface Grammar {
   declarations: ReadonlySet<string>;
   /** Node types that precede a declaration and belong to it (decorators, attributes). */
   prefixes: ReadonlySet<string>;
+  /** Comment node types, stepped over between a declaration and its prefixes. */
+  comments: ReadonlySet<string>;
   /** Node type that wraps a declaration together with its decorators, if the grammar has one. */
   wrapper?: string;
 }
@@ -19,12 +21,14 @@ const GRAMMARS = {
     wasm: "tree-sitter-python/tree-sitter-python.wasm",
     declarations: new Set(["function_definition", "class_definition"]),
     prefixes: new Set(),
+    comments: new Set(["comment"]),
     wrapper: "decorated_definition",
   },
   go: {
     wasm: "tree-sitter-go/tree-sitter-go.wasm",
     declarations: new Set(["function_declaration", "method_declaration", "type_declaration", "type_spec"]),
     prefixes: new Set(),
+    comments: new Set(["comment"]),
   },
   rust: {
     wasm: "tree-sitter-rust/tree-sitter-rust.wasm",
@@ -43,6 +47,7 @@ const GRAMMARS = {
       "static_item",
     ]),
     prefixes: new Set(["attribute_item"]),
+    comments: new Set(["line_comment", "block_comment"]),
   },
 } satisfies Record<string, Grammar>;
 
@@ -63,10 +68,14 @@ const languages = new Map<TreeSitterLanguage, Promise<Language>>();
 
 /** Loads `web-tree-sitter` and initializes its WebAssembly runtime once, on first use. */
 function loadRuntime(): Promise<typeof import("web-tree-sitter")> {
-  runtime ??= import("web-tree-sitter").then(async (mod) => {
-    await mod.Parser.init();
-    return mod;
-  });
+  if (runtime === undefined) {
+    runtime = import("web-tree-sitter").then(async (mod) => {
+      await mod.Parser.init();
+      return mod;
+    });
+    // A failed load (e.g. EMFILE) is tried again on the next lookup, not cached for the process.
+    runtime.catch(() => (runtime = undefined));
+  }
   return runtime;
 }
 
@@ -76,6 +85,7 @@ function loadLanguage(name: TreeSitterLanguage): Promise<Language> {
   if (language === undefined) {
     language = loadRuntime().then((mod) => mod.Language.load(require.resolve(GRAMMARS[name].wasm)));
     languages.set(name, language);
+    language.catch(() => languages.delete(name));
   }
   return language;
 }
@@ -179,8 +189,8 @@ export async function treeSitterSymbolAt(file: SourceFile, language: TreeSitterL
       const add = (node: Node) => {
         let first: Node = node;
         if (grammar.wrapper !== undefined && node.parent?.type === grammar.wrapper) first = node.parent;
-        for (let prev = first.previousNamedSibling; prev !== null && grammar.prefixes.has(prev.type); prev = prev.previousNamedSibling) {
-          first = prev;
+        for (let prev = first.previousNamedSibling; prev !== null && (grammar.prefixes.has(prev.type) || grammar.comments.has(prev.type)); prev = prev.previousNamedSibling) {
+          if (grammar.prefixes.has(prev.type)) first = prev;
         }
         candidates.push({ name: nameOf(node), kind: kindOf(node), start: first.startPosition.row + 1, end: lastLine(node), nameLine: node.startPosition.row + 1 });
       };

@@ -10,7 +10,10 @@ let loading: Promise<TypeScript> | undefined;
 
 /** Loads the `typescript` package once, on first use (it takes a few hundred ms to import). */
 function loadTypeScript(): Promise<TypeScript> {
-  loading ??= import("typescript").then((mod) => ("default" in mod ? (mod.default as TypeScript) : mod));
+  if (loading === undefined) {
+    loading = import("typescript").then((mod) => ("default" in mod ? (mod.default as TypeScript) : mod));
+    loading.catch(() => (loading = undefined)); // tried again on the next lookup
+  }
   return loading;
 }
 
@@ -72,9 +75,11 @@ export async function typescriptSymbolAt(file: SourceFile, line: number): Promis
     const tree = service.getNavigationTree(path);
     const lineOf = lineLocator(text);
     const candidates: Array<SourceSymbol & { nameLine?: number }> = [];
-    const visit = (node: NavigationTree, parent: NavigationTree | undefined) => {
+    // `inBody`: under a function body, or under a variable or property whose value is a function
+    // or object (it has children): variables and object keys there are locals, not symbols.
+    const visit = (node: NavigationTree, parent: NavigationTree | undefined, inBody: boolean) => {
       const kind = KINDS.get(node.kind);
-      const local = parent !== undefined && BODIES.has(parent.kind) && VARIABLES.has(node.kind);
+      const local = inBody && (VARIABLES.has(node.kind) || node.kind === "property");
       if (parent !== undefined && kind !== undefined && !local) {
         for (const span of node.spans) {
           candidates.push({
@@ -87,9 +92,10 @@ export async function typescriptSymbolAt(file: SourceFile, line: number): Promis
           });
         }
       }
-      for (const child of node.childItems ?? []) visit(child, node);
+      const childrenInBody = inBody || BODIES.has(node.kind) || VARIABLES.has(node.kind) || node.kind === "property";
+      for (const child of node.childItems ?? []) visit(child, node, childrenInBody);
     };
-    visit(tree, undefined);
+    visit(tree, undefined, false);
     return pickSymbol(candidates, line);
   } finally {
     service.dispose();
