@@ -6,6 +6,7 @@ import { newId } from "../../src/ids.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
+import { sleep, waitFor } from "../support/wait.js";
 
 // DeleteSession while the session's agent loop runs in this process: the loop is aborted before
 // the row goes (its model request is cancelled, it writes nothing after), watchers end with
@@ -46,17 +47,6 @@ afterEach(() => {
   process.off("unhandledRejection", onUnhandled);
   vi.restoreAllMocks();
 });
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-async function waitFor(what: string, check: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await check()) return;
-    await sleep(10);
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
 
 /** Reads a server stream in the background until it ends or fails (never aborted by the test). */
 function collect(stream: AsyncIterable<{ event?: SessionEvent }>) {

@@ -10,6 +10,7 @@ import { startModelProxy, type ModelProxy } from "../support/model-proxy.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
 import { killReplicas, startReplica, writeLedgerConfig, type Replica } from "../support/replica.js";
+import { sleep, waitFor } from "../support/wait.js";
 
 // DeleteSession across real `ledger serve` processes sharing one Postgres: the delete's
 // transaction sends a NOTIFY, so every replica ends its watchers (WatchSession, PromptStream)
@@ -74,23 +75,6 @@ afterAll(async () => {
 
 // ---------------------------------------------------------------------------------------------
 // helpers
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-async function waitFor<T>(what: string, check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let lastError: unknown;
-  for (;;) {
-    try {
-      const value = await check();
-      if (value !== undefined && value !== false) return value;
-    } catch (error) {
-      lastError = error;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? ` (last error: ${String(lastError)})` : ""}`);
-    await sleep(25);
-  }
-}
 
 /** Reads a server stream in the background until it ends by itself or fails. */
 function collect(stream: AsyncIterable<{ event?: SessionEvent }>, controller: AbortController) {

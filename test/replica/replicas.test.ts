@@ -14,6 +14,7 @@ import { startFakeOpenAI, type FakeOpenAI, type ReplyChunk } from "../support/op
 import { text } from "../support/prompt.js";
 import { startModelProxy, type ModelProxy } from "../support/model-proxy.js";
 import { killReplicas, startReplica, writeLedgerConfig, type Replica } from "../support/replica.js";
+import { sleep, waitFor } from "../support/wait.js";
 
 // Several real `ledger serve` processes sharing one Postgres database: events relayed between
 // them (LISTEN/NOTIFY hints and batched deltas), one agent loop per session across processes
@@ -80,24 +81,6 @@ afterAll(async () => {
 
 // ---------------------------------------------------------------------------------------------
 // helpers
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-/** Polls `check` until it returns a value other than undefined/false, or throws after `timeoutMs`. */
-async function waitFor<T>(what: string, check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let lastError: unknown;
-  for (;;) {
-    try {
-      const value = await check();
-      if (value !== undefined && value !== false) return value;
-    } catch (error) {
-      lastError = error;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? ` (last error: ${String(lastError)})` : ""}`);
-    await sleep(50);
-  }
-}
 
 /** One comparable line per event: seq and kind; deltas with part, field, offset and text. */
 function describeEvent(e: SessionEvent): string {
