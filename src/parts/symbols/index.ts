@@ -2,7 +2,7 @@ import { constants } from "node:fs";
 import { open } from "node:fs/promises";
 import { extname } from "node:path";
 import { logger } from "../../observe/log.js";
-import { isBinary } from "../../tools/binary.js";
+import { BINARY_SAMPLE_BYTES, isBinary } from "../../tools/binary.js";
 import { decodeText } from "../../tools/text-decode.js";
 import { TREE_SITTER_EXTENSIONS, treeSitterSymbolAt } from "./tree-sitter.js";
 import type { SourceSymbol } from "./types.js";
@@ -17,8 +17,9 @@ export type { SourceSymbol } from "./types.js";
  * whose range starts at that line; here the file is parsed in-process (see
  * `typescriptSymbolAt` and `treeSitterSymbolAt`) and every line is 1-based.
  *
- * Parsing is synchronous, so lookups run one at a time per process, each after the event loop
- * had a turn (other requests and streams go on between two files).
+ * Parsing is synchronous, so lookups (read and parse) run one at a time per process, each after
+ * the event loop had a turn: other requests and streams go on between two files, and at most
+ * one source file is held for parsing.
  *
  * Best effort, never an error for the client: an unsupported extension, a file over `maxBytes`,
  * a binary file, a line with no declaration on it, or a parser that fails to load all give
@@ -33,13 +34,16 @@ export async function findSymbolAt(path: string, line: number, maxBytes: number)
   const ext = extname(path).toLowerCase();
   const treeSitter = TREE_SITTER_EXTENSIONS.get(ext);
   if (!TYPESCRIPT_EXTENSIONS.has(ext) && treeSitter === undefined) return undefined;
-  const bytes = await readBounded(path, maxBytes);
-  if (bytes === undefined || isBinary(path, bytes.subarray(0, 4096))) return undefined;
-  // A lone `\r` ends a line for the read tool (readline rules); make it a `\n` for the parsers,
-  // which count `\n` only, so both agree on line numbers. The length, hence every offset, stays.
-  const file = { path, text: decodeText(bytes).replace(/\r(?!\n)/g, "\n") };
   try {
-    return await oneAtATime(() => (treeSitter === undefined ? typescriptSymbolAt(file, line) : treeSitterSymbolAt(file, treeSitter, line)));
+    // Read inside the queue too: one source file in memory at a time, whatever the load.
+    return await oneAtATime(async () => {
+      const bytes = await readBounded(path, maxBytes);
+      if (bytes === undefined || isBinary(path, bytes.subarray(0, BINARY_SAMPLE_BYTES))) return undefined;
+      // A lone `\r` ends a line for the read tool (readline rules); make it a `\n` for the parsers,
+      // which count `\n` only, so both agree on line numbers. The length, hence every offset, stays.
+      const file = { path, text: decodeText(bytes).replace(/\r(?!\n)/g, "\n") };
+      return treeSitter === undefined ? typescriptSymbolAt(file, line) : treeSitterSymbolAt(file, treeSitter, line);
+    });
   } catch (error) {
     logger.warn("symbol lookup failed; reading the single line", { path, line, error: error instanceof Error ? error.message : String(error) });
     return undefined;
