@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
@@ -12,6 +12,7 @@ import { TEST_ENGINE } from "../support/db.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { mockResolver, scriptedModel, textReply, usage } from "../support/mock-models.js";
 import { text } from "../support/prompt.js";
+import { connectFailure as failure } from "../support/busy.js";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const SERVICE = "/ledger.v1.SessionService";
@@ -50,15 +51,6 @@ function jsonLines(chunks: string[]): Record<string, unknown>[] {
     .split("\n")
     .filter((line) => line.startsWith("{"))
     .map((line) => JSON.parse(line) as Record<string, unknown>);
-}
-
-async function failure(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
 }
 
 async function until<T>(what: string, probe: () => T | undefined, timeoutMs = 5000): Promise<T> {

@@ -1,11 +1,11 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import http2 from "node:http2";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PromptRequestSchema, SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { grpcStatusOverH2c } from "../support/h2c.js";
 
 // Property tests against the real server: whatever a client sends, the answer is a success or
 // one of the documented refusals, never INTERNAL, and the server stays up. `npm run fuzz` runs
@@ -92,25 +92,10 @@ describe("fuzzing the prompt path", () => {
   });
 
   it("answers an undecodable gRPC frame with INVALID_ARGUMENT (grpc-status 3), not INTERNAL", async () => {
-    const session = http2.connect(t.ledger.url);
-    try {
-      const status = await new Promise<string | undefined>((resolve, reject) => {
-        const req = session.request({ ":method": "POST", ":path": "/ledger.v1.SessionService/Prompt", "content-type": "application/grpc", te: "trailers" });
-        let grpcStatus: string | undefined;
-        req.on("response", (headers) => (grpcStatus ??= headers["grpc-status"] as string | undefined));
-        req.on("trailers", (trailers) => (grpcStatus = trailers["grpc-status"] as string | undefined));
-        req.on("end", () => resolve(grpcStatus));
-        req.on("error", reject);
-        req.resume();
-        const garbage = Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]);
-        const frame = Buffer.alloc(5 + garbage.length);
-        frame.writeUInt32BE(garbage.length, 1);
-        garbage.copy(frame, 5);
-        req.end(frame);
-      });
-      expect(status).toBe("3");
-    } finally {
-      session.close();
-    }
+    const garbage = Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+    const frame = Buffer.alloc(5 + garbage.length);
+    frame.writeUInt32BE(garbage.length, 1);
+    garbage.copy(frame, 5);
+    expect(await grpcStatusOverH2c(t.ledger.url, "Prompt", frame)).toBe("3");
   });
 });

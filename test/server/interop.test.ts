@@ -6,15 +6,14 @@ import { anyUnpack } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { grpcLedgerClient, type GrpcLedger } from "../support/grpc-js.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 
-const ROOT = path.resolve(import.meta.dirname, "../..");
 const FILE_NAME = "notes.txt";
 const FILE_TEXT = "alpha line\nbeta line\n";
 const PROMPT_TEXT = "summarise the notes";
@@ -117,22 +116,8 @@ async function roundTripConnect(client: Client<typeof SessionService>): Promise<
 
 // ---- @grpc/grpc-js with proto-loader (a foreign runtime: plain objects) ----
 
-type Callback = (error: grpc.ServiceError | null, response: unknown) => void;
-type UnaryMethod = (request: object, callback: Callback) => grpc.ClientUnaryCall;
-type GrpcLedger = grpc.Client & Record<string, UnaryMethod>;
-
 function grpcClient(): GrpcLedger {
-  const definition = protoLoader.loadSync(path.join(ROOT, "proto/ledger/v1/service.proto"), {
-    includeDirs: [path.join(ROOT, "proto"), path.join(ROOT, "proto-vendor")],
-    keepCase: false,
-    longs: String,
-    enums: String,
-    defaults: true,
-    oneofs: true,
-  });
-  const loaded = grpc.loadPackageDefinition(definition) as unknown as { ledger: { v1: { SessionService: grpc.ServiceClientConstructor } } };
-  const address = new URL(t.ledger.url).host;
-  return new loaded.ledger.v1.SessionService(address, grpc.credentials.createInsecure()) as unknown as GrpcLedger;
+  return grpcLedgerClient(t.ledger.url);
 }
 
 function grpcCall<T>(client: GrpcLedger, method: string, request: object): Promise<T> {

@@ -1,27 +1,26 @@
 import http from "node:http";
-import http2 from "node:http2";
 import { create, fromBinary, toBinary, toJsonString } from "@bufbuild/protobuf";
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
-import path from "node:path";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { trailerParse } from "@connectrpc/connect/protocol-grpc-web";
 import { compressionGzip, createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
 import { PromptRequestSchema, SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { grpcLedgerClient } from "../support/grpc-js.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
+import { connectFailure as failure } from "../support/busy.js";
+import { grpcStatusOverH2c } from "../support/h2c.js";
 
 // A request message over `limits.request_bytes` is refused by connect-es before any handler runs
 // (its `readMaxBytes`). The README promises every limit over-run is RESOURCE_EXHAUSTED naming the
 // limit and the value, with a google.rpc.ErrorInfo; these tests send oversized requests through
 // real clients of every protocol the port speaks and check the code, message and ErrorInfo.
 
-const ROOT = path.resolve(import.meta.dirname, "../..");
 const LIMIT = 4096;
 
 let t: TestLedger;
@@ -46,15 +45,6 @@ function bigPrompt() {
 
 const binarySize = () => toBinary(PromptRequestSchema, create(PromptRequestSchema, bigPrompt())).byteLength;
 const jsonSize = () => Buffer.byteLength(toJsonString(PromptRequestSchema, create(PromptRequestSchema, bigPrompt())));
-
-async function failure(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
-}
 
 async function drainFailure(stream: AsyncIterable<unknown>): Promise<ConnectError> {
   return failure(
@@ -172,17 +162,7 @@ describe("a request over limits.request_bytes", () => {
   });
 
   it("@grpc/grpc-js: RESOURCE_EXHAUSTED with grpc-status-details-bin holding ErrorInfo", async () => {
-    const definition = protoLoader.loadSync(path.join(ROOT, "proto/ledger/v1/service.proto"), {
-      includeDirs: [path.join(ROOT, "proto"), path.join(ROOT, "proto-vendor")],
-      keepCase: false,
-      longs: String,
-      enums: String,
-      defaults: true,
-      oneofs: true,
-    });
-    const loaded = grpc.loadPackageDefinition(definition) as unknown as { ledger: { v1: { SessionService: grpc.ServiceClientConstructor } } };
-    const client = new loaded.ledger.v1.SessionService(new URL(t.ledger.url).host, grpc.credentials.createInsecure()) as unknown as grpc.Client &
-      Record<string, (request: object, callback: (error: grpc.ServiceError | null) => void) => void>;
+    const client = grpcLedgerClient(t.ledger.url);
     try {
       const error = await new Promise<grpc.ServiceError | null>((resolve) =>
         client.prompt!({ sessionId, noReply: true, parts: [{ text: { text: "x".repeat(3 * LIMIT) } }] }, (e) => resolve(e)),
@@ -249,21 +229,6 @@ describe("an undecodable binary request message is INVALID_ARGUMENT on every pro
   });
 
   it("gRPC server stream (PromptStream) over h2c: grpc-status 3", async () => {
-    const session = http2.connect(t.ledger.url);
-    try {
-      const status = await new Promise<string | undefined>((resolve, reject) => {
-        const req = session.request({ ":method": "POST", ":path": "/ledger.v1.SessionService/PromptStream", "content-type": "application/grpc", te: "trailers" });
-        let grpcStatus: string | undefined;
-        req.on("response", (headers) => (grpcStatus ??= headers["grpc-status"] as string | undefined));
-        req.on("trailers", (trailers) => (grpcStatus = trailers["grpc-status"] as string | undefined));
-        req.on("end", () => resolve(grpcStatus));
-        req.on("error", reject);
-        req.resume();
-        req.end(frame());
-      });
-      expect(status).toBe("3");
-    } finally {
-      session.close();
-    }
+    expect(await grpcStatusOverH2c(t.ledger.url, "PromptStream", frame())).toBe("3");
   });
 });

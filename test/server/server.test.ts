@@ -9,6 +9,7 @@ import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { TEST_ENGINE } from "../support/db.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { file, text } from "../support/prompt.js";
+import { connectFailure as failure } from "../support/busy.js";
 
 let t: TestLedger;
 
@@ -19,16 +20,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await t?.close();
 });
-
-/** Awaits a call that must fail and returns its error as a ConnectError. */
-async function failure(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
-}
 
 /** Drains a server stream: the messages it yielded and the error it ended with, if any. */
 async function drain<T>(stream: AsyncIterable<T>): Promise<{ items: T[]; error?: ConnectError }> {

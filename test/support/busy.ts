@@ -45,3 +45,13 @@ export async function failure(promise: Promise<unknown>): Promise<{ code: Code; 
     return { code: error.code, reason: info?.reason, field: info?.metadata.field };
   }
 }
+
+/** Awaits a call that must fail and returns its error as a ConnectError (throws if it succeeded). */
+export async function connectFailure(call: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await call;
+  } catch (error) {
+    return ConnectError.from(error);
+  }
+  throw new Error("expected the call to fail");
+}
