@@ -25,6 +25,13 @@ export function newId<P extends IdPrefix>(prefix: P): IdOf<P> {
   return `${prefix}_${ulid()}` as IdOf<P>;
 }
 
+/** How each kind of id is written, in words for error messages ("ses_ followed by 26 Crockford base32 characters"). */
+export const ID_FORMAT: Readonly<Record<IdPrefix, string>> = {
+  ses: "ses_ followed by 26 Crockford base32 characters (0-9, A-Z without I, L, O, U)",
+  msg: "msg_ followed by 26 Crockford base32 characters (0-9, A-Z without I, L, O, U)",
+  prt: "prt_ followed by 26 Crockford base32 characters (0-9, A-Z without I, L, O, U)",
+};
+
 /** True when `value` is `prefix_` + a valid ULID. */
 export function isId<P extends IdPrefix>(prefix: P, value: string): value is IdOf<P> {
   return value.startsWith(`${prefix}_`) && ULID.test(value.slice(prefix.length + 1));

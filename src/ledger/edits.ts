@@ -1,6 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { InvalidArgumentError, MessageNotFoundError, PartNotFoundError } from "../errors.js";
+import { ID_FORMAT, isId } from "../ids.js";
 import { deleteMessages, deleteParts, getMessageRow, getPartRow, updatePart as storeUpdatePart } from "../storage/message-store.js";
 import { protoCaseName } from "../storage/proto-names.js";
 import type { LedgerDeps } from "./deps.js";
@@ -45,7 +46,7 @@ export async function deletePart(deps: LedgerDeps, sessionId: string, messageId:
 
 /**
  * Replaces a stored part with `part` (same id, message and kind); emits `part_updated`.
- * Throws `InvalidArgumentError` (`part.session_id`/`part.message_id` differ from the request,
+ * Throws `InvalidArgumentError` (`part.id` is not a part id, `part.session_id`/`part.message_id` differ from the request,
  * `part.kind` unset or changed, or the part belongs to another message), `SessionNotFoundError`,
  * `MessageNotFoundError`, `PartNotFoundError` (`part.id`), `SessionBusyError`.
  */
@@ -53,6 +54,7 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
   if (part.sessionId !== sessionId) throw new InvalidArgumentError("part.session_id", `must equal session_id ${sessionId}`);
   if (part.messageId !== messageId) throw new InvalidArgumentError("part.message_id", `must equal message_id ${messageId}; a part cannot move to another message`);
   if (!part.kind.case) throw new InvalidArgumentError("part.kind", "is required");
+  if (!isId("prt", part.id)) throw new InvalidArgumentError("part.id", `${JSON.stringify(part.id.slice(0, 80))} is not a part id: expected ${ID_FORMAT.prt}`);
   const { result } = await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
     await messageOf(w, messageId);

@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from "../errors.js";
+import { isStorableText } from "../storage/jsonb.js";
 
 /**
  * Encodes a keyset cursor as an opaque page token (base64url JSON). Tokens are stable across
@@ -32,6 +33,7 @@ export function decodePageToken<K extends string>(field: string, token: string, 
 
 function valid(value: unknown, kind: CursorField): boolean {
   if (kind === "int") return typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
-  if (typeof value !== "string") return false;
+  // A string that Postgres cannot take (NUL, lone surrogate) is no cursor of ours.
+  if (typeof value !== "string" || !isStorableText(value)) return false;
   return kind === "string" || !Number.isNaN(Date.parse(value));
 }

@@ -9,6 +9,7 @@ import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
 import { allowedRoots } from "../config/config.js";
 import { newId } from "../ids.js";
 import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
+import { makeStorable } from "../storage/jsonb.js";
 import { insertMessage, insertParts } from "../storage/message-store.js";
 import { getSession, rowToSession } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
@@ -41,6 +42,9 @@ export interface StorePromptOptions {
  * `synthetic`, `prompted`, `session_updated`) with gap-free `seq`, the session touch, and the
  * permission rules from the deprecated `tools` map (replacing the session's).
  *
+ * Every string of `request` is made storable first (`makeStorable`: NUL and lone surrogates →
+ * U+FFFD, non-finite numbers in Structs → null), in place.
+ *
  * `message_id` is an idempotency key: the same id with the same content returns the stored
  * message (`replayed: true`, no new rows); with other content → `AlreadyExistsError`.
  *
@@ -50,6 +54,8 @@ export interface StorePromptOptions {
  */
 export async function storePrompt(deps: LedgerDeps, request: PromptRequest, options: StorePromptOptions = {}): Promise<StoredPrompt> {
   checkCounts(deps, request);
+  // The storage rule, applied up front: the fingerprint, plugins and drafts see what will be stored.
+  makeStorable(request);
   const row = await getSession(deps.db, request.sessionId);
   if (!row) throw new SessionNotFoundError(request.sessionId);
   const session = rowToSession(row);

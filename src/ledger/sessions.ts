@@ -7,6 +7,7 @@ import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import { CreateSessionRequestSchema, type CreateSessionRequest } from "../../gen/ledger/v1/service_pb.js";
 import { newId } from "../ids.js";
+import { checkPathShape } from "../tools/confine.js";
 import { appendEvents } from "../storage/event-store.js";
 import { insertMessage, insertParts, listMessageRows } from "../storage/message-store.js";
 import * as store from "../storage/session-store.js";
@@ -75,7 +76,8 @@ export async function listChildren(deps: LedgerDeps, sessionId: string): Promise
 
 /**
  * One page of sessions, most recently updated first, optionally of one `directory`
- * (compared resolved). Throws `InvalidArgumentError` on a bad `page_token`.
+ * (compared resolved). Throws `InvalidArgumentError` on a bad `page_token`, and on a `directory`
+ * with a NUL or over 4096 bytes.
  */
 export async function listSessions(
   deps: LedgerDeps,
@@ -84,6 +86,7 @@ export async function listSessions(
   const limit = Math.min(page.pageSize || SESSION_PAGE.default, SESSION_PAGE.max);
   const token = page.pageToken ? decodePageToken("page_token", page.pageToken, { t: "date", id: "string" }) : undefined;
   const cursor = token ? { timeUpdated: new Date(String(token.t)), id: String(token.id) } : undefined;
+  if (page.directory) checkPathShape("directory", page.directory);
   const directory = page.directory ? await realpath(path.resolve(deps.cwd, page.directory)).catch(() => page.directory) : undefined;
   const rows = await store.listSessions(deps.db, { limit: limit + 1, cursor, directory });
   const pageRows = rows.slice(0, limit);

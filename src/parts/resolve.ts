@@ -146,7 +146,7 @@ function textDraft(ctx: ResolveContext, draft: TextPartInput, field: string): Pi
   const bytes = Buffer.byteLength(draft.text, "utf8");
   if (bytes > ctx.limits.text_part_bytes) throw new LimitExceededError(field, "text_part_bytes", ctx.limits.text_part_bytes, bytes, "bytes");
   const { id, $typeName: _, ...text } = draft;
-  return { part: create(PartSchema, { id, kind: { case: "text", value: { ...text, text: storableText(text.text) } } }), synthetic: false };
+  return { part: create(PartSchema, { id, kind: { case: "text", value: text } }), synthetic: false };
 }
 
 function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {
@@ -258,12 +258,7 @@ function filePart(draft: FilePartInput, override: { mime?: string; filename?: st
 }
 
 function synthetic(text: string, metadata?: JsonObject): Piece {
-  return { part: create(PartSchema, { kind: { case: "text", value: { text: storableText(text), synthetic: true, metadata } } }), synthetic: true };
-}
-
-/** Text as it can be stored and sent to a provider: lone surrogates and NUL become U+FFFD. */
-function storableText(text: string): string {
-  return text.toWellFormed().replaceAll("\0", "\uFFFD");
+  return { part: create(PartSchema, { kind: { case: "text", value: { text, synthetic: true, metadata } } }), synthetic: true };
 }
 
 function essence(mime: string): string {

@@ -12,7 +12,8 @@ const EVENT_ROWS_PER_INSERT = Math.floor(65535 / 5);
 /**
  * Appends events (each with its `seq` already assigned under the session row lock) in one or
  * more multi-row inserts. `(session_id, seq)` is the primary key, so a seq reused by mistake
- * fails the transaction instead of forking the log.
+ * fails the transaction instead of forking the log. Each event's strings are made storable in
+ * place (`makeStorable`), so the events published after commit equal the stored ones.
  */
 export async function appendEvents(trx: Transaction<DB>, events: SessionEvent[]): Promise<void> {
   for (let i = 0; i < events.length; i += EVENT_ROWS_PER_INSERT) {

@@ -23,7 +23,9 @@ export interface NewPart {
   position: number;
 }
 
-/** Inserts one message row. Throws the driver's unique-violation error (23505) on a duplicate id. */
+/**
+ * Inserts one message row; its strings are made storable in place first (`makeStorable`), so
+ * `entry.message` is what was stored. Throws the driver's unique-violation error (23505) on a duplicate id. */
 export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Promise<void> {
   const { id, sessionId } = messageIds(entry.message);
   await trx
@@ -39,7 +41,7 @@ export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Pr
     .execute();
 }
 
-/** Replaces a stored message's data (the position never changes). */
+/** Replaces a stored message's data (the position never changes); strings made storable in place. */
 export async function updateMessage(trx: Transaction<DB>, message: Message): Promise<void> {
   const { id } = messageIds(message);
   await trx.updateTable("message").set({ data: toJsonb(MessageSchema, message) }).where("id", "=", id).execute();
@@ -47,7 +49,8 @@ export async function updateMessage(trx: Transaction<DB>, message: Message): Pro
 
 /**
  * Inserts parts with multi-row inserts, chunked under the bind-parameter limit, keeping the
- * given order. Throws the driver's unique-violation error (23505) on a duplicate part id.
+ * given order. Each part's strings are made storable in place (`makeStorable`), so the caller's
+ * parts are what was stored. Throws the driver's unique-violation error (23505) on a duplicate part id.
  */
 export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promise<void> {
   for (let i = 0; i < parts.length; i += PART_ROWS_PER_INSERT) {
@@ -68,7 +71,7 @@ export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promi
   }
 }
 
-/** Replaces a stored part's data (kind and position never change). */
+/** Replaces a stored part's data (kind and position never change); strings made storable in place. */
 export async function updatePart(trx: Transaction<DB>, part: Part): Promise<void> {
   await trx.updateTable("part").set({ data: toJsonb(PartSchema, part) }).where("id", "=", part.id).execute();
 }

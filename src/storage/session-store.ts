@@ -2,7 +2,7 @@ import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { sql, type Kysely, type Transaction } from "kysely";
 import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
-import { toJsonb } from "./jsonb.js";
+import { makeStorable, toJsonb } from "./jsonb.js";
 import type { DB, SessionRow } from "./schema.js";
 
 /** A session row with its message count, as read by `getSession`/`listSessions`. */
@@ -16,16 +16,18 @@ export interface SessionCursor {
 
 /**
  * Inserts a new session with `last_seq` = `last_position` = 0. `session.id`, `directory` and
- * `parentId` become columns; the rest is stored as the proto JSON in `data`.
+ * `parentId` become columns; the rest is stored as the proto JSON in `data`. Every string of
+ * `session` is made storable in place first (`makeStorable`: NUL and lone surrogates → U+FFFD).
  */
 export async function insertSession(db: Kysely<DB>, session: Session, now: Date): Promise<void> {
+  const data = sessionData(session);
   await db
     .insertInto("session")
     .values({
       id: session.id,
       directory: session.directory,
       parent_id: session.parentId || null,
-      data: sessionData(session),
+      data,
       time_created: now,
       time_updated: now,
     })
@@ -71,7 +73,7 @@ export async function listSessions(
 
 /**
  * Writes back a locked session: its proto data, counters and `time_updated`. Call only inside
- * the transaction that called `lockSession`.
+ * the transaction that called `lockSession`. Strings are made storable in place (`makeStorable`).
  */
 export async function updateSession(
   trx: Transaction<DB>,
@@ -133,8 +135,9 @@ export function rowToSession(row: SessionRow | SessionRowWithCount): Session {
   return session;
 }
 
-/** A copy of `session` without the fields that live in columns. */
+/** `session` made storable in place, as JSONB text without the fields that live in columns. */
 function sessionData(session: Session): string {
+  makeStorable(session);
   return toJsonb(SessionSchema, create(SessionSchema, { ...session, timeCreated: undefined, timeUpdated: undefined, messageCount: 0 }));
 }
 

@@ -1,8 +1,9 @@
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create, toBinary, toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
 import { PromptRequestSchema, SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { grpcStatusOverH2c } from "../support/h2c.js";
@@ -35,8 +36,16 @@ const url = fc.oneof(
   fc.tuple(fc.constantFrom("text/plain", "image/png", "application/octet-stream", ""), fc.base64String()).map(([m, b]) => `data:${m};base64,${b}`),
   oddString,
 );
+// Structured fields: Struct keys and values at any depth, nested lists, numbers JSON cannot hold
+// (NaN and ±Infinity reach us over the binary protocol).
+const jsonLeaf = fc.oneof(oddString, fc.double(), fc.boolean(), fc.constant(null));
+const { json } = fc.letrec<{ json: JsonValue }>((tie) => ({
+  json: fc.oneof({ depthSize: "small", withCrossShrink: true }, jsonLeaf, fc.array(tie("json"), { maxLength: 4 }), fc.dictionary(oddString, tie("json"), { maxKeys: 4 })),
+}));
+const struct = fc.dictionary(oddString, json, { maxKeys: 4 }) as fc.Arbitrary<JsonObject>;
 const draft = fc.oneof(
   fc.record({ text: oddString, synthetic: fc.boolean(), ignored: fc.boolean() }).map((value) => ({ kind: { case: "text" as const, value } })),
+  fc.record({ text: oddString, metadata: struct }).map((value) => ({ kind: { case: "text" as const, value } })),
   fc.record({ url, mime: fc.oneof(fc.constantFrom("text/plain", "image/png", "application/pdf"), oddString), filename: oddString }).map((value) => ({ kind: { case: "file" as const, value } })),
   fc.record({ name: oddString }).map((value) => ({ kind: { case: "agent" as const, value } })),
   fc.record({ prompt: oddString, description: oddString, agent: oddString }).map((value) => ({ kind: { case: "subtask" as const, value } })),
@@ -50,6 +59,8 @@ const request = fc.record({
   variant: fc.oneof(fc.constant(""), oddString),
   system: fc.oneof(fc.constant(""), oddString),
   parts: fc.array(draft, { maxLength: 6 }),
+  tools: fc.dictionary(oddString, fc.boolean(), { maxKeys: 3 }),
+  format: fc.option(struct.map((schema) => ({ kind: { case: "jsonSchema" as const, value: { schema } } })), { nil: undefined }),
 });
 
 async function outcome(call: Promise<unknown>): Promise<Code | "ok"> {
@@ -70,6 +81,26 @@ describe("fuzzing the prompt path", () => {
       { numRuns: RUNS },
     );
     expect((await t.client.listAgents({})).defaultAgent).toBe("build");
+  });
+
+  it(`stores structured fields exactly as it answers them (${Math.ceil(RUNS / 5)} prompts with random Structs and maps)`, { timeout: LONG_MS }, async () => {
+    const client = binary();
+    const structured = fc.record({ parts: fc.array(fc.record({ text: oddString, metadata: struct }).map((value) => ({ kind: { case: "text" as const, value } })), { minLength: 1, maxLength: 3 }), tools: request.map((r) => r.tools), system: oddString });
+    await fc.assert(
+      fc.asyncProperty(structured, async (r) => {
+        let res;
+        try {
+          res = await client.prompt({ ...r, sessionId, noReply: true });
+        } catch (error) {
+          const code = ConnectError.from(error).code;
+          if (!ALLOWED.has(code)) throw new Error(`unexpected ${Code[code]}: ${ConnectError.from(error).rawMessage}`);
+          return;
+        }
+        const stored = await client.getMessage({ sessionId, messageId: res.message!.message!.kind.value!.id });
+        expect(toJson(MessageWithPartsSchema, stored.message!)).toEqual(toJson(MessageWithPartsSchema, res.message!));
+      }),
+      { numRuns: Math.ceil(RUNS / 5) },
+    );
   });
 
   it("answers randomly mutated binary frames with a Connect error or success, never INTERNAL", { timeout: LONG_MS }, async () => {
