@@ -132,6 +132,27 @@ export class CursorOutOfRangeError extends LedgerError {
   }
 }
 
+/**
+ * The call stopped waiting before its answer was complete because its `AbortSignal` fired: the
+ * client's deadline (`grpc-timeout`, `connect-timeout-ms`), the client going away, or shutdown.
+ * `cause` is the signal's reason; `src/server/errors.ts` answers with its code (so a deadline is
+ * `DEADLINE_EXCEEDED`, a cancel `CANCELED`). Nothing stops with the call: a prompt stays stored
+ * and its run goes on; `metadata` says where to pick it up (`message_id`, `session_id`,
+ * `after_seq` for WatchSession). `reason` is `RUN_CONTINUES` for a prompt's answer (Prompt,
+ * PromptStream, Command, ResumeSession), `WATCH_INTERRUPTED` for WatchSession.
+ */
+export class StoppedWaitingError extends LedgerError {
+  constructor(
+    readonly reason: "RUN_CONTINUES" | "WATCH_INTERRUPTED",
+    message: string,
+    metadata: Record<string, string>,
+    options: { cause?: unknown } = {},
+  ) {
+    super(message, metadata);
+    if (options.cause !== undefined) this.cause = options.cause;
+  }
+}
+
 /** The feature exists in the contract but is not built yet. Maps to `UNIMPLEMENTED`. */
 export class NotImplementedError extends LedgerError {
   readonly reason = "NOT_IMPLEMENTED";

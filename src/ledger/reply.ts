@@ -1,7 +1,7 @@
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
-import { PreconditionError, SessionNotFoundError } from "../errors.js";
+import { PreconditionError, SessionNotFoundError, StoppedWaitingError } from "../errors.js";
 import { followSession } from "../events/feed.js";
 import { getSession, rowToSession } from "../storage/session-store.js";
 import { finalAnswer } from "./answers.js";
@@ -14,7 +14,9 @@ import { storePrompt, type StoredPrompt, type StorePromptOptions } from "./promp
  * returns the final assistant message. Without a configured model provider it throws
  * `PreconditionError` (FAILED_PRECONDITION, reason `NO_MODEL_PROVIDER`) whose metadata names the
  * stored `message_id`. `SessionNotFoundError` (NOT_FOUND) when the session is deleted before
- * the answer is complete. Same errors as `storePrompt` otherwise.
+ * the answer is complete. `StoppedWaitingError` (RUN_CONTINUES; DEADLINE_EXCEEDED on a client
+ * deadline) when `signal` fires first: the prompt stays stored and its run goes on.
+ * Same errors as `storePrompt` otherwise.
  */
 export async function prompt(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal, options: StorePromptOptions = {}): Promise<MessageWithParts> {
   const stored = await storePrompt(deps, request, options);
@@ -37,6 +39,8 @@ export async function prompt(deps: LedgerDeps, request: PromptRequest, signal?: 
  * stops only its stream, never the run; it re-attaches with `WatchSession(after_seq)`. On a
  * replayed `message_id` it yields the original events and ends if the message was answered.
  * Ends after a `session_deleted` event when the session is deleted before the answer is complete.
+ * When `signal` fires (the client's deadline, a cancel) before the answer and the `idle` after
+ * it, ends with `StoppedWaitingError` (DEADLINE_EXCEEDED on a deadline, never a success).
  */
 export async function* promptStream(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const stored = await storePrompt(deps, request);
@@ -129,7 +133,8 @@ async function startAnswer(
  * Follows the session from `after` until the final answer to `userId` and the next `idle`.
  * `ran` resolves when this process's loop run ended: if the message is still unanswered then
  * (e.g. aborted before its first step), nothing will answer it and this throws
- * `PreconditionError` NOT_ANSWERED. Ends quietly when the client goes away (`signal`).
+ * `PreconditionError` NOT_ANSWERED. When `signal` fires first (deadline, client gone), throws
+ * `StoppedWaitingError` (RUN_CONTINUES) naming the message and the last seq yielded: the run goes on.
  */
 async function* untilAnswered(deps: LedgerDeps, sessionId: string, userId: string, after: bigint, ran: Promise<void>, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const stop = new AbortController();
@@ -142,18 +147,31 @@ async function* untilAnswered(deps: LedgerDeps, sessionId: string, userId: strin
     })
     .catch(() => stop.abort());
   const feedSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;
+  let last = after;
   try {
     for await (const event of followSession(deps, sessionId, after, feedSignal)) {
       yield event;
+      last = event.seq;
       if (isFinalAnswer(event, userId)) answered = true;
       if (answered && event.kind.case === "sessionStatus" && event.kind.value.status.case === "idle") return;
     }
   } finally {
     clearTimeout(grace);
   }
-  if (!answered && stop.signal.aborted && !signal?.aborted) {
+  if (signal?.aborted) throw runContinues(sessionId, userId, last, signal.reason);
+  if (!answered && stop.signal.aborted) {
     throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });
   }
+}
+
+/** The call stopped waiting for the answer to `userId` (`reason`: the signal's reason); the run goes on. */
+function runContinues(sessionId: string, userId: string, lastSeq: bigint, reason: unknown): StoppedWaitingError {
+  return new StoppedWaitingError(
+    "RUN_CONTINUES",
+    `the call ended before message ${userId} was answered (its deadline passed or it was cancelled); the prompt is stored and its run goes on: follow it with WatchSession(session_id=${sessionId}, after_seq=${lastSeq}) or read the answer later with ListMessages`,
+    { message_id: userId, session_id: sessionId, after_seq: String(lastSeq) },
+    { cause: reason },
+  );
 }
 
 /** After this process's run ends, how long (ms) its last events get to reach a reader. */

@@ -1,5 +1,5 @@
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import { CursorOutOfRangeError, SessionNotFoundError } from "../errors.js";
+import { CursorOutOfRangeError, SessionNotFoundError, StoppedWaitingError } from "../errors.js";
 import { followSession } from "../events/feed.js";
 import { getSession } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
@@ -7,7 +7,9 @@ import type { LedgerDeps } from "./deps.js";
 /**
  * The `WatchSession` RPC: replays the session's stored events with `seq > afterSeq` in order,
  * then follows live ones (deltas included) with no gap or duplicate at the hand-over, from any
- * replica. Ends after a `session_deleted` event or when the client goes away (`signal`).
+ * replica. Ends after a `session_deleted` event. When `signal` fires (the client's deadline or
+ * cancel, shutdown) it throws `StoppedWaitingError` (WATCH_INTERRUPTED, `after_seq` = the last seq
+ * yielded), so a deadline ends the stream with DEADLINE_EXCEEDED, never a success.
  * Throws `SessionNotFoundError` (NOT_FOUND), and `CursorOutOfRangeError` (OUT_OF_RANGE) when
  * `afterSeq` is below what retention kept (`CURSOR_EXPIRED`: reload with ListMessages) or
  * ahead of the log (`CURSOR_AHEAD`).
@@ -18,8 +20,18 @@ export async function* watchSession(deps: LedgerDeps, sessionId: string, afterSe
   const bounds = { prunedSeq: BigInt(row.pruned_seq), lastSeq: BigInt(row.last_seq) };
   if (afterSeq < bounds.prunedSeq) throw new CursorOutOfRangeError("CURSOR_EXPIRED", afterSeq, bounds);
   if (afterSeq > bounds.lastSeq) throw new CursorOutOfRangeError("CURSOR_AHEAD", afterSeq, bounds);
+  let last = afterSeq;
   for await (const event of followSession(deps, sessionId, afterSeq, signal)) {
     yield event;
     if (event.kind.case === "sessionDeleted") return;
+    last = event.seq;
+  }
+  if (signal?.aborted) {
+    throw new StoppedWaitingError(
+      "WATCH_INTERRUPTED",
+      `the watch of session ${sessionId} ended at seq ${last} (its deadline passed or it was cancelled); continue with WatchSession(after_seq=${last})`,
+      { session_id: sessionId, after_seq: String(last) },
+      { cause: signal.reason },
+    );
   }
 }

@@ -20,6 +20,7 @@ import {
   PreconditionError,
   SessionBusyError,
   SessionNotFoundError,
+  StoppedWaitingError,
 } from "../errors.js";
 
 /** `google.rpc.ErrorInfo.domain` of every error this service raises. */
@@ -44,7 +45,15 @@ const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code
   [NotImplementedError, Code.Unimplemented],
   [CursorOutOfRangeError, Code.OutOfRange],
   [PluginError, Code.Internal],
+  // The signal's own code decides (deadline, cancel); see `codeOf`.
+  [StoppedWaitingError, Code.Canceled],
 ];
+
+/** The code of a domain error: its row in `CODES`; a `StoppedWaitingError` takes its signal's code (DEADLINE_EXCEEDED on a deadline). */
+function codeOf(error: LedgerError): Code {
+  if (error instanceof StoppedWaitingError) return ConnectError.from(error.cause, Code.Canceled).code;
+  return CODES.find(([cls]) => error instanceof cls)?.[1] ?? Code.Internal;
+}
 
 /**
  * Converts anything a handler threw into a `ConnectError`:
@@ -61,7 +70,7 @@ const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code
  */
 export function toConnectError(error: unknown, procedure: string): ConnectError {
   if (error instanceof LedgerError) {
-    const code = CODES.find(([cls]) => error instanceof cls)?.[1] ?? Code.Internal;
+    const code = codeOf(error);
     if (error instanceof PluginError) log(procedure, error.cause ?? error);
     const errorInfo = create(ErrorInfoSchema, { reason: error.reason, domain: ERROR_DOMAIN, metadata: error.metadata });
     const field = "field" in error && typeof error.field === "string" ? error.field : undefined;

@@ -1,0 +1,156 @@
+import type { ServiceError } from "@grpc/grpc-js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { encodeEnvelope } from "@connectrpc/connect/protocol";
+import { endStreamFlag, endStreamFromJson, errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { grpcLedgerClient, type GrpcLedger } from "../support/grpc-js.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { text } from "../support/prompt.js";
+import { waitFor } from "../support/wait.js";
+
+// A client deadline (connect-timeout-ms, grpc-timeout) that passes while the call waits for the
+// model ends the call with DEADLINE_EXCEEDED — never a success carrying a half-finished answer —
+// and the run goes on: ErrorInfo names the stored message, and WatchSession picks the run up.
+
+let fake: FakeOpenAI;
+let t: TestLedger;
+let grpc: GrpcLedger;
+
+/** A reply that takes about 1.2 s: six words, 200 ms apart. */
+const SLOW = { kind: "stream" as const, chunks: ["one ", "two ", "three ", "four ", "five ", "six"].map((w) => ({ text: w })), delayMs: 200 };
+
+beforeAll(async () => {
+  fake = await startFakeOpenAI();
+  t = await startTestLedger({ model: "main/m", provider: { main: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } } });
+  grpc = grpcLedgerClient(t.ledger.url);
+});
+afterAll(async () => {
+  grpc?.close();
+  await t?.close();
+  await fake?.close();
+});
+
+const newSession = async () => (await t.client.createSession({ directory: t.dir })).session!.id;
+
+/** The RUN_CONTINUES ErrorInfo of a deadline error. */
+function runContinues(error: ConnectError): Record<string, string> {
+  expect(error.code).toBe(Code.DeadlineExceeded);
+  const [info] = error.findDetails(ErrorInfoSchema);
+  expect(info?.reason).toBe("RUN_CONTINUES");
+  expect(error.rawMessage).toMatch(/the prompt is stored and its run goes on: follow it with WatchSession\(session_id=ses_\w+, after_seq=\d+\)/);
+  return info!.metadata;
+}
+
+// Connect and grpc-js clients enforce their deadline themselves and see their own error first;
+// these raw calls send only the deadline header and read what the server answers.
+const url = (method: string) => `${t.ledger.url}/ledger.v1.SessionService/${method}`;
+
+/** A unary Connect JSON call with `connect-timeout-ms`; the HTTP status and the error it answered. */
+async function rawUnary(method: string, body: object, timeoutMs: number): Promise<{ status: number; error: ConnectError }> {
+  const res = await fetch(url(method), { method: "POST", headers: { "content-type": "application/json", "connect-timeout-ms": String(timeoutMs) }, body: JSON.stringify(body) });
+  return { status: res.status, error: errorFromJsonBytes(new Uint8Array(await res.arrayBuffer()), undefined, new ConnectError("not an error body", Code.Unknown)) };
+}
+
+/** A server-streaming Connect JSON call with `connect-timeout-ms`: its messages and its end-stream error. */
+async function rawStream(method: string, body: object, timeoutMs: number): Promise<{ events: SessionEvent[]; error?: ConnectError }> {
+  const json = new TextEncoder().encode(JSON.stringify(body));
+  const res = await fetch(url(method), {
+    method: "POST",
+    headers: { "content-type": "application/connect+json", "connect-protocol-version": "1", "connect-timeout-ms": String(timeoutMs) },
+    body: encodeEnvelope(0, json),
+  });
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  const events: SessionEvent[] = [];
+  for (let at = 0; at < bytes.length; ) {
+    const flags = bytes[at]!;
+    const length = new DataView(bytes.buffer, bytes.byteOffset + at + 1, 4).getUint32(0);
+    const payload = bytes.subarray(at + 5, at + 5 + length);
+    at += 5 + length;
+    if (flags & endStreamFlag) return { events, error: endStreamFromJson(payload).error };
+    events.push(fromJson(SessionEventSchema, (JSON.parse(new TextDecoder().decode(payload)) as { event: JsonValue }).event));
+  }
+  return { events };
+}
+
+/** Waits until the session's last assistant message is complete and returns its text. */
+async function finalText(sessionId: string): Promise<string> {
+  return waitFor("the run to finish", async () => {
+    const { messages } = await t.client.listMessages({ sessionId });
+    const last = messages.at(-1);
+    const message = last?.message?.kind;
+    if (message?.case !== "assistant" || !message.value.time?.completed) return undefined;
+    expect(message.value.error).toBeUndefined();
+    return last!.parts.flatMap((p) => (p.kind.case === "text" ? [p.kind.value.text] : [])).join("");
+  });
+}
+
+describe("a client deadline while waiting for the model", () => {
+  it("Prompt (connect-timeout-ms): DEADLINE_EXCEEDED with ErrorInfo.metadata.message_id, not a half-finished answer; the run completes and WatchSession follows it", async () => {
+    const sessionId = await newSession();
+    fake.push(SLOW);
+    const { status, error } = await rawUnary("Prompt", { sessionId, parts: [{ text: { text: "slow please" } }] }, 400);
+    expect(status).toBe(504);
+    const metadata = runContinues(error);
+    const { messages } = await t.client.listMessages({ sessionId });
+    expect(messages[0]!.message!.kind.value!.id).toBe(metadata.message_id);
+    expect(metadata.session_id).toBe(sessionId);
+    // Following the run from the cursor in the error ends with the answer and idle.
+    const events: SessionEvent[] = [];
+    for await (const res of t.client.watchSession({ sessionId, afterSeq: BigInt(metadata.after_seq!) })) {
+      events.push(res.event!);
+      if (res.event!.kind.case === "sessionStatus" && res.event!.kind.value.status.case === "idle") break;
+    }
+    // (Live part_delta events carry the seq of the snapshot they extend, so only stored ones count here.)
+    expect(events.find((e) => e.kind.case !== "partDelta")!.seq).toBe(BigInt(metadata.after_seq!) + 1n);
+    expect(await finalText(sessionId)).toBe("one two three four five six");
+  });
+
+  it("PromptStream (connect-timeout-ms): the events so far, then DEADLINE_EXCEEDED, never a success before idle", async () => {
+    const sessionId = await newSession();
+    fake.push(SLOW);
+    const { events, error } = await rawStream("PromptStream", { sessionId, parts: [{ text: { text: "slow stream" } }] }, 600);
+    const metadata = runContinues(error!);
+    expect(events.map((e) => e.kind.case)).toContain("prompted");
+    expect(metadata.after_seq).toBe(String(events.at(-1)!.seq));
+    expect(events.some((e) => e.kind.case === "sessionStatus" && e.kind.value.status.case === "idle")).toBe(false);
+    expect(await finalText(sessionId)).toBe("one two three four five six");
+  });
+
+  it("a Connect client's own timeoutMs: DEADLINE_EXCEEDED, and the server logs and counts the call as deadline_exceeded", async () => {
+    const sessionId = await newSession();
+    fake.push(SLOW);
+    const error = await t.client.prompt({ sessionId, parts: [text("slow client")] }, { timeoutMs: 400 }).then(
+      () => new ConnectError("expected DEADLINE_EXCEEDED", Code.Unknown),
+      (e: unknown) => ConnectError.from(e),
+    );
+    expect(error.code).toBe(Code.DeadlineExceeded);
+    expect(await finalText(sessionId)).toBe("one two three four five six");
+    const metrics = await (await fetch(`${t.ledger.url}/metrics`)).text();
+    expect(metrics).toMatch(/ledger_rpc_requests_total\{procedure="\/ledger\.v1\.SessionService\/Prompt",code="deadline_exceeded"\} [1-9]/);
+  });
+
+  it("Prompt over gRPC (grpc-js deadline): status DEADLINE_EXCEEDED (4); the run completes", async () => {
+    const sessionId = await newSession();
+    fake.push(SLOW);
+    const error = await new Promise<ServiceError | null>((resolve) => {
+      const prompt = grpc.prompt!.bind(grpc) as unknown as (request: object, options: { deadline: number }, callback: (error: ServiceError | null) => void) => void;
+      prompt({ sessionId, parts: [{ text: { text: "slow grpc" } }] }, { deadline: Date.now() + 400 }, resolve);
+    });
+    expect(error?.code).toBe(4);
+    expect(await finalText(sessionId)).toBe("one two three four five six");
+  });
+
+  it("WatchSession (connect-timeout-ms) ends with DEADLINE_EXCEEDED (WATCH_INTERRUPTED, after_seq = the last seq sent)", async () => {
+    const sessionId = await newSession();
+    const { events, error } = await rawStream("WatchSession", { sessionId, afterSeq: "0" }, 300);
+    expect(events.map((e) => e.seq)).toEqual([1n]);
+    expect(error?.code).toBe(Code.DeadlineExceeded);
+    const [info] = error!.findDetails(ErrorInfoSchema);
+    expect(info?.reason).toBe("WATCH_INTERRUPTED");
+    expect(info?.metadata).toEqual({ session_id: sessionId, after_seq: "1" });
+  });
+});
