@@ -80,6 +80,7 @@ type Piece = { part: Part; synthetic: boolean };
  *   S `[Binary content: <mime>]` per binary item (never inlined), then the file part as given; any
  *   read failure (server not configured, could not start, timeout, server error) → the reading
  *   text and S `Failed to read MCP resource <filename>: <message>` (no file part, no `ReadProblem`);
+ * - every file part's `filename` is stored as its last path segment (`fileName`);
  * - agent → the agent part and S task hint; subtask → as given (a malformed `model` is refused).
  *
  * Throws `InvalidArgumentError` (bad URL or range, a URL without a `data:`/`file:`/`http(s):`
@@ -250,11 +251,21 @@ async function fileUrlDraft(ctx: ResolveContext, draft: FilePartInput, field: st
 function filePart(draft: FilePartInput, override: { mime?: string; filename?: string; url?: string }): Piece {
   const value = {
     mime: override.mime ?? draft.mime,
-    filename: override.filename ?? draft.filename,
+    filename: fileName(override.filename ?? draft.filename),
     url: override.url ?? draft.url,
     source: draft.source,
   };
   return { part: create(PartSchema, { id: draft.id, kind: { case: "file", value } }), synthetic: false };
+}
+
+/**
+ * The name a file part is stored with: the last segment of `filename` when a client sent a path
+ * (`/home/me/docs/spec.pdf` or `C:\\Users\\me\\spec.pdf` → `spec.pdf`; a trailing separator is
+ * ignored), for every kind of file. Empty (or only separators) gives "".
+ */
+export function fileName(filename: string): string {
+  const segments = filename.split(/[/\\]/).filter((s) => s !== "");
+  return segments.at(-1) ?? "";
 }
 
 function synthetic(text: string, metadata?: JsonObject): Piece {

@@ -184,3 +184,22 @@ describe("data: URLs", () => {
     expect(parts.map(shape)).toEqual([{ kind: "file", mime: "image/png", filename: "dot.png", url: dataUrl }]);
   });
 });
+
+describe("file names", () => {
+  // A client that sends the path it sees as `filename` gets the file's name stored, whatever the kind.
+  it("a filename given as a full path is stored as its basename for every kind of file", async () => {
+    await writeFile(path.join(t.dir, "spec.pdf"), "%PDF-1.7\n1 0 obj\n<<>>\nendobj\ntrailer\n<<>>\n%%EOF\n");
+    await writeFile(path.join(t.dir, "pixel.png"), PNG_1X1);
+    const named = (draft: ReturnType<typeof file>, filename: string) => ({ kind: { case: "file" as const, value: { ...(draft.kind!.value as object), filename } } });
+    const { parts } = await stored([
+      named(file(url("spec.pdf"), "application/pdf"), "/home/me/docs/spec.pdf"),
+      named(file(url("ten.txt")), "/home/me/ten.txt"),
+      named(file(url("pixel.png"), "image/png"), "C:\\Users\\me\\pixel.png"),
+      named(file(`${url("folder")}/`, "application/x-directory"), "/home/me/folder/"),
+      named(file("data:text/plain;base64,aGk=", "text/plain"), "/tmp/notes/hi.txt"),
+      named(file(`data:image/png;base64,${PNG_1X1.toString("base64")}`, "image/png"), "../up/dot.png"),
+      named(file("https://example.com/a/b.md", "text/markdown"), "https://example.com/a/b.md"),
+    ]);
+    expect(parts.filter((p) => p.kind.case === "file").map((p) => shape(p).filename)).toEqual(["spec.pdf", "ten.txt", "pixel.png", "folder", "hi.txt", "dot.png", "b.md"]);
+  });
+});
