@@ -4,6 +4,8 @@
  * Config `agent.<name>` entries override fields of these or add new agents.
  */
 
+import { AgentNotFoundError, InvalidArgumentError } from "../errors.js";
+
 /** A permission decision for one tool (or `*`). */
 export type PermissionAction = "allow" | "deny" | "ask";
 
@@ -63,3 +65,26 @@ export const BUILT_IN_AGENTS: readonly AgentInfo[] = [
     builtIn: true,
   },
 ];
+
+/** Names of the agents a client may see (not `hidden`), in definition order. */
+export function visibleAgentNames(agents: ReadonlyMap<string, AgentInfo>): string[] {
+  return [...agents.values()].filter((a) => !a.hidden).map((a) => a.name);
+}
+
+/**
+ * The agent a prompt delegates to by name: an agent mention (`AgentPartInput.name`) or a
+ * subtask's `agent`. It must be configured (hidden ones may be named) and able to run as a
+ * subagent (`mode` `subagent` or `all`). `field` is the request field holding the name
+ * (`parts[1].agent.name`, `parts[0].subtask.agent`, `command.agent`).
+ * Throws `AgentNotFoundError` (NOT_FOUND, the visible agents in `available`) for an unknown
+ * name, `InvalidArgumentError` (INVALID_ARGUMENT on `field`) for a primary-only agent.
+ */
+export function requireSubagent(agents: ReadonlyMap<string, AgentInfo>, name: string, field: string): AgentInfo {
+  const agent = agents.get(name);
+  if (!agent) throw new AgentNotFoundError(name, visibleAgentNames(agents), field);
+  if (agent.mode === "primary") {
+    const subagents = [...agents.values()].filter((a) => a.mode !== "primary" && !a.hidden).map((a) => a.name);
+    throw new InvalidArgumentError(field, `agent "${name}" is a primary agent, not a subagent; delegate to one of: ${subagents.join(", ") || "(no subagents configured)"}`);
+  }
+  return agent;
+}

@@ -5,11 +5,11 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { PartInputSchema } from "../../gen/ledger/v1/part_pb.js";
 import { PromptRequestSchema, type CommandRequest } from "../../gen/ledger/v1/service_pb.js";
-import { AgentNotFoundError, CommandNotFoundError, SessionNotFoundError } from "../errors.js";
+import { requireSubagent } from "../config/agents.js";
+import { CommandNotFoundError, SessionNotFoundError } from "../errors.js";
 import { getSession } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { prompt } from "./reply.js";
-import { visibleAgents } from "./selection.js";
 
 type Draft = MessageInitShape<typeof PartInputSchema>;
 
@@ -23,7 +23,8 @@ type Draft = MessageInitShape<typeof PartInputSchema>;
  * transaction (before `prompted`).
  *
  * Throws `CommandNotFoundError` (NOT_FOUND, listing the configured commands),
- * `SessionNotFoundError`, `AgentNotFoundError` for an unknown subtask agent, and whatever
+ * `SessionNotFoundError`, `AgentNotFoundError` for an unknown subtask agent and
+ * `InvalidArgumentError` on `command.agent` for a primary-only one (`requireSubagent`), and whatever
  * `prompt` throws (e.g. PERMISSION_DENIED for a reference outside the allowed directories).
  */
 export async function runCommand(deps: LedgerDeps, request: CommandRequest, signal?: AbortSignal): Promise<MessageWithParts> {
@@ -39,7 +40,7 @@ export async function runCommand(deps: LedgerDeps, request: CommandRequest, sign
   if (command.subtask) {
     // The user message runs under the request's (or default) agent; the subtask under the command's.
     const subagent = command.agent || request.agent || deps.config.defaultAgent;
-    if (!deps.config.agents.has(subagent)) throw new AgentNotFoundError(subagent, visibleAgents(deps.config), "command.agent");
+    requireSubagent(deps.config.agents, subagent, "command.agent");
     drafts = [{ kind: { case: "subtask", value: { prompt: text, description: command.description ?? "", agent: subagent, model, command: request.command } } }];
     agent = request.agent;
   } else {

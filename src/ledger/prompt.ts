@@ -35,7 +35,7 @@ export interface StorePromptOptions {
 /**
  * Stores a prompt as a user message with its parts (design.md §3; OpenCode
  * `SessionPrompt.prompt` + `createUserMessage`), in this order: load the session; resolve
- * agent, model and variant; resolve every draft concurrently; run the `chatMessage` plugin
+ * agent (`resolveAgent`: the request's, else the session's, else the default), model and variant; resolve every draft concurrently; run the `chatMessage` plugin
  * hooks; then ONE transaction: the session's pending revert (`applyRevert`: `message_removed`,
  * `part_removed`), agent/model switch, the message, its parts in order, the events
  * (`agent_switched`, `model_switched`, `message_updated`, `part_updated`..., `session_error`,
@@ -65,12 +65,12 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest, opti
     if (stored) return stored;
   }
 
-  const agent = resolveAgent(deps.config, request.agent);
+  const agent = resolveAgent(deps.config, request.agent, session.agent);
   const model = resolveModel(deps.config, agent, request.model, session.model);
   const variant = resolveVariant(deps.config, agent, model, request.variant);
   const messageId = request.messageId || newId("msg");
   const drafts = await resolveDrafts(
-    { sessionId: session.id, messageId, directory: session.directory, roots: allowedRoots(deps.config), references: deps.config.references, limits: deps.config.limits, agent, mcp: deps.mcp },
+    { sessionId: session.id, messageId, directory: session.directory, roots: allowedRoots(deps.config), references: deps.config.references, limits: deps.config.limits, agent, agents: deps.config.agents, mcp: deps.mcp },
     request.parts,
   );
   const draftMessage = create(MessageSchema, {
@@ -99,7 +99,8 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest, opti
         const stored = await findStoredPrompt(w.trx, session.id, request.messageId, fingerprint);
         if (stored) return stored;
       }
-      if (w.session.agent !== agent.name) {
+      // Only a prompt that names its agent (or the first one, on a session without) changes the session's.
+      if ((request.agent || !w.session.agent) && w.session.agent !== agent.name) {
         w.emit({ case: "agentSwitched", value: { previous: w.session.agent, current: agent.name } });
         w.session.agent = agent.name;
       }

@@ -1,4 +1,4 @@
-import type { AgentInfo } from "../config/agents.js";
+import { visibleAgentNames, type AgentInfo } from "../config/agents.js";
 import { modelRefProblem, type LedgerConfig } from "../config/config.js";
 import { AgentNotFoundError, InvalidArgumentError } from "../errors.js";
 
@@ -9,21 +9,26 @@ export interface ModelChoice {
 }
 
 /**
- * Resolves the agent of a prompt: `requested` or the configured default agent (`build`).
- * Hidden agents may be named but are not listed. Throws `AgentNotFoundError` (NOT_FOUND) with
- * the visible agents when the name is unknown. Follows OpenCode `SessionPrompt.prompt`
- * (`Agent.get(input.agent ?? Agent.defaultAgent())`), which answers 500 there instead.
+ * Resolves the agent of a prompt: `requested` (the prompt's `agent`), else `sessionAgent` (the
+ * session keeps its agent: the one given to CreateSession or named by the latest prompt that
+ * named one), else the configured default agent (`build`). Hidden agents may be named but are
+ * not listed. A deliberate difference from OpenCode `SessionPrompt.prompt`
+ * (`Agent.get(input.agent ?? Agent.defaultAgent())`), where a prompt without an agent runs the
+ * default, so a session made for `plan` (read-only) would quietly become `build` (all tools).
+ * Throws `AgentNotFoundError` (NOT_FOUND, the visible agents in `available`) when the name is
+ * unknown: on `agent` for a requested one, on `session.agent` for a session agent that is no
+ * longer configured (never replaced silently by the default). OpenCode answers 500 there.
  */
-export function resolveAgent(config: LedgerConfig, requested: string | undefined): AgentInfo {
-  const name = requested || config.defaultAgent;
+export function resolveAgent(config: LedgerConfig, requested: string | undefined, sessionAgent?: string): AgentInfo {
+  const name = requested || sessionAgent || config.defaultAgent;
   const agent = config.agents.get(name);
   if (agent) return agent;
-  throw new AgentNotFoundError(name, visibleAgents(config));
+  throw new AgentNotFoundError(name, visibleAgents(config), !requested && sessionAgent ? "session.agent" : "agent");
 }
 
 /** Names of agents a client may see, in definition order. */
 export function visibleAgents(config: LedgerConfig): string[] {
-  return [...config.agents.values()].filter((a) => !a.hidden).map((a) => a.name);
+  return visibleAgentNames(config.agents);
 }
 
 /**

@@ -8,7 +8,7 @@ import {
   type PartInput,
   type TextPartInput,
 } from "../../gen/ledger/v1/part_pb.js";
-import type { AgentInfo } from "../config/agents.js";
+import { requireSubagent, type AgentInfo } from "../config/agents.js";
 import { modelRefProblem } from "../config/config.js";
 import type { Limits } from "../config/limits.js";
 import { newId } from "../ids.js";
@@ -35,6 +35,8 @@ export interface ResolveContext {
   limits: Limits;
   /** The prompt's agent (its permissions shape the agent-mention hint). */
   agent: AgentInfo;
+  /** Every configured agent: agent mentions and subtasks must name a subagent among them. */
+  agents: ReadonlyMap<string, AgentInfo>;
   /** Reads MCP resources (`source.resource` file drafts); without it every such read fails as not configured. */
   mcp?: McpReader;
 }
@@ -81,9 +83,11 @@ type Piece = { part: Part; synthetic: boolean };
  *   read failure (server not configured, could not start, timeout, server error) → the reading
  *   text and S `Failed to read MCP resource <filename>: <message>` (no file part, no `ReadProblem`);
  * - every file part's `filename` is stored as its last path segment (`fileName`);
- * - agent → the agent part and S task hint; subtask → as given (a malformed `model` is refused).
+ * - agent → the agent part and S task hint; subtask → as given (a malformed `model` is refused);
+ *   both must name a configured subagent (`requireSubagent`).
  *
- * Throws `InvalidArgumentError` (bad URL or range, a URL without a `data:`/`file:`/`http(s):`
+ * Throws `AgentNotFoundError` (NOT_FOUND: an agent mention or subtask naming no agent),
+ * `InvalidArgumentError` (one naming a primary-only agent, bad URL or range, a URL without a `data:`/`file:`/`http(s):`
  * scheme such as raw base64, an empty, truncated or undecodable image), `PathNotAllowedError`
  * (outside the session directory and roots) and `LimitExceededError` (text, data: URL,
  * attachment or image pixels over its limit), each naming the field as `parts[i]...`; then
@@ -131,8 +135,10 @@ async function resolveDraft(ctx: ResolveContext, draft: PartInput, field: string
     case "file":
       return fileDraft(ctx, draft.kind.value, `${field}.file`, problems, symbol);
     case "agent":
+      requireSubagent(ctx.agents, draft.kind.value.name, `${field}.agent.name`);
       return agentDraft(ctx, draft.kind.value);
     case "subtask": {
+      requireSubagent(ctx.agents, draft.kind.value.agent, `${field}.subtask.agent`);
       const problem = draft.kind.value.model ? modelRefProblem(draft.kind.value.model) : undefined;
       if (problem) throw new InvalidArgumentError(`${field}.subtask.model.${problem.part}`, problem.description);
       const { id, $typeName: _, ...subtask } = draft.kind.value;

@@ -303,7 +303,7 @@ describe("sniffImage and isImageMime", () => {
 });
 
 describe("resolveDrafts normalizes data: images", () => {
-  const ctx = { sessionId: "ses_x", messageId: "msg_x", directory: "/nonexistent", roots: [], limits: DEFAULT_LIMITS, agent: BUILT_IN_AGENTS[0]! };
+  const ctx = { sessionId: "ses_x", messageId: "msg_x", directory: "/nonexistent", roots: [], limits: DEFAULT_LIMITS, agent: BUILT_IN_AGENTS[0]!, agents: new Map(BUILT_IN_AGENTS.map((a) => [a.name, a])) };
   const textDraft = create(PartInputSchema, { kind: { case: "text", value: { text: "look" } } });
   const fileDraft = (url: string, mime: string): PartInput => create(PartInputSchema, { kind: { case: "file", value: { url, mime, filename: "x" } } });
 

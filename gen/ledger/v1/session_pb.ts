@@ -50,7 +50,8 @@ export type Session = Message<"ledger.v1.Session"> & {
   parentId: string;
 
   /**
-   * The agent of the latest prompt.
+   * The session's agent: the one given to CreateSession, or the latest one a prompt named.
+   * Prompts without `agent` run with it (the configured default when empty) and keep it.
    *
    * @generated from field: string agent = 5;
    */
