@@ -25,6 +25,8 @@ server.registerResource("broken", "docs://broken", {}, async () => {
 server.registerResource("mixed", "docs://mixed", {}, async (uri) => ({
   contents: [{ uri: uri.href, text: "" }, { uri: uri.href, blob: "AAEC" }, { uri: uri.href, blob: "" }, { uri: uri.href, text: "after" }],
 }));
+server.registerResource("skill", "skill://writer/SKILL.md", { mimeType: "text/markdown" }, async (uri) => texts(uri, "# Writer skill"));
+server.registerResource("memory", "mem:notes", {}, async (uri) => texts(uri, "remembered"));
 server.registerResource("big", "docs://big", {}, async (uri) => texts(uri, "é".repeat(1000)));
 server.registerResource("pid", "docs://pid", {}, async (uri) => texts(uri, String(process.pid)));
 server.registerResource("exit", "docs://exit", {}, async () => process.exit(3));
@@ -42,9 +44,9 @@ beforeAll(async () => {
 });
 afterAll(() => rm(scriptDir, { recursive: true, force: true }));
 
-/** A file draft whose source is an MCP resource (the URL, stored as given, must be file:/data:/http(s): by the proto). */
-function resource(clientName: string, uri: string, filename: string, mime = "text/plain"): Draft {
-  return { kind: { case: "file", value: { mime, filename, url: `file:///${filename}`, source: { kind: { case: "resource", value: { clientName, uri } } } } } };
+/** A file draft whose source is an MCP resource; its URL (stored as given) defaults to a file: URL. */
+function resource(clientName: string, uri: string, filename: string, mime = "text/plain", url = `file:///${filename}`): Draft {
+  return { kind: { case: "file", value: { mime, filename, url, source: { kind: { case: "resource", value: { clientName, uri } } } } } };
 }
 
 const reading = (filename: string, uri: string) => ({ kind: "text", synthetic: true, text: `Reading MCP resource: ${filename} (${uri})` });
@@ -65,6 +67,28 @@ describe("MCP resources in prompts", () => {
   afterAll(async () => {
     await t?.close();
     await mcp?.close();
+  });
+
+  it("keeps the resource's own URI scheme (skill://, mem:) as the file part's URL", async () => {
+    const { message } = await promptOnce(t.client, t.dir, [
+      text("use these"),
+      resource("docs", "skill://writer/SKILL.md", "SKILL.md", "text/markdown", "skill://writer/SKILL.md"),
+      resource("docs", "mem:notes", "notes", "text/plain", "mem:notes"),
+    ]);
+    expect(message.parts.slice(1).map(shape)).toEqual([
+      reading("SKILL.md", "skill://writer/SKILL.md"),
+      note("# Writer skill"),
+      { kind: "file", mime: "text/markdown", filename: "SKILL.md", url: "skill://writer/SKILL.md" },
+      reading("notes", "mem:notes"),
+      note("remembered"),
+      { kind: "file", mime: "text/plain", filename: "notes", url: "mem:notes" },
+    ]);
+  });
+
+  it("without an MCP source the URL scheme rule stays: skill:// → INVALID_ARGUMENT on parts[1].file.url", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const error = await t.client.prompt({ sessionId, noReply: true, parts: [text("x"), { kind: { case: "file", value: { mime: "text/markdown", url: "skill://writer/SKILL.md" } } }] }).catch((e: unknown) => e as Error);
+    expect(String(error)).toContain('parts[1].file.url: has the unsupported scheme "skill:" (expected a data:, file:, http: or https: URL)');
   });
 
   it("stores the reading note, each text item in order, then the file part", async () => {

@@ -63,10 +63,16 @@ describe("request validation", () => {
     expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "INVALID_ARGUMENT", domain: "ledger.v1", metadata: { field: "parts", rule: "repeated.min_items" } });
   });
 
-  it("malformed session_id → INVALID_ARGUMENT naming session_id", async () => {
+  it("malformed session_id → INVALID_ARGUMENT naming session_id and saying in words what an id is", async () => {
     const error = await failure(t.client.prompt({ sessionId: "ses_123", noReply: true, parts: [text("hi")] }));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(badRequestFields(error)).toEqual(["session_id"]);
+    expect(error.rawMessage).toBe("session_id: must be ses_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U) [id.session]");
+    const partId = await failure(t.client.prompt({ sessionId: "ses_01M8N3PWC98KEGMQ42T22BSJ1B", messageId: "msg_x", noReply: true, parts: [{ kind: { case: "text", value: { id: "p1", text: "hi" } } }] }));
+    expect(partId.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => `${v.field}: ${v.description}`)).toEqual([
+      "message_id: must be msg_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
+      "parts[0].text.id: must be prt_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
+    ]);
   });
 
   it("a file url without a scheme (raw base64) → INVALID_ARGUMENT naming the url field", async () => {
@@ -80,6 +86,8 @@ describe("request validation", () => {
     );
     expect(error.code).toBe(Code.InvalidArgument);
     expect(badRequestFields(error)).toEqual(["parts[1].file.url"]);
+    // The resolver's hint, not a regular expression.
+    expect(error.rawMessage).toBe("parts[1].file.url: has no URL scheme (expected a data:, file:, http: or https: URL); it looks like raw base64: send it as data:<mime>;base64,<data>");
     expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
   });
 });
