@@ -112,24 +112,30 @@ async function onPseudoFs(path: string): Promise<boolean> {
 
 /**
  * Confines an absolute path to a set of root directories (the session directory and the
- * configured roots), resolving symlinks. Not in OpenCode (its read tool asks for permission
- * instead); design.md §4 requires it.
+ * configured roots), comparing canonical paths on both sides: the realpath of the path and the
+ * realpath of every root, taken now (links can change after a session was created). So both
+ * spellings of the same file are inside — a session directory `/tmp/linkproj` that is a link to
+ * `/tmp/realproj dir` (macOS: `/tmp` → `/private/tmp`) accepts `/tmp/linkproj/src/a.txt` and
+ * `/tmp/realproj dir/src/a.txt` — while an escape through a link stays refused. Not in OpenCode
+ * (its read tool asks for permission instead); design.md §4 requires it.
  *
  * Steps (every one a path computation or a `realpath`/`stat`/`statfs`: nothing is opened, so a
  * FIFO cannot block and `/dev/zero` is never read):
- * 1. The path must have no NUL and at most {@link MAX_PATH_BYTES} bytes.
- * 2. `path` is resolved lexically (`.`/`..`, duplicate and trailing slashes). It must not be in
- *    {@link SPECIAL_DIRS}, and must lie inside some root, or the realpath of some root (roots are
- *    absolute directories; compared with `path.relative`, not a string prefix).
+ * 1. The path must have no NUL and at most {@link MAX_PATH_BYTES} bytes, and be absolute.
+ * 2. `path` is resolved lexically (`.`/`..`, duplicate and trailing slashes) and must not be in
+ *    {@link SPECIAL_DIRS}.
  * 3. `realpath(path)`. When it fails with ENOENT/ENOTDIR, the NFC then the NFD form of the path
- *    is tried (macOS clients send NFD names, Linux files are usually NFC; each form passes step 2
- *    first). When none exists the lexical path is returned so the caller can fail the read with a
- *    readable "not found"; before that, the realpath of the deepest existing ancestor must lie
- *    inside a real root (and outside {@link SPECIAL_DIRS}), so a missing name under a symlink
- *    that leaves the roots is refused rather than reported as missing.
+ *    is tried (macOS clients send NFD names, Linux files are usually NFC). When none exists the
+ *    lexical path is returned so the caller can fail the read with a readable "not found";
+ *    before that, the realpath of the deepest existing ancestor must lie inside the realpath of a
+ *    root (and outside {@link SPECIAL_DIRS}), so a missing name under a link that leaves the
+ *    roots is refused rather than reported as missing.
  * 4. Otherwise the real path must lie inside the realpath of some root, outside
  *    {@link SPECIAL_DIRS}, and not on a kernel pseudo-filesystem (procfs, sysfs, ... by `statfs`).
  * 5. The target is `stat`ed (never opened): FIFOs, sockets and character/block devices are refused.
+ * A path that no root contains, lexically or really, gets the same "outside" refusal whether it
+ * exists or not, and whatever `realpath` said about it, so refusals tell nothing about files
+ * outside the roots.
  *
  * The check is a snapshot: a symlink swapped between this call and the read is not caught.
  *
@@ -140,13 +146,14 @@ async function onPseudoFs(path: string): Promise<boolean> {
  *   lexical path when the target does not exist.
  * @throws InvalidArgumentError when `path` is not absolute, contains a NUL, is longer than
  *   {@link MAX_PATH_BYTES} bytes, or has a name the filesystem finds too long (ENAMETOOLONG).
- * @throws PathNotAllowedError(field, path) when the path is outside every root, and
- *   PathNotAllowedError(field, path, "leads through a symlink outside ...") when it is inside but
- *   a symlink in it (the file or a parent directory) resolves outside every root (the target is
- *   not named, so nothing outside the roots is disclosed); PathNotAllowedError(field, path, "is a special filesystem path ...") under /proc, /sys,
- *   /dev or on a pseudo-filesystem; PathNotAllowedError(field, path, "is not a regular file or
- *   directory") for FIFOs, sockets and devices; PathNotAllowedError(field, path, "cannot be
- *   resolved (CODE)") when realpath fails otherwise (EACCES, ELOOP, ...).
+ * @throws PathNotAllowedError(field, path) when the path is outside every root (compared
+ *   canonically), and PathNotAllowedError(field, path, "leads through a symlink outside ...")
+ *   when it is inside a root as written but a symlink in it (the file or a parent directory)
+ *   resolves outside every root (the target is not named, so nothing outside the roots is
+ *   disclosed); PathNotAllowedError(field, path, "is a special filesystem path ...") under /proc,
+ *   /sys, /dev or on a pseudo-filesystem; PathNotAllowedError(field, path, "is not a regular
+ *   file or directory") for FIFOs, sockets and devices; PathNotAllowedError(field, path, "cannot
+ *   be resolved (CODE)") when realpath fails otherwise (EACCES, ELOOP, ...) on a path inside a root.
  */
 export async function confinePath(field: string, path: string, roots: string[]): Promise<string> {
   checkPathShape(field, path);
@@ -154,9 +161,11 @@ export async function confinePath(field: string, path: string, roots: string[]):
   const lexical = resolve(path);
   if (isSpecialPath(lexical)) throw new PathNotAllowedError(field, path, SPECIAL);
   const reals = await realRoots(roots);
-  const lexicalRoots = roots.map((root) => resolve(root));
-  const allowed = (candidate: string): boolean => [...lexicalRoots, ...reals].some((root) => isInside(root, candidate));
-  if (!allowed(lexical)) throw new PathNotAllowedError(field, path);
+  const asWritten = [...roots.map((root) => resolve(root)), ...reals].some((root) => isInside(root, lexical));
+  const inside = (real: string): boolean => reals.some((root) => isInside(root, real));
+  /** Out of the roots: through a link when the path is inside as written, plainly outside otherwise. */
+  const escaped = () => (asWritten ? new PathNotAllowedError(field, path, THROUGH_SYMLINK) : new PathNotAllowedError(field, path));
+  const unresolvable = (code: string | undefined) => (asWritten ? new PathNotAllowedError(field, path, `cannot be resolved (${code ?? "error"})`) : new PathNotAllowedError(field, path));
 
   /** The realpath of `candidate`, or undefined when it does not exist. */
   const realOf = async (candidate: string): Promise<string | undefined> => {
@@ -166,13 +175,13 @@ export async function confinePath(field: string, path: string, roots: string[]):
       const code = errnoCode(err);
       if (code === "ENOENT" || code === "ENOTDIR") return undefined;
       if (code === "ENAMETOOLONG") throw new InvalidArgumentError(field, `${path} has a name that is too long (ENAMETOOLONG)`);
-      throw new PathNotAllowedError(field, path, `cannot be resolved (${code ?? "error"})`);
+      throw unresolvable(code);
     }
   };
 
   let real = await realOf(lexical);
   for (const variant of real === undefined ? unicodeVariants(lexical) : []) {
-    if (isSpecialPath(variant) || !allowed(variant)) continue;
+    if (isSpecialPath(variant)) continue;
     real = await realOf(variant);
     if (real !== undefined) break;
   }
@@ -181,13 +190,13 @@ export async function confinePath(field: string, path: string, roots: string[]):
     try {
       ancestor = await realAncestor(lexical);
     } catch (inner) {
-      throw new PathNotAllowedError(field, path, `cannot be resolved (${errnoCode(inner) ?? "error"})`);
+      throw unresolvable(errnoCode(inner));
     }
-    if (!reals.some((root) => isInside(root, ancestor))) throw new PathNotAllowedError(field, path, THROUGH_SYMLINK);
+    if (!inside(ancestor)) throw escaped();
     if (isSpecialPath(ancestor)) throw new PathNotAllowedError(field, path, SPECIAL);
     return lexical;
   }
-  if (!reals.some((root) => isInside(root, real))) throw new PathNotAllowedError(field, path, THROUGH_SYMLINK);
+  if (!inside(real)) throw escaped();
   if (isSpecialPath(real) || (await onPseudoFs(real))) throw new PathNotAllowedError(field, path, SPECIAL);
 
   let kind;

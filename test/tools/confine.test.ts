@@ -80,6 +80,24 @@ describe("confinePath", () => {
     expect(await confinePath(F, join(root, "a.txt"), [join(base, "root-link")])).toBe(join(root, "a.txt"));
   });
 
+  it("accepts a path spelled through a link to a root when the root is stored resolved (the session directory is a realpath)", async () => {
+    // Session directory created as base/root-link: stored as its realpath, root; clients still name files by the link.
+    expect(await confinePath(F, join(base, "root-link", "a.txt"), [root])).toBe(join(root, "a.txt"));
+    expect(await confinePath(F, join(base, "root-link", "sub", "b.txt"), [root])).toBe(join(root, "sub", "b.txt"));
+    expect(await confinePath(F, join(base, "root-link", "missing.txt"), [root])).toBe(join(base, "root-link", "missing.txt"));
+    // Escapes through links stay refused, whatever the spelling.
+    expect((await denied(join(base, "root-link", "leak.txt"), [root])).message).toBe(`${F}: ${join(base, "root-link", "leak.txt")} is outside the session directory and the configured roots`);
+    await denied(join(base, "root-link", "leakdir", "secret.txt"), [root]);
+    await denied(join(base, "root-link", "leakdir", "missing.txt"), [root]);
+  });
+
+  it("refuses a path outside every root the same way whether it exists or not", async () => {
+    const why = (p: string) => `${F}: ${p} is outside the session directory and the configured roots`;
+    expect((await denied(join(outside, "secret.txt"), [root])).message).toBe(why(join(outside, "secret.txt")));
+    expect((await denied(join(outside, "no-such.txt"), [root])).message).toBe(why(join(outside, "no-such.txt")));
+    expect((await denied(join(outside, "no", "such", "dir"), [root])).message).toBe(why(join(outside, "no", "such", "dir")));
+  });
+
   it("refuses a path outside every root, and a sibling that shares the prefix", async () => {
     const err = await denied(join(outside, "secret.txt"), [root]);
     expect(err.message).toBe(`${F}: ${join(outside, "secret.txt")} is outside the session directory and the configured roots`);
