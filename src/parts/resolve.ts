@@ -82,7 +82,7 @@ type Piece = { part: Part; synthetic: boolean };
  *   S `[Binary content: <mime>]` per binary item (never inlined), then the file part as given; any
  *   read failure (server not configured, could not start, timeout, server error) → the reading
  *   text and S `Failed to read MCP resource <filename>: <message>` (no file part, no `ReadProblem`);
- * - every file part's `filename` is stored as its last path segment (`fileName`);
+ * - every file part's `filename` sent as a full path is stored as its last segment (`fileName`);
  * - agent → the agent part and S task hint; subtask → as given (a malformed `model` is refused);
  *   both must name a configured subagent (`requireSubagent`).
  *
@@ -265,13 +265,15 @@ function filePart(draft: FilePartInput, override: { mime?: string; filename?: st
 }
 
 /**
- * The name a file part is stored with: the last segment of `filename` when a client sent a path
- * (`/home/me/docs/spec.pdf` or `C:\\Users\\me\\spec.pdf` → `spec.pdf`; a trailing separator is
- * ignored), for every kind of file. Empty (or only separators) gives "".
+ * The name a file part is stored with: the last segment of `filename` when a client sent a full
+ * path (`/home/me/docs/spec.pdf`, `C:\\Users\\me\\spec.pdf`, `\\\\server\\share\\spec.pdf` →
+ * `spec.pdf`; a trailing separator is ignored), for every kind of file. A relative name
+ * (`src/a.ts`, a reference's `docs/guide/intro.md`) is kept as sent: it names the file the way
+ * the prompt text does.
  */
 export function fileName(filename: string): string {
-  const segments = filename.split(/[/\\]/).filter((s) => s !== "");
-  return segments.at(-1) ?? "";
+  if (!/^(?:[/\\]|[A-Za-z]:[/\\])/.test(filename)) return filename;
+  return filename.split(/[/\\]/).filter((s) => s !== "").at(-1) ?? "";
 }
 
 function synthetic(text: string, metadata?: JsonObject): Piece {

@@ -197,9 +197,11 @@ describe("file names", () => {
       named(file(url("pixel.png"), "image/png"), "C:\\Users\\me\\pixel.png"),
       named(file(`${url("folder")}/`, "application/x-directory"), "/home/me/folder/"),
       named(file("data:text/plain;base64,aGk=", "text/plain"), "/tmp/notes/hi.txt"),
-      named(file(`data:image/png;base64,${PNG_1X1.toString("base64")}`, "image/png"), "../up/dot.png"),
-      named(file("https://example.com/a/b.md", "text/markdown"), "https://example.com/a/b.md"),
+      named(file(`data:image/png;base64,${PNG_1X1.toString("base64")}`, "image/png"), "\\\\server\\share\\dot.png"),
+      named(file("https://example.com/a/b.md", "text/markdown"), "/srv/files/b.md"),
+      named(file(url("ten.txt")), "docs/ten.txt"),
     ]);
-    expect(parts.filter((p) => p.kind.case === "file").map((p) => shape(p).filename)).toEqual(["spec.pdf", "ten.txt", "pixel.png", "folder", "hi.txt", "dot.png", "b.md"]);
+    // A relative name is kept: it names the file as the prompt text does (e.g. a reference's alias path).
+    expect(parts.filter((p) => p.kind.case === "file").map((p) => shape(p).filename)).toEqual(["spec.pdf", "ten.txt", "pixel.png", "folder", "hi.txt", "dot.png", "b.md", "docs/ten.txt"]);
   });
 });
