@@ -266,7 +266,7 @@ function filePart(draft: FilePartInput, override: { mime?: string; filename?: st
 
 /**
  * The name a file part is stored with: the last segment of `filename` when a client sent a full
- * path (`/home/me/docs/spec.pdf`, `C:\\Users\\me\\spec.pdf`, `\\\\server\\share\\spec.pdf` →
+ * path (`/home/me/docs/spec.pdf`, `C:\Users\me\spec.pdf`, `\\server\share\spec.pdf` →
  * `spec.pdf`; a trailing separator is ignored), for every kind of file. A relative name
  * (`src/a.ts`, a reference's `docs/guide/intro.md`) is kept as sent: it names the file the way
  * the prompt text does.
