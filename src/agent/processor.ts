@@ -60,6 +60,12 @@ interface Streaming {
  * moving pending → running → completed | error; and a `step_finish` part with reason, tokens and
  * cost. Whatever way the stream ends (finish, error, abort, a thrown iterator), open text parts
  * keep what they have and get `time.end`, and unfinished tool parts end in `error`.
+ *
+ * Provider metadata (`metadata` of text, reasoning and tool parts; e.g. `{ anthropic: { signature } }`,
+ * `{ openai: { itemId, reasoningEncryptedContent } }`) is taken from the start, delta and end
+ * events of a text/reasoning block, the latest one replacing earlier ones (as the AI SDK does
+ * when it sends a step back itself; OpenCode's `SessionProcessor` does the same), and from the
+ * tool-call event.
  */
 export async function processStep(target: StepTarget, events: AsyncIterable<LoopEvent>): Promise<StepResult> {
   const { ledger } = target;
@@ -88,7 +94,10 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
         case "text-delta":
         case "reasoning-delta": {
           const open = streaming.get(event.id);
-          if (!open || event.text === "") break;
+          if (!open) break;
+          // The latest metadata replaces earlier metadata, as the AI SDK does for its own steps.
+          if (event.metadata) open.value.metadata = event.metadata as JsonObject;
+          if (event.text === "") break;
           open.value.text += event.text;
           ledger.publishDelta({ messageId: target.messageId, partId: open.part.id, field: "text", delta: event.text, seq: open.seq, offset: BigInt(open.length) });
           open.length += codePoints(event.text);
