@@ -25,6 +25,11 @@ export interface HistoryTarget {
  *   produced it (same `providerId`); for another provider it is dropped. A reasoning part with
  *   empty text is sent only with its metadata (Anthropic redacted thinking, an OpenAI reasoning
  *   item without summary), so never to another provider;
+ * - reasoning is sent only together with the text or tool calls it led to: a step cut off after
+ *   its reasoning (an abort or error mid-thinking) is skipped, since providers reject reasoning
+ *   on its own (Anthropic: an assistant message left empty once an unsigned thinking block is
+ *   dropped; OpenAI Responses: "Item 'rs_…' of type 'reasoning' was provided without its required
+ *   following item");
  * - assistant messages that produced nothing are skipped.
  */
 export function toModelMessages(history: MessageWithParts[], target: HistoryTarget): ModelMessage[] {
@@ -91,6 +96,8 @@ function assistantContent(parts: Part[], sameProvider: boolean): { content: Excl
         break;
     }
   }
+  // Reasoning alone is not sent: it must come with what it led to.
+  if (content.every((c) => c.type === "reasoning")) return { content: [], results };
   return { content, results };
 }
 

@@ -65,7 +65,8 @@ interface Streaming {
  * `{ openai: { itemId, reasoningEncryptedContent } }`) is taken from the start, delta and end
  * events of a text/reasoning block, the latest one replacing earlier ones (as the AI SDK does
  * when it sends a step back itself; OpenCode's `SessionProcessor` does the same), and from the
- * tool-call event.
+ * tool-call event. A text/reasoning part cut off before its end event keeps its text but loses
+ * its metadata: a signature or item id of an unfinished block is not valid provider state.
  */
 export async function processStep(target: StepTarget, events: AsyncIterable<LoopEvent>): Promise<StepResult> {
   const { ledger } = target;
@@ -175,7 +176,11 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   } catch (error) {
     result.error ??= error;
   } finally {
-    for (const open of streaming.values()) await finishStreaming(ledger, open);
+    for (const open of streaming.values()) {
+      // Cut off before its end: the provider never finished this item, so its state is not kept.
+      open.value.metadata = undefined;
+      await finishStreaming(ledger, open);
+    }
     const why = result.aborted ? "aborted" : "Tool execution was interrupted";
     for (const tool of tools.values()) {
       const state = tool.value.state?.status;

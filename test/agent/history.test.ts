@@ -308,6 +308,18 @@ describe("toModelMessages: assistant messages", () => {
       content: [{ type: "text", text: "ok", providerOptions: undefined }],
     });
   });
+
+  it("skips a step that produced only reasoning (cut off before its answer), signed or not", () => {
+    const history = [
+      userMsg("u1", [text("think")]),
+      assistantMsg("a1", "u1", [stepStart, reasoning("Let me think"), reasoning("", { mock: { itemId: "rs_1" } })], { error: true, finish: "error" }),
+      userMsg("u2", [text("again")]),
+    ];
+    expect(toModelMessages(history, TEXT_ONLY)).toEqual([
+      { role: "user", content: [{ type: "text", text: "think" }] },
+      { role: "user", content: [{ type: "text", text: "again" }] },
+    ]);
+  });
 });
 
 describe("conversationOrder", () => {

@@ -1,9 +1,10 @@
 import type { LanguageModelV3, LanguageModelV3StreamResult } from "@ai-sdk/provider";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ReasoningPart } from "../../gen/ledger/v1/part_pb.js";
+import type { ReasoningPart, TextPart } from "../../gen/ledger/v1/part_pb.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { mockResolver, reasoningParts, reply, scriptedModel, textParts, textReply, type ModelKey } from "../support/mock-models.js";
 import { text } from "../support/prompt.js";
+import { assistantOf } from "../support/stored.js";
 
 // How processStep keeps provider metadata, through the real service with the AI SDK's
 // MockLanguageModelV3 as the model (see loop.test.ts for the rest of the loop).
@@ -44,5 +45,14 @@ describe("provider metadata of streamed blocks", () => {
         { type: "text", text: "Yes." },
       ],
     });
+  });
+
+  it("drops the metadata of a block cut off before its end; its text stays", async () => {
+    const cut = reply([...textParts("Partial", "t1", meta("item")).slice(0, -1), { type: "error", error: new Error("stream broke") }], "other");
+    const { messages } = await run([cut], "go");
+    expect(assistantOf(messages[1])?.error?.kind.case).toBe("unknown");
+    const part = messages[1]!.parts.find((p) => p.kind.case === "text")!.kind.value as TextPart;
+    expect(part.text).toBe("Partial");
+    expect(part.metadata).toBeUndefined();
   });
 });

@@ -6,6 +6,7 @@ import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
 import { assistantOf, partView, storedMessages } from "../support/stored.js";
+import { waitFor } from "../support/wait.js";
 
 // Anthropic extended thinking through the real service: @ai-sdk/anthropic against a local server
 // speaking the Messages streaming protocol that checks, like the real API, that every thinking
@@ -129,6 +130,43 @@ describe("thinking with a tool call, across steps and turns", () => {
       { type: "redacted_thinking", data: first },
       { type: "redacted_thinking", data: second },
     ]);
+  });
+});
+
+describe("a turn that ends in a provider error leaves a usable session", () => {
+  it("answers the next prompt after the step following a tool call failed (overloaded)", async () => {
+    const before = claude.requests.length;
+    claude.push(
+      { kind: "stream", blocks: [{ thinking: "Read first." }, { toolUse: { id: "toolu_3", ...READ } }] },
+      { kind: "error", status: 529, type: "overloaded_error", message: "Overloaded" },
+      { kind: "stream", blocks: [{ thinking: "Try again." }, { text: "Hello from the notes." }] },
+    );
+    const sessionId = await newSession();
+    expect((await prompt(sessionId, "what do the notes say?"))?.error?.kind.case).toBe("api");
+    expect((await prompt(sessionId, "please try again"))?.error).toBeUndefined();
+    expect(claude.requests.slice(before).map((r) => r.rejected)).toEqual([undefined, undefined, undefined]);
+    // The unfinished tool loop is continued by the new prompt: its turn starts with the signed thinking.
+    const messages = sent(before + 2);
+    expect(messages.map((m) => m.content.map((b) => b.type))).toEqual([["text"], ["thinking", "tool_use"], ["tool_result", "text"]]);
+  });
+
+  it("answers the next prompt after a step aborted in the middle of a thinking block (no signature yet)", async () => {
+    const before = claude.requests.length;
+    // 150 ms between events: each delta is stored as it arrives (snapshots at most every 100 ms).
+    claude.push({ kind: "stream", blocks: [{ thinking: "Let me think about", cut: true }], delayMs: 150 }, { kind: "stream", blocks: [{ thinking: "Short." }, { text: "Answer." }] });
+    const sessionId = await newSession();
+    const first = t.client.prompt({ sessionId, parts: [text("think hard")] });
+    const thinking = async () => (await storedMessages(t.client, sessionId))[1]?.parts.flatMap((p) => (p.kind.case === "reasoning" ? [p.kind.value.text] : []))[0];
+    await waitFor("the whole unsigned thinking text", async () => (await thinking()) === "Let me think about");
+    expect((await t.client.abort({ sessionId })).aborted).toBe(true);
+    expect(assistantOf((await first).message)?.error?.kind.case).toBe("aborted");
+    expect((await prompt(sessionId, "again, briefly"))?.error).toBeUndefined();
+    expect(claude.requests.slice(before).map((r) => r.rejected)).toEqual([undefined, undefined]);
+
+    const messages = await storedMessages(t.client, sessionId);
+    // The unfinished thinking block keeps its text, but no provider state; it is not sent back.
+    expect(messages[1]!.parts.map(partView)).toEqual([{ kind: "stepStart" }, { kind: "reasoning", text: "Let me think about", metadata: undefined }]);
+    expect(sent(before + 1)).toEqual([{ role: "user", content: [expect.objectContaining({ text: "think hard" }), expect.objectContaining({ text: "again, briefly" })] }]);
   });
 });
 
