@@ -15,6 +15,10 @@
  *
  * The usage chunk is always sent, whether or not the request asked for `stream_options.include_usage`
  * (the client only asks when `createOpenAICompatible({ includeUsage: true })`, but parses usage either way).
+ *
+ * With `{ thinking: true }` it enforces DeepSeek's thinking-mode rule for tool calls: every
+ * assistant message with `tool_calls` must carry `reasoning_content` (else 400 "Missing
+ * `reasoning_content` field in the assistant message at message index N. …", as DeepSeek answers).
  */
 import { once } from "node:events";
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
@@ -65,6 +69,8 @@ export interface RecordedRequest {
   /** The parsed JSON body (model, messages, tools, stream, ...). */
   body: Record<string, unknown>;
   headers: IncomingHttpHeaders;
+  /** The 400 message when the request broke the `thinking` rule, else undefined. */
+  rejected?: string;
   /**
    * How the response ended: undefined while it is still open, `"finished"` when the fake sent
    * all of it, `"aborted"` when the client went away first (e.g. a hung reply the client aborted).
@@ -80,6 +86,8 @@ export interface FakeOpenAI {
   requests: RecordedRequest[];
   /** Queues replies, consumed one per request in order. */
   push(...replies: ScriptedReply[]): void;
+  /** Drops queued replies (so a failed test's leftovers never answer the next test). */
+  reset(): void;
   /** The reply used when the queue is empty (default: a 500 error, so tests notice). */
   setFallback(reply: ScriptedReply): void;
   /** Stops listening and destroys every open connection (including hung ones). */
@@ -94,8 +102,11 @@ const DEFAULT_FALLBACK: ScriptedReply = {
   body: { error: { message: "fake OpenAI: no scripted reply queued", type: "server_error", code: "no_script" } },
 };
 
-/** Starts a fake OpenAI chat-completions server on 127.0.0.1 with an ephemeral port. */
-export async function startFakeOpenAI(): Promise<FakeOpenAI> {
+/**
+ * Starts a fake OpenAI chat-completions server on 127.0.0.1 with an ephemeral port.
+ * `options.thinking`: enforce the thinking-mode rule described above.
+ */
+export async function startFakeOpenAI(options: { thinking?: boolean } = {}): Promise<FakeOpenAI> {
   const queue: ScriptedReply[] = [];
   let fallback: ScriptedReply = DEFAULT_FALLBACK;
   const requests: RecordedRequest[] = [];
@@ -131,6 +142,11 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     }
     const record: RecordedRequest = { body, headers: req.headers };
     requests.push(record);
+    record.rejected = options.thinking ? missingReasoning(body) : undefined;
+    if (record.rejected) {
+      sendJson(res, 400, { error: { message: record.rejected, type: "invalid_request_error", param: null, code: "invalid_request_error" } });
+      return;
+    }
     res.once("close", () => (record.end = res.writableFinished ? "finished" : "aborted"));
     const reply = queue.shift() ?? fallback;
     const id = `chatcmpl-fake-${++counter}`;
@@ -157,6 +173,7 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     url: `http://127.0.0.1:${port}/v1`,
     requests,
     push: (...replies) => void queue.push(...replies),
+    reset: () => void queue.splice(0),
     setFallback: (reply) => {
       fallback = reply;
     },
@@ -166,6 +183,14 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
       await closed;
     },
   };
+}
+
+/** DeepSeek's thinking-mode error for an assistant tool-call message sent back without its reasoning. */
+function missingReasoning(body: Record<string, unknown>): string | undefined {
+  const messages = (Array.isArray(body.messages) ? body.messages : []) as Array<{ role?: string; tool_calls?: unknown[]; reasoning_content?: unknown }>;
+  const index = messages.findIndex((m) => m.role === "assistant" && (m.tool_calls?.length ?? 0) > 0 && typeof m.reasoning_content !== "string");
+  if (index < 0) return undefined;
+  return `Missing \`reasoning_content\` field in the assistant message at message index ${index}. For more information, please refer to https://api-docs.deepseek.com/guides/thinking_mode#tool-calls`;
 }
 
 function readBody(req: IncomingMessage): Promise<string> {
