@@ -36,6 +36,7 @@ beforeAll(async () => {
 });
 afterEach(() => {
   claude.reset();
+  local.reset();
 });
 afterAll(async () => {
   await t?.close();

@@ -32,7 +32,10 @@ beforeAll(async () => {
   });
   await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\n");
 });
-afterEach(() => openai.reset());
+afterEach(() => {
+  openai.reset();
+  local.reset();
+});
 afterAll(async () => {
   await t?.close();
   await openai?.close();
