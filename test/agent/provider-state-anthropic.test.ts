@@ -151,6 +151,20 @@ describe("a turn that ends in a provider error leaves a usable session", () => {
     expect(messages.map((m) => m.content.map((b) => b.type))).toEqual([["text"], ["thinking", "tool_use"], ["tool_result", "text"]]);
   });
 
+  it("answers the next prompt after a stream that failed right after its thinking block (overloaded_error event)", async () => {
+    const before = claude.requests.length;
+    claude.push(
+      { kind: "stream", blocks: [{ thinking: "Almost there." }, { error: { type: "overloaded_error", message: "Overloaded" } }] },
+      { kind: "stream", blocks: [{ thinking: "Now." }, { text: "Done." }] },
+    );
+    const sessionId = await newSession();
+    expect((await prompt(sessionId, "go"))?.error).toMatchObject({ message: "Overloaded", kind: { case: "unknown" } });
+    expect((await prompt(sessionId, "go on"))?.error).toBeUndefined();
+    expect(claude.requests.slice(before).map((r) => r.rejected)).toEqual([undefined, undefined]);
+    // The signed thinking led to nothing: it is not sent on its own.
+    expect(sent(before + 1).map((m) => m.role)).toEqual(["user"]);
+  });
+
   it("answers the next prompt after a step aborted in the middle of a thinking block (no signature yet)", async () => {
     const before = claude.requests.length;
     // 150 ms between events: each delta is stored as it arrives (snapshots at most every 100 ms).
@@ -194,5 +208,26 @@ describe("switching provider", () => {
     expect(claude.requests.slice(before).map((r) => r.rejected)).toEqual([undefined, undefined, undefined]);
     const thinking = sent(before + 2).flatMap((m) => m.content.filter((b) => b.type === "thinking").map((b) => b.thinking));
     expect(thinking).toEqual(["Reading.", "Got it."]);
+  });
+});
+
+describe("the fake enforces the Messages API's rules", () => {
+  const post = async (messages: unknown[]) => {
+    const res = await fetch(`${claude.url}/messages`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "claude-fake", max_tokens: 4096, stream: true, thinking: { type: "enabled", budget_tokens: 2048 }, messages }),
+    });
+    return [res.status, ((await res.json()) as { error: { message: string } }).error.message];
+  };
+  const user = { role: "user", content: [{ type: "text", text: "hi" }] };
+  const use = { type: "tool_use", id: "toolu_x", name: "read", input: {} };
+  const result = { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_x", content: "x" }] };
+
+  it("rejects a tool loop without its thinking block, a forged signature, and a tool_use without its result", async () => {
+    expect(await post([user, { role: "assistant", content: [use] }, result])).toEqual([400, expect.stringContaining("a final `assistant` message must start with a thinking block")]);
+    const forged = { type: "thinking", thinking: "x", signature: "sig_forged" };
+    expect(await post([user, { role: "assistant", content: [forged, use] }, result])).toEqual([400, "messages.1.content.0: Invalid `signature` in `thinking` block"]);
+    expect(await post([user, { role: "assistant", content: [use] }, user])).toEqual([400, expect.stringContaining("`tool_use` ids were found without `tool_result` blocks immediately after: toolu_x")]);
   });
 });
