@@ -84,8 +84,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
         case "text-start":
         case "reasoning-start": {
           const part = event.type === "text-start"
-            ? newPart({ case: "text", value: create(TextPartSchema, { time: { start: timestampNow() }, metadata: event.metadata as JsonObject }) })
-            : newPart({ case: "reasoning", value: create(ReasoningPartSchema, { time: { start: timestampNow() }, metadata: event.metadata as JsonObject }) });
+            ? newPart({ case: "text", value: create(TextPartSchema, { time: { start: timestampNow() }, metadata: event.metadata && asObject(event.metadata) }) })
+            : newPart({ case: "reasoning", value: create(ReasoningPartSchema, { time: { start: timestampNow() }, metadata: event.metadata && asObject(event.metadata) }) });
           const value = part.kind.value as TextPart | ReasoningPart;
           const saved = await ledger.savePart(part);
           streaming.set(event.id, { part, value, seq: saved.seq, storedAt: Date.now(), length: 0 });
@@ -97,7 +97,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           const open = streaming.get(event.id);
           if (!open) break;
           // The latest metadata replaces earlier metadata, as the AI SDK does for its own steps.
-          if (event.metadata) open.value.metadata = event.metadata as JsonObject;
+          if (event.metadata) open.value.metadata = asObject(event.metadata);
           if (event.text === "") break;
           open.value.text += event.text;
           ledger.publishDelta({ messageId: target.messageId, partId: open.part.id, field: "text", delta: event.text, seq: open.seq, offset: BigInt(open.length) });
@@ -110,7 +110,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           const open = streaming.get(event.id);
           if (!open) break;
           streaming.delete(event.id);
-          if (event.metadata) open.value.metadata = event.metadata as JsonObject;
+          if (event.metadata) open.value.metadata = asObject(event.metadata);
           await finishStreaming(ledger, open);
           break;
         }
