@@ -24,7 +24,7 @@ export async function listenLoopback(handle: (req: IncomingMessage, res: ServerR
   const sockets = new Set<Socket>();
   const server = createServer((req, res) => {
     void handle(req, res).catch((error: unknown) => {
-      if (!res.headersSent) sendJson(res, 500, { error: { message: `fake server: ${String(error)}` } });
+      if (!res.headersSent) sendJson(res, 500, { error: { message: String(error), type: "server_error", code: null } });
       else res.destroy();
     });
   });
