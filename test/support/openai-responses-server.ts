@@ -10,9 +10,10 @@
  *
  * It checks every request's `input` like the real API and answers a broken one with its error
  * (`{"error":{"message","type":"invalid_request_error","param":"input","code"}}`):
- * - an `item_reference`, or an item sent with an id but without its content, names an item
+ * - an `item_reference`, or an inline reasoning item without encrypted content, names an item
  *   stored here (404 "Item with id '…' not found. Items are not persisted when `store` is set to
- *   false. …"); inline encrypted reasoning carries exactly the content issued here;
+ *   false. …"); an inline item's `id` is one issued here; inline encrypted reasoning carries
+ *   exactly the content issued here ("The encrypted content for item … could not be verified.");
  * - a reasoning item is followed by the item it led to (a message or function call): "Item
  *   '…' of type 'reasoning' was provided without its required following item.";
  * - an item sent by id whose response had a reasoning item before it comes after that reasoning
