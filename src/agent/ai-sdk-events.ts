@@ -16,7 +16,8 @@ export interface StepUsage {
 export type LoopEvent =
   | { type: "step-start" }
   | { type: "text-start" | "reasoning-start"; id: string; metadata?: Record<string, unknown> }
-  | { type: "text-delta" | "reasoning-delta"; id: string; text: string }
+  /** `metadata`: provider state carried by this delta (Anthropic sends a thinking block's signature as an empty reasoning delta). */
+  | { type: "text-delta" | "reasoning-delta"; id: string; text: string; metadata?: Record<string, unknown> }
   | { type: "text-end" | "reasoning-end"; id: string; metadata?: Record<string, unknown> }
   | { type: "tool-input-start"; callId: string; tool: string }
   | { type: "tool-call"; callId: string; tool: string; input: unknown; metadata?: Record<string, unknown> }
@@ -39,7 +40,7 @@ export function toLoopEvents<T extends ToolSet>(part: TextStreamPart<T>): LoopEv
       return [{ type: part.type, id: part.id, metadata: part.providerMetadata }];
     case "text-delta":
     case "reasoning-delta":
-      return [{ type: part.type, id: part.id, text: part.text }];
+      return [{ type: part.type, id: part.id, text: part.text, metadata: part.providerMetadata }];
     case "text-end":
     case "reasoning-end":
       return [{ type: part.type, id: part.id, metadata: part.providerMetadata }];

@@ -19,7 +19,17 @@ export interface HistoryTarget {
  *   the synthetic read output); images and PDFs go only to models whose modalities accept them,
  *   otherwise an explicit text notice; subtask parts are not sent (they run as tasks);
  * - assistant: text, reasoning and tool calls, each step's tool results as a `tool` message;
- *   interrupted tool calls get an error result; provider metadata only when the provider matches;
+ *   interrupted tool calls get an error result;
+ * - provider metadata (`providerOptions`: Anthropic thinking signatures and redacted thinking,
+ *   OpenAI Responses item ids and encrypted reasoning) goes back only to the provider that
+ *   produced it (same `providerId`); for another provider it is dropped. A reasoning part with
+ *   empty text is sent only with its metadata (Anthropic redacted thinking, an OpenAI reasoning
+ *   item without summary), so never to another provider;
+ * - reasoning is sent only together with the text or tool calls it led to: a step cut off after
+ *   its reasoning (an abort or error mid-thinking) is skipped, since providers reject reasoning
+ *   on its own (Anthropic: an assistant message left empty once an unsigned thinking block is
+ *   dropped; OpenAI Responses: "Item 'rs_…' of type 'reasoning' was provided without its required
+ *   following item");
  * - assistant messages that produced nothing are skipped.
  */
 export function toModelMessages(history: MessageWithParts[], target: HistoryTarget): ModelMessage[] {
@@ -74,7 +84,7 @@ function assistantContent(parts: Part[], sameProvider: boolean): { content: Excl
         if (part.kind.value.text !== "" && !part.kind.value.ignored) content.push({ type: "text", text: part.kind.value.text, providerOptions: options });
         break;
       case "reasoning":
-        if (part.kind.value.text !== "") content.push({ type: "reasoning", text: part.kind.value.text, providerOptions: options });
+        if (part.kind.value.text !== "" || options) content.push({ type: "reasoning", text: part.kind.value.text, providerOptions: options });
         break;
       case "tool": {
         const tool = part.kind.value;
@@ -86,6 +96,8 @@ function assistantContent(parts: Part[], sameProvider: boolean): { content: Excl
         break;
     }
   }
+  // Reasoning alone is not sent: it must come with what it led to.
+  if (content.every((c) => c.type === "reasoning")) return { content: [], results };
   return { content, results };
 }
 

@@ -13,7 +13,9 @@ const CONTEXT_OVERFLOW = /context length|context window|maximum context|too many
  * Classifies a failure of a model step as the assistant message's `error` (OpenCode
  * `MessageV2.fromError`): provider auth (401/403, missing key), API error with status code and
  * `retryable`, context overflow, model not configured, structured output, aborted, unknown.
- * Messages never carry stacks; the API error keeps at most 2,000 characters of the body.
+ * Messages never carry stacks; the API error keeps at most 2,000 characters of the body. An error
+ * a provider reports inside its stream arrives as a plain object (OpenAI `response.failed`,
+ * Anthropic's `error` event): its `message` is used, else its JSON (OpenCode falls back to JSON too).
  */
 export function toMessageError(error: unknown, providerId: string, aborted: boolean): MessageErrorInit {
   if (aborted) return { message: "The run was aborted", kind: { case: "aborted", value: {} } };
@@ -36,7 +38,18 @@ export function toMessageError(error: unknown, providerId: string, aborted: bool
     };
   }
   if (NoObjectGeneratedError.isInstance(cause)) return { message: cause.message, kind: { case: "structuredOutput", value: {} } };
-  return { message: cause instanceof Error ? cause.message : String(cause), kind: { case: "unknown", value: {} } };
+  return { message: cause instanceof Error ? cause.message : plainMessage(cause), kind: { case: "unknown", value: {} } };
+}
+
+function plainMessage(value: unknown): string {
+  if (value === null || typeof value !== "object") return String(value);
+  const message = (value as { message?: unknown }).message;
+  if (typeof message === "string") return message;
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return String(value);
+  }
 }
 
 /** Whether the step may be retried, and after how long (ms) the provider asked us to wait. */

@@ -60,6 +60,13 @@ interface Streaming {
  * moving pending → running → completed | error; and a `step_finish` part with reason, tokens and
  * cost. Whatever way the stream ends (finish, error, abort, a thrown iterator), open text parts
  * keep what they have and get `time.end`, and unfinished tool parts end in `error`.
+ *
+ * Provider metadata (`metadata` of text, reasoning and tool parts; e.g. `{ anthropic: { signature } }`,
+ * `{ openai: { itemId, reasoningEncryptedContent } }`) is taken from the start, delta and end
+ * events of a text/reasoning block, the latest one replacing earlier ones (as the AI SDK does
+ * when it sends a step back itself; OpenCode's `SessionProcessor` does the same), and from the
+ * tool-call event. A text/reasoning part cut off before its end event keeps its text but loses
+ * its metadata: a signature or item id of an unfinished block is not valid provider state.
  */
 export async function processStep(target: StepTarget, events: AsyncIterable<LoopEvent>): Promise<StepResult> {
   const { ledger } = target;
@@ -77,8 +84,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
         case "text-start":
         case "reasoning-start": {
           const part = event.type === "text-start"
-            ? newPart({ case: "text", value: create(TextPartSchema, { time: { start: timestampNow() }, metadata: event.metadata as JsonObject }) })
-            : newPart({ case: "reasoning", value: create(ReasoningPartSchema, { time: { start: timestampNow() }, metadata: event.metadata as JsonObject }) });
+            ? newPart({ case: "text", value: create(TextPartSchema, { time: { start: timestampNow() }, metadata: event.metadata && asObject(event.metadata) }) })
+            : newPart({ case: "reasoning", value: create(ReasoningPartSchema, { time: { start: timestampNow() }, metadata: event.metadata && asObject(event.metadata) }) });
           const value = part.kind.value as TextPart | ReasoningPart;
           const saved = await ledger.savePart(part);
           streaming.set(event.id, { part, value, seq: saved.seq, storedAt: Date.now(), length: 0 });
@@ -88,7 +95,10 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
         case "text-delta":
         case "reasoning-delta": {
           const open = streaming.get(event.id);
-          if (!open || event.text === "") break;
+          if (!open) break;
+          // The latest metadata replaces earlier metadata, as the AI SDK does for its own steps.
+          if (event.metadata) open.value.metadata = asObject(event.metadata);
+          if (event.text === "") break;
           open.value.text += event.text;
           ledger.publishDelta({ messageId: target.messageId, partId: open.part.id, field: "text", delta: event.text, seq: open.seq, offset: BigInt(open.length) });
           open.length += codePoints(event.text);
@@ -100,7 +110,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           const open = streaming.get(event.id);
           if (!open) break;
           streaming.delete(event.id);
-          if (event.metadata) open.value.metadata = event.metadata as JsonObject;
+          if (event.metadata) open.value.metadata = asObject(event.metadata);
           await finishStreaming(ledger, open);
           break;
         }
@@ -166,7 +176,11 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   } catch (error) {
     result.error ??= error;
   } finally {
-    for (const open of streaming.values()) await finishStreaming(ledger, open);
+    for (const open of streaming.values()) {
+      // Cut off before its end: the provider never finished this item, so its state is not kept.
+      open.value.metadata = undefined;
+      await finishStreaming(ledger, open);
+    }
     const why = result.aborted ? "aborted" : "Tool execution was interrupted";
     for (const tool of tools.values()) {
       const state = tool.value.state?.status;

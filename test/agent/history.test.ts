@@ -289,6 +289,37 @@ describe("toModelMessages: assistant messages", () => {
     const empty = toModelMessages([userMsg("u1", [text("hi")]), assistantMsg("a1", "u1", [text("x", { metadata: {} })])], TEXT_ONLY);
     expect(empty[1]).toEqual({ role: "assistant", content: [{ type: "text", text: "x" }] });
   });
+
+  it("sends reasoning with empty text only with its metadata, so only to the same provider", () => {
+    const redacted = { mock: { redactedData: "opaque" } };
+    const history = [
+      userMsg("u1", [text("hi")]),
+      assistantMsg("a1", "u1", [stepStart, reasoning("", redacted), reasoning(""), text("ok"), stepFinish("stop")]),
+    ];
+    expect(toModelMessages(history, TEXT_ONLY)[1]).toEqual({
+      role: "assistant",
+      content: [
+        { type: "reasoning", text: "", providerOptions: redacted },
+        { type: "text", text: "ok" },
+      ],
+    });
+    expect(toModelMessages(history, { providerId: "other", inputModalities: ["text"] })[1]).toStrictEqual({
+      role: "assistant",
+      content: [{ type: "text", text: "ok", providerOptions: undefined }],
+    });
+  });
+
+  it("skips a step that produced only reasoning (cut off before its answer), signed or not", () => {
+    const history = [
+      userMsg("u1", [text("think")]),
+      assistantMsg("a1", "u1", [stepStart, reasoning("Let me think"), reasoning("", { mock: { itemId: "rs_1" } })], { error: true, finish: "error" }),
+      userMsg("u2", [text("again")]),
+    ];
+    expect(toModelMessages(history, TEXT_ONLY)).toEqual([
+      { role: "user", content: [{ type: "text", text: "think" }] },
+      { role: "user", content: [{ type: "text", text: "again" }] },
+    ]);
+  });
 });
 
 describe("conversationOrder", () => {

@@ -15,10 +15,15 @@
  *
  * The usage chunk is always sent, whether or not the request asked for `stream_options.include_usage`
  * (the client only asks when `createOpenAICompatible({ includeUsage: true })`, but parses usage either way).
+ *
+ * With `{ thinking: true }` it enforces DeepSeek's thinking-mode rule for tool calls: every
+ * assistant message with `tool_calls` must carry `reasoning_content` (else 400 "Missing
+ * `reasoning_content` field in the assistant message at message index N. …", as DeepSeek answers).
  */
 import { once } from "node:events";
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
+import { listenLoopback, readJsonObject, sendJson } from "./fake-http.js";
+import { sleep } from "./wait.js";
 
 /** Token counts reported for a reply; mapped to OpenAI's `usage` object. */
 export interface ScriptedUsage {
@@ -65,6 +70,8 @@ export interface RecordedRequest {
   /** The parsed JSON body (model, messages, tools, stream, ...). */
   body: Record<string, unknown>;
   headers: IncomingHttpHeaders;
+  /** The 400 message when the request broke the `thinking` rule, else undefined. */
+  rejected?: string;
   /**
    * How the response ended: undefined while it is still open, `"finished"` when the fake sent
    * all of it, `"aborted"` when the client went away first (e.g. a hung reply the client aborted).
@@ -80,6 +87,8 @@ export interface FakeOpenAI {
   requests: RecordedRequest[];
   /** Queues replies, consumed one per request in order. */
   push(...replies: ScriptedReply[]): void;
+  /** Drops queued replies (so a failed test's leftovers never answer the next test). */
+  reset(): void;
   /** The reply used when the queue is empty (default: a 500 error, so tests notice). */
   setFallback(reply: ScriptedReply): void;
   /** Stops listening and destroys every open connection (including hung ones). */
@@ -94,43 +103,36 @@ const DEFAULT_FALLBACK: ScriptedReply = {
   body: { error: { message: "fake OpenAI: no scripted reply queued", type: "server_error", code: "no_script" } },
 };
 
-/** Starts a fake OpenAI chat-completions server on 127.0.0.1 with an ephemeral port. */
-export async function startFakeOpenAI(): Promise<FakeOpenAI> {
+/**
+ * Starts a fake OpenAI chat-completions server on 127.0.0.1 with an ephemeral port.
+ * `options.thinking`: enforce the thinking-mode rule described above.
+ */
+export async function startFakeOpenAI(options: { thinking?: boolean } = {}): Promise<FakeOpenAI> {
   const queue: ScriptedReply[] = [];
   let fallback: ScriptedReply = DEFAULT_FALLBACK;
   const requests: RecordedRequest[] = [];
-  const sockets = new Set<Socket>();
   let counter = 0;
 
-  const server = createServer((req, res) => {
-    void handle(req, res).catch((error: unknown) => {
-      if (!res.headersSent) sendJson(res, 500, { error: { message: String(error), type: "server_error", code: null } });
-      else res.destroy();
-    });
-  });
-  server.on("connection", (socket) => {
-    sockets.add(socket);
-    socket.on("close", () => sockets.delete(socket));
-  });
-
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const server = await listenLoopback(async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = (req.url ?? "").split("?")[0];
     if (req.method !== "POST" || !path.endsWith("/chat/completions")) {
       sendJson(res, 404, { error: { message: `fake OpenAI: no route ${req.method} ${path}`, type: "invalid_request_error", code: null } });
       return;
     }
-    const raw = await readBody(req);
     let body: Record<string, unknown>;
     try {
-      const parsed: unknown = JSON.parse(raw);
-      if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw new Error("body is not an object");
-      body = parsed as Record<string, unknown>;
+      body = await readJsonObject(req);
     } catch (error) {
       sendJson(res, 400, { error: { message: `fake OpenAI: bad JSON body: ${String(error)}`, type: "invalid_request_error", code: null } });
       return;
     }
     const record: RecordedRequest = { body, headers: req.headers };
     requests.push(record);
+    record.rejected = options.thinking ? missingReasoning(body) : undefined;
+    if (record.rejected) {
+      sendJson(res, 400, { error: { message: record.rejected, type: "invalid_request_error", param: null, code: "invalid_request_error" } });
+      return;
+    }
     res.once("close", () => (record.end = res.writableFinished ? "finished" : "aborted"));
     const reply = queue.shift() ?? fallback;
     const id = `chatcmpl-fake-${++counter}`;
@@ -142,45 +144,26 @@ export async function startFakeOpenAI(): Promise<FakeOpenAI> {
     } else {
       completeReply(res, reply, id, model);
     }
-  }
-
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      server.off("error", reject);
-      resolve();
-    });
   });
-  const { port } = server.address() as AddressInfo;
 
   return {
-    url: `http://127.0.0.1:${port}/v1`,
+    url: `${server.origin}/v1`,
     requests,
     push: (...replies) => void queue.push(...replies),
+    reset: () => void queue.splice(0),
     setFallback: (reply) => {
       fallback = reply;
     },
-    close: async () => {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      for (const socket of sockets) socket.destroy();
-      await closed;
-    },
+    close: server.close,
   };
 }
 
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const parts: Buffer[] = [];
-    req.on("data", (chunk: Buffer) => parts.push(chunk));
-    req.on("end", () => resolve(Buffer.concat(parts).toString("utf8")));
-    req.on("error", reject);
-  });
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(text) });
-  res.end(text);
+/** DeepSeek's thinking-mode error for an assistant tool-call message sent back without its reasoning. */
+function missingReasoning(body: Record<string, unknown>): string | undefined {
+  const messages = (Array.isArray(body.messages) ? body.messages : []) as Array<{ role?: string; tool_calls?: unknown[]; reasoning_content?: unknown }>;
+  const index = messages.findIndex((m) => m.role === "assistant" && (m.tool_calls?.length ?? 0) > 0 && typeof m.reasoning_content !== "string");
+  if (index < 0) return undefined;
+  return `Missing \`reasoning_content\` field in the assistant message at message index ${index}. For more information, please refer to https://api-docs.deepseek.com/guides/thinking_mode#tool-calls`;
 }
 
 function defaultErrorBody(status: number): unknown {
@@ -209,8 +192,6 @@ function usageJson(usage: ScriptedUsage | undefined): Record<string, unknown> {
     ...(u.reasoning_tokens !== undefined ? { completion_tokens_details: { reasoning_tokens: u.reasoning_tokens } } : {}),
   };
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function streamReply(res: ServerResponse, reply: Extract<ScriptedReply, { kind: "stream" }>, id: string, model: string): Promise<void> {
   res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });

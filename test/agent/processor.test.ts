@@ -1,0 +1,58 @@
+import type { LanguageModelV3, LanguageModelV3StreamResult } from "@ai-sdk/provider";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ReasoningPart, TextPart } from "../../gen/ledger/v1/part_pb.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { mockResolver, reasoningParts, reply, scriptedModel, textParts, textReply, type ModelKey } from "../support/mock-models.js";
+import { text } from "../support/prompt.js";
+import { assistantOf } from "../support/stored.js";
+
+// How processStep keeps provider metadata, through the real service with the AI SDK's
+// MockLanguageModelV3 as the model (see loop.test.ts for the rest of the loop).
+
+const models: Partial<Record<ModelKey, LanguageModelV3>> = {};
+let t: TestLedger;
+
+beforeAll(async () => {
+  t = await startTestLedger({ model: "mock/model", retry: { attempts: 0, initial_ms: 0, max_ms: 0 } }, { models: mockResolver(models) });
+});
+afterAll(async () => {
+  await t?.close();
+});
+
+async function run(script: LanguageModelV3StreamResult[], words: string) {
+  const mock = scriptedModel(script);
+  models["mock/model"] = mock;
+  const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+  await t.client.prompt({ sessionId, parts: [text(words)] });
+  const { messages } = await t.client.listMessages({ sessionId });
+  return { mock, messages, sessionId };
+}
+
+const meta = (value: string) => ({ mock: { signature: value } });
+
+describe("provider metadata of streamed blocks", () => {
+  it("keeps metadata that arrives on a delta (an Anthropic signature), the latest replacing earlier ones", async () => {
+    const parts = reasoningParts("thinking", "r1", meta("start"));
+    parts.splice(-1, 1, { type: "reasoning-delta", id: "r1", delta: "", providerMetadata: meta("sig-delta") }, { type: "reasoning-end", id: "r1" });
+    const { mock, messages, sessionId } = await run([reply([...parts, ...textParts("Yes.")], "stop"), textReply("again")], "one");
+    expect(messages[1]!.parts.map((p) => p.kind.case)).toEqual(["stepStart", "reasoning", "text", "stepFinish"]);
+    expect((messages[1]!.parts[1]!.kind.value as ReasoningPart).metadata).toEqual(meta("sig-delta"));
+    await t.client.prompt({ sessionId, parts: [text("two")] });
+    expect(mock.doStreamCalls[1]!.prompt[2]).toEqual({
+      role: "assistant",
+      content: [
+        { type: "reasoning", text: "thinking", providerOptions: meta("sig-delta") },
+        { type: "text", text: "Yes." },
+      ],
+    });
+  });
+
+  it("drops the metadata of a block cut off before its end; its text stays", async () => {
+    const cut = reply([...textParts("Partial", "t1", meta("item")).slice(0, -1), { type: "error", error: new Error("stream broke") }], "other");
+    const { messages } = await run([cut], "go");
+    expect(assistantOf(messages[1])?.error?.kind.case).toBe("unknown");
+    const part = messages[1]!.parts.find((p) => p.kind.case === "text")!.kind.value as TextPart;
+    expect(part.text).toBe("Partial");
+    expect(part.metadata).toBeUndefined();
+  });
+});
