@@ -47,6 +47,12 @@ export interface StepTarget {
 interface Streaming {
   part: Part;
   value: TextPart | ReasoningPart;
+  /**
+   * The text as the provider sent it. Each snapshot stores a copy of it in `value.text`, which
+   * storage cleans in place (NUL, lone surrogates → U+FFFD), so a surrogate pair split across two
+   * deltas is whole again in the next snapshot.
+   */
+  raw: string;
   seq: bigint;
   storedAt: number;
   /** Length of `value.text` in Unicode code points (delta offsets count these). */
@@ -88,7 +94,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
             : newPart({ case: "reasoning", value: create(ReasoningPartSchema, { time: { start: timestampNow() }, metadata: event.metadata && asObject(event.metadata) }) });
           const value = part.kind.value as TextPart | ReasoningPart;
           const saved = await ledger.savePart(part);
-          streaming.set(event.id, { part, value, seq: saved.seq, storedAt: Date.now(), length: 0 });
+          streaming.set(event.id, { part, value, raw: "", seq: saved.seq, storedAt: Date.now(), length: 0 });
           result.produced = true;
           break;
         }
@@ -99,7 +105,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           // The latest metadata replaces earlier metadata, as the AI SDK does for its own steps.
           if (event.metadata) open.value.metadata = asObject(event.metadata);
           if (event.text === "") break;
-          open.value.text += event.text;
+          open.raw += event.text;
           ledger.publishDelta({ messageId: target.messageId, partId: open.part.id, field: "text", delta: event.text, seq: open.seq, offset: BigInt(open.length) });
           open.length += codePoints(event.text);
           if (Date.now() - open.storedAt >= SNAPSHOT_INTERVAL_MS) await snapshot(ledger, open);
@@ -193,6 +199,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
 }
 
 async function snapshot(ledger: SessionLedger, open: Streaming): Promise<void> {
+  open.value.text = open.raw;
   const saved = await ledger.savePart(open.part);
   open.seq = saved.seq;
   open.storedAt = Date.now();

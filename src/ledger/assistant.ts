@@ -2,6 +2,7 @@ import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
 import { SessionEventSchema, type SessionEvent, type SessionStatus, type SessionStatusSchema } from "../../gen/ledger/v1/event_pb.js";
 import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
+import { storableText } from "../storage/jsonb.js";
 import { insertMessage, insertParts, updateMessage, updatePart } from "../storage/message-store.js";
 import type { WriterDeps } from "./writer.js";
 import { writeSession } from "./writer.js";
@@ -27,7 +28,7 @@ export interface SessionLedger {
   reportError(error: NonNullable<MessageInitShape<typeof SessionEventSchema>["kind"]> & { case: "sessionError" }): Promise<SessionEvent>;
   /**
    * Sends a live `part_delta` (not stored) carrying `seq`, the seq of the part snapshot it
-   * extends, straight to the bus.
+   * extends, straight to the bus; its text follows the storage rule (`storableText`).
    */
   publishDelta(delta: { messageId: string; partId: string; field: string; delta: string; seq: bigint; offset: bigint }): void;
 }
@@ -58,6 +59,8 @@ export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedge
     reportError: (error) => one(async (w) => w.emit(error)),
     publishDelta(delta) {
       const { seq, ...value } = delta;
+      // Not stored, but held to the storage rule, so a client's assembled text matches the snapshots.
+      value.delta = storableText(value.delta);
       const event = create(SessionEventSchema, { sessionId, seq, kind: { case: "partDelta", value } });
       deps.bus.publish([event]);
       deps.relay?.delta(event);

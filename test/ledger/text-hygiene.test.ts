@@ -1,4 +1,5 @@
 import { fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
+import type { LanguageModelV3 } from "@ai-sdk/provider";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -7,6 +8,7 @@ import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { mockResolver, reply, scriptedModel, textParts, textReply, toolCallParts, type ModelKey } from "../support/mock-models.js";
 
 // One rule for every string the service stores (src/storage/jsonb.ts `makeStorable`): NUL and
 // lone UTF-16 surrogates become U+FFFD wherever they are — text, Struct keys and values at any
@@ -14,11 +16,12 @@ import { startTestLedger, type TestLedger } from "../support/ledger.js";
 // sent as raw Connect JSON, as the issue's examples were: `\u0000` and `\ud800` escapes included.
 
 const R = "\uFFFD";
+const models: Partial<Record<ModelKey, LanguageModelV3>> = {};
 let t: TestLedger;
 let sessionId: string;
 
 beforeAll(async () => {
-  t = await startTestLedger({ command: { echo: { template: "Echo: $ARGUMENTS" } } });
+  t = await startTestLedger({ model: "mock/model", command: { echo: { template: "Echo: $ARGUMENTS" } } }, { models: mockResolver(models) });
   sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
 });
 afterAll(() => t?.close());
@@ -153,5 +156,28 @@ describe("sessions, parts and commands follow the same rule", () => {
     const token = Buffer.from(JSON.stringify({ t: new Date().toISOString(), id: "ses_\u0000" })).toString("base64url");
     const paged = await post("ListSessions", JSON.stringify({ pageToken: token }));
     expect([paged.status, paged.json.code, paged.json.message]).toEqual([400, "invalid_argument", "page_token: is not a page token issued by this service"]);
+  });
+});
+
+describe("what the model sends follows the same rule", () => {
+  it("text deltas, the stored text and a tool call's input: U+FFFD live and stored", async () => {
+    models["mock/model"] = scriptedModel([
+      reply([...textParts("one\u0000two \ud800three"), ...toolCallParts("call_1", "glob", { pattern: "*\u0000.md\ud800" })], "tool-calls"),
+      textReply("done"),
+    ]);
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const deltas: string[] = [];
+    for await (const res of t.client.promptStream({ sessionId, parts: [{ kind: { case: "text", value: { text: "go" } } }] })) {
+      const kind = res.event!.kind;
+      if (kind.case === "partDelta") deltas.push(kind.value.delta);
+    }
+    expect(deltas.join("").startsWith(`one${R}two ${R}three`)).toBe(true);
+    const { messages } = await t.client.listMessages({ sessionId });
+    const parts = messages.flatMap((m) => m.parts);
+    const texts = parts.flatMap((p) => (p.kind.case === "text" && !p.kind.value.synthetic ? [p.kind.value.text] : []));
+    expect(texts).toEqual(["go", `one${R}two ${R}three`, "done"]);
+    const tool = parts.find((p) => p.kind.case === "tool")!;
+    const state = tool.kind.case === "tool" ? tool.kind.value.state?.status : undefined;
+    expect(state?.value && "input" in state.value && state.value.input).toEqual({ pattern: `*${R}.md${R}` });
   });
 });
