@@ -27,9 +27,9 @@ export function newId<P extends IdPrefix>(prefix: P): IdOf<P> {
 
 /** How each kind of id is written, in words for error messages ("ses_ followed by 26 Crockford base32 characters"). */
 export const ID_FORMAT: Readonly<Record<IdPrefix, string>> = {
-  ses: "ses_ followed by 26 Crockford base32 characters (0-9, A-Z without I, L, O, U)",
-  msg: "msg_ followed by 26 Crockford base32 characters (0-9, A-Z without I, L, O, U)",
-  prt: "prt_ followed by 26 Crockford base32 characters (0-9, A-Z without I, L, O, U)",
+  ses: "ses_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
+  msg: "msg_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
+  prt: "prt_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
 };
 
 /** True when `value` is `prefix_` + a valid ULID. */
