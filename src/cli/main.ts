@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { toJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Command, InvalidArgumentError, Option } from "commander";
@@ -12,6 +13,7 @@ import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
 
 const program = new Command("ledger")
   .description("session-ledger: a gRPC/Connect service that stores agent prompts as an ordered ledger of messages and parts")
+  .version(packageVersion(), "-V, --version", "print the version")
   .showHelpAfterError();
 
 program
@@ -126,6 +128,12 @@ program
       } while (pageToken);
     }),
   );
+
+/** The `version` of the package.json next to src/ (the one `ledger` runs from). */
+function packageVersion(): string {
+  const file = new URL("../../package.json", import.meta.url);
+  return (JSON.parse(readFileSync(file, "utf8")) as { version: string }).version;
+}
 
 function collect(value: string, previous: string[]): string[] {
   return [...previous, value];

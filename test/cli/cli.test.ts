@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdir, mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -167,6 +167,21 @@ describe("ledger prompt / messages / sessions", () => {
       expectOk(messages);
       expect(messages.stdout).toContain(`message ${printed.messageId}  user`);
       expect(messages.stdout).toContain("what does this do?");
+    },
+    CLI_TIMEOUT,
+  );
+});
+
+describe("ledger --version", () => {
+  it(
+    "prints the package version and exits 0",
+    async () => {
+      const { version } = JSON.parse(await readFile(path.resolve(import.meta.dirname, "../../package.json"), "utf8")) as { version: string };
+      for (const flag of ["--version", "-V"]) {
+        const run = await ledger(flag);
+        expectOk(run);
+        expect(run.stdout).toBe(`${version}\n`);
+      }
     },
     CLI_TIMEOUT,
   );
