@@ -154,7 +154,8 @@ export const CONFIG_FILE_NAMES = ["ledger.json", "ledger.jsonc"];
  * Loads configuration: `explicitPath` (from `--config`), else `LEDGER_CONFIG`, else `ledger.json`
  * / `ledger.jsonc` in `cwd`, else built-in defaults. `{env:NAME}` in any string is replaced by
  * that environment variable (empty when unset). Throws `ConfigError` naming the file and the
- * offending key when the file is missing (explicit path), not JSONC, or fails the schema.
+ * offending key when the file is missing (explicit path), not JSONC (naming the line and column),
+ * or fails the schema.
  */
 export function loadConfig(options: { explicitPath?: string; cwd?: string; env?: NodeJS.ProcessEnv } = {}): LedgerConfig {
   const env = options.env ?? process.env;
@@ -174,13 +175,19 @@ export function loadConfig(options: { explicitPath?: string; cwd?: string; env?:
   return config;
 }
 
-/** Parses JSONC text into a validated `ConfigFile`; `{env:NAME}` substituted. Throws `ConfigError`. */
+/**
+ * Parses JSONC text into a validated `ConfigFile`; `{env:NAME}` substituted. Throws `ConfigError`:
+ * `<file>: invalid JSONC at line L, column C: value expected` (1-based) for a syntax error,
+ * `<file>: <key path>: <why>` for a schema failure.
+ */
 export function parseConfigText(text: string, file: string, env: NodeJS.ProcessEnv = process.env): ConfigFile {
   const errors: ParseError[] = [];
   const raw: unknown = parseJsonc(text, errors, { allowTrailingComma: true });
   if (errors.length > 0) {
     const first = errors[0]!;
-    throw new ConfigError(`${file}: invalid JSONC at offset ${first.offset}: ${printParseErrorCode(first.error)}`);
+    const { line, column } = lineAndColumn(text, first.offset);
+    const what = printParseErrorCode(first.error).replace(/(?<=[a-z])([A-Z])/g, " $1").toLowerCase();
+    throw new ConfigError(`${file}: invalid JSONC at line ${line}, column ${column}: ${what}`);
   }
   const parsed = configFileSchema.safeParse(substituteEnv(raw, env));
   if (!parsed.success) {
@@ -188,6 +195,13 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
     throw new ConfigError(`${file}: ${issue.path.join(".") || "(root)"}: ${issue.message}`);
   }
   return parsed.data;
+}
+
+/** The 1-based line and column (in UTF-16 code units, as editors count) of `offset` in `text`. */
+export function lineAndColumn(text: string, offset: number): { line: number; column: number } {
+  const before = text.slice(0, offset);
+  const lineStart = before.lastIndexOf("\n") + 1;
+  return { line: before.split("\n").length, column: offset - lineStart + 1 };
 }
 
 /** Configuration is unusable; the message names the file and key. */

@@ -187,6 +187,22 @@ describe("ledger --version", () => {
   );
 });
 
+describe("ledger.json syntax errors", () => {
+  it(
+    "name the file, line and column; exit 1",
+    async () => {
+      const project = path.join(dir, "bad-config");
+      await mkdir(project);
+      await writeFile(path.join(project, "ledger.json"), '{\n  "model": "local/qwen",\n  "roots": [\n}\n');
+      const run = await finished(start(["sessions", ...dbArgs()], project));
+      expect(run.code, run.stderr).toBe(1);
+      expect(run.stderr).toBe(`error: ${path.join(project, "ledger.json")}: invalid JSONC at line 4, column 1: value expected\n`);
+      expect(run.stdout).toBe("");
+    },
+    CLI_TIMEOUT,
+  );
+});
+
 describe("ledger prompt failures", () => {
   it(
     "exits 1 naming the field and leaves no empty session behind",
