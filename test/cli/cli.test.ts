@@ -1,10 +1,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from "node:fs/promises";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { ADMIN_URL, createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 
 const BIN = path.resolve(import.meta.dirname, "../../bin/ledger.js");
@@ -42,8 +43,8 @@ function dbArgs(): string[] {
   return TEST_ENGINE === "pglite" ? ["--db", path.join(dir, "db")] : [];
 }
 
-function start(args: string[], cwd = dir): ChildProcess {
-  return spawn(process.execPath, [BIN, ...args], { cwd, env: childEnv(), stdio: ["ignore", "pipe", "pipe"] });
+function start(args: string[], cwd = dir, env: NodeJS.ProcessEnv = {}): ChildProcess {
+  return spawn(process.execPath, [BIN, ...args], { cwd, env: { ...childEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] });
 }
 
 interface Run {
@@ -198,6 +199,39 @@ describe("ledger.json syntax errors", () => {
       expect(run.code, run.stderr).toBe(1);
       expect(run.stderr).toBe(`error: ${path.join(project, "ledger.json")}: invalid JSONC at line 4, column 1: value expected\n`);
       expect(run.stdout).toBe("");
+    },
+    CLI_TIMEOUT,
+  );
+});
+
+describe("an unusable DATABASE_URL", () => {
+  // About DATABASE_URL, so the PGlite run has nothing to add.
+  it.skipIf(TEST_ENGINE === "pglite")(
+    "a missing database or a closed port: serve and the client commands print the cause and exit 1",
+    async () => {
+      const missing = new URL(ADMIN_URL);
+      missing.pathname = "/ledger_cli_no_such_db";
+      const server = net.createServer();
+      await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+      const { port } = server.address() as net.AddressInfo;
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      const closed = `postgres://postgres@127.0.0.1:${port}/ledger`;
+      const cases: Array<[string[], string, string]> = [
+        [["sessions"], missing.toString(), 'database "ledger_cli_no_such_db" does not exist'],
+        [["serve", "--port", "0"], missing.toString(), 'database "ledger_cli_no_such_db" does not exist'],
+        [["serve", "--port", "0"], closed, `connect ECONNREFUSED 127.0.0.1:${port}`],
+        [["prompt", "--no-reply", "hi"], closed, `connect ECONNREFUSED 127.0.0.1:${port}`],
+        [["messages", "ses_01M8N3PWC98KEGMQ42T22BSJ1B"], closed, `connect ECONNREFUSED 127.0.0.1:${port}`],
+      ];
+      const runs = await Promise.all(cases.map(([args, url]) => finished(start(args, dir, { DATABASE_URL: url }))));
+      runs.forEach((run, i) => {
+        const [args, , cause] = cases[i]!;
+        expect(run.code, `ledger ${args.join(" ")}: ${run.stderr}`).toBe(1);
+        expect(run.stderr).toContain(`: ${cause}\n`);
+        expect(run.stderr).toMatch(/^error: database postgres:\/\/\S+: /m);
+        expect(run.stderr).not.toContain("(unknown)");
+        expect(run.stdout).toBe("");
+      });
     },
     CLI_TIMEOUT,
   );
