@@ -8,7 +8,7 @@ import { loadConfig, parseModelRef } from "../config/config.js";
 import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
 import { withClient, type ClientOptions } from "./client.js";
 import { formatMessage, formatSession } from "./print.js";
-import { runPrompt, type PromptOptions } from "./prompt.js";
+import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
 
 const program = new Command("ledger")
@@ -50,7 +50,7 @@ program
   .command("prompt")
   .description("send a prompt (text plus files) and stream the reply, or print the stored message")
   .argument("<text>", "the prompt text")
-  .option("--file <path>", "attach a file or directory (repeatable)", collect, [])
+  .option("--file <path>", "attach a file or directory (repeatable; must exist)", collect, [])
   .option("--session <id>", "prompt this session (default: a new session)")
   .option("--dir <dir>", "directory of the new session (default: the current directory)")
   .option("--agent <name>", "agent to answer (default: the configured default agent)")
@@ -79,6 +79,8 @@ Exit codes:
   ${EXIT_ABORTED}  the run was aborted (Ctrl-C, or "ledger abort" from elsewhere)`,
   )
   .action(async (text: string, opts: PromptOptions) => {
+    // A missing --file is the user's mistake: refuse it before starting or calling a server.
+    await checkFiles(opts.file);
     process.exitCode = await withClient(opts, (client) => runPrompt(client, text, opts));
   });
 

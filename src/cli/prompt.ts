@@ -161,6 +161,31 @@ function exitCodeOf(message: MessageWithParts | undefined): number {
   return error.kind.case === "aborted" ? EXIT_ABORTED : EXIT_FAILED;
 }
 
+/**
+ * Checks that every `--file` path exists (as the CLI sees it), before anything is sent: the
+ * server would store a missing file as a "File not found" text and the prompt would succeed.
+ * Throws an `Error` naming the first path that cannot be used, as given and resolved, e.g.
+ * `--file nope.txt: no such file or directory (/home/me/nope.txt)`.
+ */
+export async function checkFiles(files: string[]): Promise<void> {
+  for (const file of files) {
+    const absolute = path.resolve(file);
+    const problem = await stat(absolute).then(
+      () => undefined,
+      (error: NodeJS.ErrnoException) => STAT_ERRORS[error.code ?? ""] ?? error.message,
+    );
+    if (problem) throw new Error(`--file ${file}: ${problem} (${absolute})`);
+  }
+}
+
+const STAT_ERRORS: Readonly<Record<string, string>> = {
+  ENOENT: "no such file or directory",
+  ENOTDIR: "no such file or directory",
+  EACCES: "permission denied",
+  ELOOP: "too many symbolic links",
+  ENAMETOOLONG: "name too long",
+};
+
 async function fileDraft(file: string): Promise<PartInput> {
   const absolute = path.resolve(file);
   const info = await stat(absolute).catch(() => undefined);

@@ -251,6 +251,26 @@ describe("ledger prompt failures", () => {
     },
     CLI_TIMEOUT,
   );
+
+  it(
+    "a --file that does not exist: exit 1 naming the path, before any request; no session is made",
+    async () => {
+      const before = await ledger("sessions", "--json", ...dbArgs());
+      expectOk(before);
+      const run = await ledger("prompt", "--no-reply", "read this", "--file", "package.json", "--file", "nope.txt", ...dbArgs());
+      expect(run.code, run.stderr).toBe(1);
+      expect(run.stderr).toBe(`error: --file nope.txt: no such file or directory (${path.join(dir, "nope.txt")})\n`);
+      expect(run.stdout).toBe("");
+      // Checked before connecting: an unreachable --url is never tried.
+      const viaUrl = await ledger("prompt", "hi", "--file", "nope.txt", "--url", "http://127.0.0.1:9");
+      expect(viaUrl.code, viaUrl.stderr).toBe(1);
+      expect(viaUrl.stderr).toContain("--file nope.txt: no such file or directory");
+      expect(viaUrl.stderr).not.toMatch(/ECONNREFUSED|Unavailable/);
+      const after = await ledger("sessions", "--json", ...dbArgs());
+      expect(after.stdout).toBe(before.stdout);
+    },
+    CLI_TIMEOUT,
+  );
 });
 
 describe("ledger serve", () => {
