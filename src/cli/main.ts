@@ -3,7 +3,7 @@ import { toJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
-import { ListSessionsResponseSchema } from "../../gen/ledger/v1/service_pb.js";
+import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { loadConfig, parseModelRef } from "../config/config.js";
 import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
 import { withClient, type ClientOptions } from "./client.js";
@@ -59,7 +59,7 @@ program
   .option("--url <url>", "talk to a running server instead of starting one")
   .option("--db <dir>", "embedded database directory when no --url (default ./.ledger/db)")
   .option("--config <path>", "config file")
-  .option("--json", "print the stored message, or the final assistant message, as JSON (no live output)")
+  .option("--json", "print the stored message, or the final assistant message, as one line of JSON (no live output)")
   .addHelpText(
     "after",
     `
@@ -102,11 +102,14 @@ program
   .option("--url <url>", "talk to a running server instead of starting one")
   .option("--db <dir>", "embedded database directory when no --url")
   .option("--config <path>", "config file")
-  .option("--json", "print JSON")
+  .option("--json", "print JSON Lines: one session per line (nothing when there is none)")
   .action(async (opts: ClientOptions & { json?: boolean }) =>
     withClient(opts, async (client) => {
       const res = await client.listSessions({ pageSize: 1000 });
-      if (opts.json) return print(toJsonString(ListSessionsResponseSchema, res, { prettySpaces: 2 }));
+      if (opts.json) {
+        for (const s of res.sessions) print(toJsonString(SessionSchema, s));
+        return;
+      }
       if (res.sessions.length === 0) return print("no sessions");
       for (const s of res.sessions) print(formatSession(s));
     }),
@@ -119,13 +122,13 @@ program
   .option("--url <url>", "talk to a running server instead of starting one")
   .option("--db <dir>", "embedded database directory when no --url")
   .option("--config <path>", "config file")
-  .option("--json", "print JSON")
+  .option("--json", "print JSON Lines: one message with its parts per line, oldest first")
   .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
     withClient(opts, async (client) => {
       let pageToken = "";
       do {
         const res = await client.listMessages({ sessionId, pageToken, pageSize: 200 });
-        for (const m of res.messages) print(opts.json ? toJsonString(MessageWithPartsSchema, m, { prettySpaces: 2 }) : `${formatMessage(m)}\n`);
+        for (const m of res.messages) print(opts.json ? toJsonString(MessageWithPartsSchema, m) : `${formatMessage(m)}\n`);
         pageToken = res.nextPageToken;
       } while (pageToken);
     }),

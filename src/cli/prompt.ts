@@ -39,8 +39,8 @@ interface Request {
  * when no model is configured (a note on stderr says how to add one), it stores the message and
  * prints it (unary `Prompt`). Otherwise it streams the run with `PromptStream` and renders it
  * live (see `PromptRenderer`), or, with `--json`, waits for the final assistant message
- * (unary `Prompt`) and prints it as JSON. While a run is going, the first Ctrl-C aborts it
- * (Abort RPC) and waits for the end; a second one exits at once with {@link EXIT_ABORTED}.
+ * (unary `Prompt`) and prints it as one line of JSON (JSON Lines, like every `--json`). While
+ * a run is going, the first Ctrl-C aborts it (Abort RPC) and waits for the end; a second one exits at once with {@link EXIT_ABORTED}.
  * A `model` that is not "provider/model" (no slash, or a blank side) throws `InvalidArgumentError`
  * on `--model` before any request is sent; request failures reject with the `ConnectError`.
  */
@@ -75,7 +75,7 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
 
   if (noReply) {
     const res = await client.prompt(request).catch(forget);
-    if (opts.json) print(toJsonString(MessageWithPartsSchema, res.message!, { prettySpaces: 2 }));
+    if (opts.json) print(toJsonString(MessageWithPartsSchema, res.message!));
     else print(`session ${sessionId}\n${formatMessage(res.message!)}`);
     return EXIT_OK;
   }
@@ -83,7 +83,7 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
     const interrupt = onInterrupt(() => void abort(client, sessionId, (text) => process.stderr.write(text)));
     try {
       const res = await client.prompt(request).catch(forget);
-      print(toJsonString(MessageWithPartsSchema, res.message!, { prettySpaces: 2 }));
+      print(toJsonString(MessageWithPartsSchema, res.message!));
       return exitCodeOf(res.message);
     } finally {
       interrupt.dispose();

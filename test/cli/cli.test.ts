@@ -71,6 +71,18 @@ async function ledger(...args: string[]): Promise<Run> {
   return finished(start(args));
 }
 
+/** Parses JSON Lines: every line one compact JSON value, the output ending with a newline. */
+function jsonLines(stdout: string): unknown[] {
+  expect(stdout.endsWith("\n") || stdout === "").toBe(true);
+  return stdout
+    .split("\n")
+    .slice(0, -1)
+    .map((line) => {
+      expect(line).not.toMatch(/^\s|\n/);
+      return JSON.parse(line) as unknown;
+    });
+}
+
 function expectOk(run: Run): void {
   expect(run.code, `exit code; stderr:\n${run.stderr}`).toBe(0);
 }
@@ -148,6 +160,22 @@ describe("ledger prompt / messages / sessions", () => {
       // Most recently updated first: the --json prompt's session, then the first one.
       expect(rows.map((r) => r.split(/\s+/)[0])).toEqual([user.sessionId, printed.sessionId]);
       expect(rows[1]).toContain(`1 msgs  ${dir}`);
+
+      // Every --json output is JSON Lines: one compact object per line.
+      expect(json.stdout.split("\n")).toEqual([expect.any(String), ""]);
+      const sessionsJson = await ledger("sessions", "--json", ...dbArgs());
+      expectOk(sessionsJson);
+      const sessionLines = jsonLines(sessionsJson.stdout) as Array<{ id: string; directory: string; messageCount: number }>;
+      expect(sessionLines.map((s) => [s.id, s.directory, s.messageCount])).toEqual([
+        [user.sessionId, dir, 1],
+        [printed.sessionId, dir, 1],
+      ]);
+      await ledger("prompt", "--no-reply", "a second message", "--session", printed.sessionId!, ...dbArgs()).then(expectOk);
+      const messagesJson = await ledger("messages", "--json", printed.sessionId!, ...dbArgs());
+      expectOk(messagesJson);
+      const messageLines = jsonLines(messagesJson.stdout) as JsonMessage[];
+      expect(messageLines.map((m) => m.message.user.id)[0]).toBe(printed.messageId);
+      expect(messageLines.map((m) => m.parts[0]?.text?.text)).toEqual(["explain this project", "a second message"]);
     },
     CLI_TIMEOUT,
   );
