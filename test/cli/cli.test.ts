@@ -405,7 +405,7 @@ describe("ledger prompt with a model (streamed)", () => {
         },
         {
           kind: "stream",
-          chunks: [{ text: "The notes " }, { text: "contain a greeting" }, { text: ": hi there." }],
+          chunks: [{ reasoning: "The file holds a greeting." }, { text: "The notes " }, { text: "contain a greeting" }, { text: ": hi there." }],
           delayMs: 20,
           usage: { prompt_tokens: 1200, completion_tokens: 30 },
         },
@@ -433,6 +433,24 @@ describe("ledger prompt with a model (streamed)", () => {
       const messages = await finished(start(["messages", sessionId!, ...dbArgs()], project));
       expectOk(messages);
       expect(messages.stdout.match(/ assistant /g)).toHaveLength(2);
+      // Every part says what it holds: the tool and its state, the retry, the reasoning, each step's finish and tokens.
+      const listed = messages.stdout.split("\n").flatMap((line) => {
+        const m = /^ +\d+\. prt_\w{26} {2}(\S+)(?: +(.*))?$/.exec(line);
+        return m ? [`${m[1]} ${m[2] ?? ""}`] : [];
+      });
+      const assistantParts = listed.slice(listed.findIndex((l) => l.startsWith("retry")));
+      expect(assistantParts).toEqual([
+        expect.stringMatching(/^retry attempt 1: api: /),
+        "stepStart ",
+        "tool read  completed  notes.txt",
+        "stepFinish reason=tool-calls  tokens in 1000, out 10, reasoning 0, cache r/w 0/0  cost $0.0010",
+        "stepStart ",
+        "reasoning The file holds a greeting.",
+        "text The notes contain a greeting: hi there.",
+        "stepFinish reason=stop  tokens in 1200, out 30, reasoning 0, cache r/w 0/0  cost $0.0013",
+      ]);
+      expect(messages.stdout).toMatch(/^message msg_\w+ {2}assistant {2}agent=build {2}model=local\/qwen {2}finish=tool-calls$/m);
+      expect(messages.stdout).toMatch(/^message msg_\w+ {2}assistant {2}agent=build {2}model=local\/qwen {2}finish=stop$/m);
     },
     CLI_TIMEOUT,
   );
