@@ -26,7 +26,7 @@ program
   .action(async (opts: { host: string; port: number; db?: string; config?: string }) => {
     // Loaded on use: the server stack (database, AI SDK, ...) is not needed for --help or --url.
     const { startLocal } = await import("./local.js");
-    const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db, host: opts.host, port: opts.port });
+    const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db, host: opts.host, port: opts.port, forServe: true });
     process.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
     if (ledger.database.kind === "pglite") {
       process.stderr.write("note: the embedded database serves one process; to run several replicas, point them all at Postgres with DATABASE_URL\n");

@@ -303,7 +303,7 @@ describe("ledger prompt failures", () => {
 
 describe("ledger serve", () => {
   it(
-    "prints one listening line, answers ledger prompt --url, locks its PGlite dir, exits 0 on SIGTERM",
+    "prints one listening line, answers ledger prompt --url, refuses a second serve on its port or PGlite dir with advice, exits 0 on SIGTERM",
     async () => {
       const serveDb = path.join(dir, "serve-db");
       const serve = start(["serve", "--port", "0", "--db", serveDb]);
@@ -331,12 +331,27 @@ describe("ledger serve", () => {
         expectOk(listed);
         expect(listed.stdout).toContain(printed.sessionId);
 
+        // A second serve on the same port: which port, and how to get another.
+        const port = new URL(url).port;
+        const busyPort = await ledger("serve", "--port", port, "--db", path.join(dir, "other-serve-db"));
+        expect(busyPort.code, busyPort.stderr).toBe(1);
+        expect(busyPort.stderr).toContain(`error: port ${port} on 127.0.0.1 is already in use (another "ledger serve"?): pass --port with a free port, or --port 0 to pick one\n`);
+        expect(busyPort.stderr).not.toContain("EADDRINUSE");
+        expect(busyPort.stdout).toBe("");
+
         if (TEST_ENGINE === "pglite") {
           const locked = await ledger("prompt", "--db", serveDb, "--no-reply", "hi again");
           expect(locked.code).toBe(1);
           expect(locked.stderr).toContain("--url");
           expect(locked.stderr).toContain(serveDb);
           expect(locked.stdout).toBe("");
+          // serve has no --url: it is told to use another --db or Postgres.
+          const lockedServe = await ledger("serve", "--port", "0", "--db", serveDb);
+          expect(lockedServe.code).toBe(1);
+          expect(lockedServe.stderr).toContain(`the embedded database ${serveDb} is in use`);
+          expect(lockedServe.stderr).toContain("Pass --db with another directory, or run every server on one Postgres database with DATABASE_URL=");
+          expect(lockedServe.stderr).not.toContain("--url");
+          expect(lockedServe.stdout).toBe("");
         }
       } finally {
         if (serve.exitCode === null) serve.kill("SIGTERM");
