@@ -98,7 +98,7 @@ describe("an in-process ledger", () => {
     const echoed: Record<string, string | null> = {};
     const onHeader = (id: string) => (headers: Headers) => void (echoed[id] = headers.get("x-request-id"));
 
-    const { session } = await t.client.createSession({}, { headers: { "x-request-id": "req-create" }, onHeader: onHeader("req-create") });
+    const { session } = await t.client.createSession({ directory: t.dir }, { headers: { "x-request-id": "req-create" }, onHeader: onHeader("req-create") });
     const sessionId = session!.id;
     await t.client.getSession({ sessionId }, { headers: { "x-request-id": "req-get" }, onHeader: onHeader("req-get") });
     const error = await failure(t.client.prompt({ sessionId, noReply: true, parts: [] }, { headers: { "x-request-id": "req-bad" } }));
@@ -136,7 +136,7 @@ describe("an in-process ledger", () => {
   });
 
   it("logs a server stream when it ends, also when the client cancels it", async () => {
-    const { session } = await t.client.createSession({});
+    const { session } = await t.client.createSession({ directory: t.dir });
     const controller = new AbortController();
     const stream = t.client.watchSession({ sessionId: session!.id }, { headers: { "x-request-id": "req-watch" }, signal: controller.signal });
     const reading = (async () => {
@@ -193,7 +193,7 @@ describe("an in-process ledger", () => {
   });
 
   it("serves GET /metrics: RPC counters and latencies, loop steps and tokens, DB pool, process metrics", async () => {
-    const { session } = await t.client.createSession({});
+    const { session } = await t.client.createSession({ directory: t.dir });
     // Answered by the scripted model: one step, finish stop, 8 input / 5 output / 2 cache-read / 1 reasoning tokens.
     const answer = await t.client.prompt({ sessionId: session!.id, parts: [text("say hello")] });
     expect(answer.message?.message?.kind.case).toBe("assistant");
@@ -282,7 +282,7 @@ describe("`ledger serve` as a child process", () => {
       const url = await until("the listening line", () => /listening on (\S+)/.exec(stdout.join(""))?.[1], 90_000);
       const client = createClient(SessionService, createConnectTransport({ baseUrl: url, httpVersion: "1.1" }));
       let echoed: string | null = null;
-      const { session } = await client.createSession({}, { headers: { "x-request-id": "child-create" }, onHeader: (h) => void (echoed = h.get("x-request-id")) });
+      const { session } = await client.createSession({ directory: ROOT }, { headers: { "x-request-id": "child-create" }, onHeader: (h) => void (echoed = h.get("x-request-id")) });
       expect(echoed).toBe("child-create");
       await failure(client.getSession({ sessionId: "ses_123" }, { headers: { "x-request-id": "child-bad" } }));
       await client.getSession({ sessionId: session!.id }, { headers: { "x-request-id": "child-get" } });
