@@ -382,6 +382,39 @@ function waitForOutput(child: ChildProcess, pattern: RegExp, exited: Promise<Run
   });
 }
 
+describe("a model server that refuses connections", () => {
+  it(
+    "each retry shows on stderr; the run gives up within retry.max_total_ms with the cause; exit 1",
+    async () => {
+      const project = path.join(dir, "closed-provider");
+      await mkdir(project);
+      const server = net.createServer();
+      await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+      const { port } = server.address() as net.AddressInfo;
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      const config = {
+        model: "local/qwen",
+        retry: { initial_ms: 200, max_total_ms: 1000 },
+        provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: `http://127.0.0.1:${port}/v1` }, models: { qwen: {} } } },
+      };
+      await writeFile(path.join(project, "ledger.json"), JSON.stringify(config));
+      const child = start(["prompt", "hi", ...dbArgs()], project);
+      let firstRetryAt: number | undefined;
+      child.stderr!.on("data", (chunk: Buffer) => void (String(chunk).includes("retrying in") && (firstRetryAt ??= Date.now())));
+      const run = await finished(child);
+      const gaveUpAfter = Date.now() - firstRetryAt!;
+      expect(run.code, run.stderr).toBe(1);
+      const notices = run.stderr.split("\n").filter((l) => l.startsWith("retrying in "));
+      expect(notices.length, run.stderr).toBeGreaterThanOrEqual(2);
+      notices.forEach((line, i) => expect(line).toBe(`retrying in 1s (attempt ${i + 1}): Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}`));
+      expect(run.stderr).toContain(`error: api: Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}\n`);
+      // 200 + 400 + the 400 ms left of the budget, then the exit (closing the in-process server).
+      expect(gaveUpAfter).toBeLessThan(1000 + 4000);
+    },
+    CLI_TIMEOUT,
+  );
+});
+
 describe("ledger prompt with a model (streamed)", () => {
   // A project directory of its own: its ledger.json configures the fake provider, which the
   // no-model tests above must not see.
