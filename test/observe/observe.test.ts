@@ -192,6 +192,36 @@ describe("an in-process ledger", () => {
     expect(http).toMatchObject({ msg: "http", path: "/no.such.Service/Method", status: 404 });
   });
 
+  it("a client that hangs up on a stream while it is being written is an ordinary cancellation: an info line, no error, no stack", async () => {
+    const { session } = await t.client.createSession({ directory: t.dir });
+    const sessionId = session!.id;
+    // Enough stored events that the replay is still being written when the client goes.
+    for (let i = 0; i < 20; i++) await t.client.prompt({ sessionId, noReply: true, parts: [text("x".repeat(200_000))] });
+    const clients = { connect: t.client, grpc: createClient(SessionService, createGrpcTransport({ baseUrl: t.ledger.url })) };
+    const ids: string[] = [];
+    for (const [name, client] of Object.entries(clients)) {
+      for (let k = 0; k < 3; k++) {
+        const id = `hangup-${name}-${k}`;
+        ids.push(id);
+        const controller = new AbortController();
+        try {
+          for await (const _ of client.watchSession({ sessionId }, { signal: controller.signal, headers: { "x-request-id": id } })) controller.abort();
+        } catch {
+          // canceled by us
+        }
+      }
+    }
+    const lines = await until("a log line per canceled stream", () => {
+      const found = ids.map((id) => rpcLines(id)[0]);
+      return found.every(Boolean) ? found : undefined;
+    });
+    for (const line of lines) expect(line).toMatchObject({ level: "info", procedure: `${SERVICE}/WatchSession`, code: "canceled", session_id: sessionId });
+    // Give a late write failure the time to be logged, then check nothing was.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(jsonLines(written).filter((l) => l.level === "error" || l.level === "warn")).toEqual([]);
+    expect(written.join("")).not.toMatch(/stack|Cannot call write|stream has been destroyed/);
+  });
+
   it("serves GET /metrics: RPC counters and latencies, loop steps and tokens, DB pool, process metrics", async () => {
     const { session } = await t.client.createSession({ directory: t.dir });
     // Answered by the scripted model: one step, finish stop, 8 input / 5 output / 2 cache-read / 1 reasoning tokens.
