@@ -222,6 +222,32 @@ describe("an in-process ledger", () => {
     expect(written.join("")).not.toMatch(/stack|Cannot call write|stream has been destroyed/);
   });
 
+  it("a request without a usable content type: 415 with a Connect error naming what to send, logged and counted as unknown", async () => {
+    const body = new TextEncoder().encode("{}"); // bytes: fetch adds no content-type, like curl --data-binary without -H
+    const cases: Array<[string, Record<string, string>, string]> = [
+      ["ListModels", {}, "missing content-type: /ledger.v1.SessionService/ListModels expects application/json or application/proto (Connect)"],
+      ["ListModels", { "content-type": "text/plain" }, 'unsupported content-type "text/plain": /ledger.v1.SessionService/ListModels expects application/json'],
+      ["WatchSession", { "content-type": "application/json" }, "expects application/connect+json or application/connect+proto (Connect streaming)"],
+    ];
+    for (const [i, [method, headers, message]] of cases.entries()) {
+      const res = await fetch(`${t.ledger.url}${SERVICE}/${method}`, { method: "POST", headers: { ...headers, "x-request-id": `req-415-${i}` }, body });
+      expect(res.status).toBe(415);
+      expect(res.headers.get("content-type")).toBe("application/json");
+      expect(res.headers.get("accept-post")).toContain("application/grpc");
+      const error = (await res.json()) as { code: string; message: string };
+      expect(error.code).toBe("unknown");
+      expect(error.message).toContain(message);
+      expect(error.message).toContain("application/grpc[+proto|+json] (gRPC) or application/grpc-web[+proto|+json] (gRPC-Web)");
+      const line = await until("the 415's log line", () => rpcLines(`req-415-${i}`)[0]);
+      expect(line).toMatchObject({ procedure: `${SERVICE}/${method}`, code: "unknown", http_status: 415 });
+    }
+    const samples = parseExposition(await (await fetch(`${t.ledger.url}/metrics`)).text());
+    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/ListModels`, code: "unknown" })).toBe(2);
+    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/WatchSession`, code: "unknown" })).toBe(1);
+    // The right content type still works.
+    expect((await fetch(`${t.ledger.url}${SERVICE}/ListModels`, { method: "POST", headers: { "content-type": "application/json" }, body })).status).toBe(200);
+  });
+
   it("serves GET /metrics: RPC counters and latencies, loop steps and tokens, DB pool, process metrics", async () => {
     const { session } = await t.client.createSession({ directory: t.dir });
     // Answered by the scripted model: one step, finish stop, 8 input / 5 output / 2 cache-read / 1 reasoning tokens.
