@@ -148,8 +148,11 @@ export interface LedgerConfig {
 
 /** How a model step is retried; see `LedgerConfig.retry`. Times in ms. */
 export interface RetryConfig {
+  /** Retries after the first call, at most (0 = none). */
   attempts: number;
+  /** Wait before the first retry; doubled for each next one. */
   initialMs: number;
+  /** Longest wait between two calls (a provider's `retry-after` may ask for more). */
   maxMs: number;
   /** No retry starts later than this after the step's first call (the last wait is cut to fit); 0 = no retries. */
   maxTotalMs: number;

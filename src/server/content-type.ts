@@ -12,8 +12,11 @@ import type { UniversalHandler } from "@connectrpc/connect/protocol";
  * unexpected content type); gRPC maps HTTP 415 to UNKNOWN too. The body only adds the message.
  */
 export interface UnsupportedMediaType {
+  /** Always 415 Unsupported Media Type. */
   status: 415;
+  /** `content-type: application/json` and `accept-post` listing the accepted types. */
   headers: Record<string, string>;
+  /** The Connect error JSON. */
   body: string;
 }
 
