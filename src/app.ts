@@ -22,7 +22,7 @@ export interface StartOptions {
   host?: string;
   /** Default 0 (a free port). */
   port?: number;
-  /** Working directory: default directory of new sessions. Default `process.cwd()`. */
+  /** Working directory: relative session directories are resolved against it. Default `process.cwd()`. */
   cwd?: string;
   /** Where models come from; default: the providers in `config` (tests may pass scripted models). */
   models?: ModelResolver;

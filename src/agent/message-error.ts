@@ -52,10 +52,18 @@ function plainMessage(value: unknown): string {
   }
 }
 
-/** Whether the step may be retried, and after how long (ms) the provider asked us to wait. */
+/**
+ * Whether the step may be retried, and after how long (ms) the provider asked us to wait. What
+ * the provider says decides: an `x-should-retry: true|false` response header (OpenAI,
+ * Anthropic) when present, else the AI SDK's `isRetryable` (408, 409, 429, 5xx, and a refused
+ * or dropped connection); the wait comes from `retry-after-ms` or `retry-after` (seconds or an
+ * HTTP date). Anything but an `APICallError` is not retryable.
+ */
 export function retryAdvice(error: unknown): { retryable: boolean; afterMs?: number } {
   const cause = RetryError.isInstance(error) ? error.lastError : error;
-  if (!APICallError.isInstance(cause) || !cause.isRetryable) return { retryable: false };
+  if (!APICallError.isInstance(cause)) return { retryable: false };
+  const should = cause.responseHeaders?.["x-should-retry"]?.trim().toLowerCase();
+  if (!(should === "true" || (should !== "false" && cause.isRetryable))) return { retryable: false };
   const header = cause.responseHeaders?.["retry-after-ms"] ?? cause.responseHeaders?.["retry-after"];
   if (header === undefined) return { retryable: true };
   const seconds = Number(header);

@@ -4,6 +4,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { jsonSchema, Output, stepCountIs, streamText, type JSONSchema7, type ModelMessage, type ToolSet } from "ai";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../ids.js";
+import type { RetryConfig } from "../config/config.js";
 import type { SessionLedger } from "../ledger/assistant.js";
 import { toLoopEvents, type LoopEvent } from "./ai-sdk-events.js";
 import { retryAdvice, toMessageError } from "./message-error.js";
@@ -22,19 +23,28 @@ export interface StepRequest {
   messages: ModelMessage[];
   tools?: ToolSet;
   signal: AbortSignal;
-  retry: { attempts: number; initialMs: number; maxMs: number };
+  retry: RetryConfig;
   /** JSON schema the final answer must match (`format: json_schema`); yields a `structured` event. */
   schema?: JsonObject;
 }
 
 /**
  * Runs one model step (`streamText` limited to one step, no SDK retries) and writes it with
- * `processStep`. A retryable provider error (429, 5xx, a dropped connection) that came before
- * any output is retried up to `retry.attempts` times with exponential backoff (or the provider's
- * `retry-after`), each retry recorded as a `retry` part and a `session_status` retry event.
+ * `processStep`. A provider error the provider calls retryable (see `retryAdvice`: 408, 409,
+ * 429, 5xx, a refused or dropped connection, `x-should-retry`) that came before any output is
+ * retried up to `retry.attempts` times, waiting `retry.initialMs` doubled each time up to
+ * `retry.maxMs`, or the provider's `retry-after`; each retry is recorded as a `retry` part and
+ * a `session_status` retry event (with the time of the next attempt). No retry starts later
+ * than `retry.maxTotalMs` after the first call: the last wait is cut to fit, and a `retry-after`
+ * that would end past it stops retrying (the step ends with the provider's error).
+ *
+ * Hand-written on purpose: the retry library that still supports Node 20 (p-retry 7) computes
+ * its own delays (no `retry-after`) and does not say how long it will wait before it waits,
+ * which the `retry` part and status need; the AI SDK's own retries have no hooks to record them.
  */
 export async function runStep(request: StepRequest): Promise<StepResult> {
   const { ledger, model } = request;
+  const deadline = Date.now() + request.retry.maxTotalMs;
   for (let attempt = 1; ; attempt++) {
     const result = await processStep(
       { ledger, sessionId: request.sessionId, messageId: request.messageId, cost: (usage) => stepCost(model.config, usage) },
@@ -43,7 +53,10 @@ export async function runStep(request: StepRequest): Promise<StepResult> {
     if (!result.error || result.aborted || request.signal.aborted) return result;
     const advice = retryAdvice(result.error);
     if (!advice.retryable || result.produced || attempt > request.retry.attempts) return result;
-    const wait = advice.afterMs ?? Math.min(request.retry.initialMs * 2 ** (attempt - 1), request.retry.maxMs);
+    const left = deadline - Date.now();
+    // Retrying before the provider's retry-after would only fail again.
+    if (left <= 0 || (advice.afterMs !== undefined && advice.afterMs > left)) return result;
+    const wait = advice.afterMs ?? Math.min(request.retry.initialMs * 2 ** (attempt - 1), request.retry.maxMs, left);
     const error = toMessageError(result.error, model.providerId, false);
     await ledger.savePart(
       create(PartSchema, { id: newId("prt"), sessionId: request.sessionId, messageId: request.messageId, kind: { case: "retry", value: { attempt, error, timeCreated: timestampNow() } } }),

@@ -19,13 +19,17 @@ export function databaseTarget(db: string | undefined): DatabaseTarget {
 /**
  * Starts a ledger on `host:port` for this process. An embedded (PGlite) data directory can be
  * used by one process only, so it is locked first (`<dir>.lock`); a second process gets a clear
- * error telling it to use `--url` or another `--db`.
+ * error: for `serve` (`forServe`), to pass another `--db` or use Postgres with `DATABASE_URL`;
+ * for a client command, to talk to the running server with `--url` or pass another `--db`.
+ * A port already in use (or not allowed) throws an error naming it and suggesting `--port 0`.
  */
-export async function startLocal(options: { config: LedgerConfig; db?: string; host?: string; port?: number }): Promise<RunningLedger> {
+export async function startLocal(options: { config: LedgerConfig; db?: string; host?: string; port?: number; forServe?: boolean }): Promise<RunningLedger> {
   const database = databaseTarget(options.db);
-  const release = database.kind === "pglite" && database.dir !== ":memory:" ? await lockDir(database.dir) : async () => {};
+  const release = database.kind === "pglite" && database.dir !== ":memory:" ? await lockDir(database.dir, options.forServe === true) : async () => {};
   try {
-    const ledger = await startLedger({ config: options.config, database, host: options.host, port: options.port });
+    const ledger = await startLedger({ config: options.config, database, host: options.host, port: options.port }).catch((error: unknown) => {
+      throw listenError(error, options.host ?? "127.0.0.1", options.port ?? 0) ?? error;
+    });
     return {
       ...ledger,
       async close(graceMs) {
@@ -39,17 +43,32 @@ export async function startLocal(options: { config: LedgerConfig; db?: string; h
   }
 }
 
-async function lockDir(dir: string): Promise<() => Promise<void>> {
+async function lockDir(dir: string, forServe: boolean): Promise<() => Promise<void>> {
   const { mkdir } = await import("node:fs/promises");
   await mkdir(dir, { recursive: true });
   try {
     return await lockfile.lock(dir, { stale: 15_000, update: 5_000, realpath: false });
   } catch (error) {
     if ((error as { code?: string }).code !== "ELOCKED") throw error;
+    const advice = forServe
+      ? "Pass --db with another directory, or run every server on one Postgres database with DATABASE_URL=postgres://... "
+      : "Talk to that server with --url http://HOST:PORT, or pass --db with another directory. ";
     throw new Error(
-      `the embedded database ${dir} is in use by another ledger process (a running "ledger serve"?). ` +
-        `Talk to that server with --url http://HOST:PORT, or pass --db with another directory. ` +
+      `the embedded database ${dir} is in use by another ledger process (a running "ledger serve"?). ${advice}` +
         `If that process crashed, its lock expires within 15 s.`,
     );
   }
+}
+
+/** A readable error for a listen failure the user can fix with `--port`/`--host`, else undefined. */
+function listenError(error: unknown, host: string, port: number): Error | undefined {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (code === "EADDRINUSE") {
+    return new Error(`port ${port} on ${host} is already in use (another "ledger serve"?): pass --port with a free port, or --port 0 to pick one`, { cause: error });
+  }
+  if (code === "EACCES") {
+    return new Error(`not allowed to listen on ${host}:${port} (ports below 1024 need privileges): pass --port with a port from 1024 up, or --port 0 to pick one`, { cause: error });
+  }
+  if (code === "EADDRNOTAVAIL") return new Error(`--host ${host} is not an address of this machine`, { cause: error });
+  return undefined;
 }

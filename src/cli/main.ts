@@ -1,17 +1,19 @@
+import { readFileSync } from "node:fs";
 import { toJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
-import { ListSessionsResponseSchema } from "../../gen/ledger/v1/service_pb.js";
+import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { loadConfig, parseModelRef } from "../config/config.js";
 import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
 import { withClient, type ClientOptions } from "./client.js";
 import { formatMessage, formatSession } from "./print.js";
-import { runPrompt, type PromptOptions } from "./prompt.js";
+import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
 
 const program = new Command("ledger")
   .description("session-ledger: a gRPC/Connect service that stores agent prompts as an ordered ledger of messages and parts")
+  .version(packageVersion(), "-V, --version", "print the version")
   .showHelpAfterError();
 
 program
@@ -24,7 +26,7 @@ program
   .action(async (opts: { host: string; port: number; db?: string; config?: string }) => {
     // Loaded on use: the server stack (database, AI SDK, ...) is not needed for --help or --url.
     const { startLocal } = await import("./local.js");
-    const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db, host: opts.host, port: opts.port });
+    const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db, host: opts.host, port: opts.port, forServe: true });
     process.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
     if (ledger.database.kind === "pglite") {
       process.stderr.write("note: the embedded database serves one process; to run several replicas, point them all at Postgres with DATABASE_URL\n");
@@ -48,7 +50,7 @@ program
   .command("prompt")
   .description("send a prompt (text plus files) and stream the reply, or print the stored message")
   .argument("<text>", "the prompt text")
-  .option("--file <path>", "attach a file or directory (repeatable)", collect, [])
+  .option("--file <path>", "attach a file or directory (repeatable; must exist)", collect, [])
   .option("--session <id>", "prompt this session (default: a new session)")
   .option("--dir <dir>", "directory of the new session (default: the current directory)")
   .option("--agent <name>", "agent to answer (default: the configured default agent)")
@@ -57,7 +59,7 @@ program
   .option("--url <url>", "talk to a running server instead of starting one")
   .option("--db <dir>", "embedded database directory when no --url (default ./.ledger/db)")
   .option("--config <path>", "config file")
-  .option("--json", "print the stored message, or the final assistant message, as JSON (no live output)")
+  .option("--json", "print the stored message, or the final assistant message, as one line of JSON (no live output)")
   .addHelpText(
     "after",
     `
@@ -77,6 +79,8 @@ Exit codes:
   ${EXIT_ABORTED}  the run was aborted (Ctrl-C, or "ledger abort" from elsewhere)`,
   )
   .action(async (text: string, opts: PromptOptions) => {
+    // A missing --file is the user's mistake: refuse it before starting or calling a server.
+    await checkFiles(opts.file);
     process.exitCode = await withClient(opts, (client) => runPrompt(client, text, opts));
   });
 
@@ -98,11 +102,14 @@ program
   .option("--url <url>", "talk to a running server instead of starting one")
   .option("--db <dir>", "embedded database directory when no --url")
   .option("--config <path>", "config file")
-  .option("--json", "print JSON")
+  .option("--json", "print JSON Lines: one session per line (nothing when there is none)")
   .action(async (opts: ClientOptions & { json?: boolean }) =>
     withClient(opts, async (client) => {
       const res = await client.listSessions({ pageSize: 1000 });
-      if (opts.json) return print(toJsonString(ListSessionsResponseSchema, res, { prettySpaces: 2 }));
+      if (opts.json) {
+        for (const s of res.sessions) print(toJsonString(SessionSchema, s));
+        return;
+      }
       if (res.sessions.length === 0) return print("no sessions");
       for (const s of res.sessions) print(formatSession(s));
     }),
@@ -115,17 +122,23 @@ program
   .option("--url <url>", "talk to a running server instead of starting one")
   .option("--db <dir>", "embedded database directory when no --url")
   .option("--config <path>", "config file")
-  .option("--json", "print JSON")
+  .option("--json", "print JSON Lines: one message with its parts per line, oldest first")
   .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
     withClient(opts, async (client) => {
       let pageToken = "";
       do {
         const res = await client.listMessages({ sessionId, pageToken, pageSize: 200 });
-        for (const m of res.messages) print(opts.json ? toJsonString(MessageWithPartsSchema, m, { prettySpaces: 2 }) : `${formatMessage(m)}\n`);
+        for (const m of res.messages) print(opts.json ? toJsonString(MessageWithPartsSchema, m) : `${formatMessage(m)}\n`);
         pageToken = res.nextPageToken;
       } while (pageToken);
     }),
   );
+
+/** The `version` of the package.json next to src/ (the one `ledger` runs from). */
+function packageVersion(): string {
+  const file = new URL("../../package.json", import.meta.url);
+  return (JSON.parse(readFileSync(file, "utf8")) as { version: string }).version;
+}
 
 function collect(value: string, previous: string[]): string[] {
   return [...previous, value];

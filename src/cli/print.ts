@@ -9,8 +9,11 @@ import type { Session } from "../../gen/ledger/v1/session_pb.js";
 export const PREVIEW_LINES = 4;
 
 /**
- * A readable view of a stored message: a header (id, role, agent, model) and one entry per
- * part with its kind, `[synthetic]` flag and the first lines of its text.
+ * A readable view of a stored message: a header (id, role, agent, model; for an assistant
+ * message its finish reason and error) and one entry per part: its kind, then what it holds —
+ * text and reasoning (first lines, `[synthetic]` flag), files, tool calls (`read  completed
+ * notes.txt`, an error with its first line), step finishes (`reason=stop  tokens in N, out N,
+ * reasoning N, cache r/w N/N  cost $0.0000`), retries, agents, subtasks, snapshots, patches.
  */
 export function formatMessage(entry: MessageWithParts): string {
   const message = entry.message?.kind;
@@ -21,7 +24,9 @@ export function formatMessage(entry: MessageWithParts): string {
     lines.push(`message ${m.id}  user  agent=${m.agent}  model=${model}`);
   } else if (message?.case === "assistant") {
     const m = message.value;
-    lines.push(`message ${m.id}  assistant  agent=${m.agent}  model=${m.model?.providerId}/${m.model?.modelId}`);
+    const finish = m.finish ? `  finish=${m.finish}` : "";
+    const error = m.error ? `  error=${errorKind(m.error)}: ${firstLine(m.error.message)}` : "";
+    lines.push(`message ${m.id}  assistant  agent=${m.agent}  model=${m.model?.providerId}/${m.model?.modelId}${finish}${error}`);
   }
   entry.parts.forEach((part, i) => lines.push(...formatPart(part, i + 1)));
   return lines.join("\n");
@@ -31,6 +36,19 @@ export function formatMessage(entry: MessageWithParts): string {
 export function formatSession(session: Session): string {
   const updated = session.timeUpdated ? timestampDate(session.timeUpdated).toISOString() : "";
   return `${session.id}  ${updated}  ${String(session.messageCount).padStart(4)} msgs  ${session.directory}  ${session.title}`;
+}
+
+/** Token counts as `Tokens` holds them; unset counts are 0. */
+export type TokenCounts = { input?: bigint; output?: bigint; reasoning?: bigint; cache?: { read?: bigint; write?: bigint } };
+
+/** `in N, out N, reasoning N, cache r/w N/N` for one step's or message's token counts (0 when unset). */
+export function formatTokens(tokens: TokenCounts | undefined): string {
+  return `in ${tokens?.input ?? 0n}, out ${tokens?.output ?? 0n}, reasoning ${tokens?.reasoning ?? 0n}, cache r/w ${tokens?.cache?.read ?? 0n}/${tokens?.cache?.write ?? 0n}`;
+}
+
+/** A cost in USD: `$0.0023`; six decimals below $0.0001 so a small non-zero cost never shows as 0. */
+export function formatCost(cost: number): string {
+  return `$${cost > 0 && cost < 0.0001 ? cost.toFixed(6) : cost.toFixed(4)}`;
 }
 
 /**
@@ -43,11 +61,13 @@ export function summary(messages: AssistantMessage[]): string {
   const steps = messages.filter((m) => m.error?.kind.case !== "modelNotFound").length;
   const sum = (pick: (m: AssistantMessage) => bigint | undefined) => messages.reduce((total, m) => total + (pick(m) ?? 0n), 0n);
   const cost = messages.reduce((total, m) => total + m.cost, 0);
-  const shown = cost > 0 && cost < 0.0001 ? cost.toFixed(6) : cost.toFixed(4);
-  return (
-    `tokens: in ${sum((m) => m.tokens?.input)}, out ${sum((m) => m.tokens?.output)}, reasoning ${sum((m) => m.tokens?.reasoning)}, ` +
-    `cache r/w ${sum((m) => m.tokens?.cache?.read)}/${sum((m) => m.tokens?.cache?.write)} · cost $${shown} · steps ${steps}`
-  );
+  const tokens = {
+    input: sum((m) => m.tokens?.input),
+    output: sum((m) => m.tokens?.output),
+    reasoning: sum((m) => m.tokens?.reasoning),
+    cache: { read: sum((m) => m.tokens?.cache?.read), write: sum((m) => m.tokens?.cache?.write) },
+  };
+  return `tokens: ${formatTokens(tokens)} · cost ${formatCost(cost)} · steps ${steps}`;
 }
 
 /** The error's kind as in the proto (`provider_auth`, `api`, `aborted`...). */
@@ -64,24 +84,60 @@ export function describeInput(input: JsonObject | undefined): string {
 }
 
 function formatPart(part: Part, n: number): string[] {
-  const head = `${String(n).padStart(3)}. ${part.id}  ${(part.kind.case ?? "?").padEnd(10)}`;
+  // At least one space after the kind (`stepFinish` and `compaction` fill the column).
+  const head = `${String(n).padStart(3)}. ${part.id}  ${`${part.kind.case ?? "?"} `.padEnd(10)}`;
   switch (part.kind.case) {
     case "text": {
       const flag = part.kind.value.synthetic ? "[synthetic] " : "";
-      return [head + flag + preview(part.kind.value.text)[0], ...preview(part.kind.value.text).slice(1).map((l) => `${" ".repeat(head.length)}${l}`)];
+      return indent(head, preview(part.kind.value.text), flag);
     }
     case "file": {
       const f = part.kind.value;
       const url = f.url.startsWith("data:") ? `data:${f.mime};base64,… (${f.url.length} chars)` : f.url;
       return [`${head}${f.mime}  ${f.filename}  ${url}`];
     }
+    case "reasoning":
+      return indent(head, preview(part.kind.value.text));
+    case "tool": {
+      const tool = part.kind.value;
+      const state = tool.state?.status;
+      const input = describeInput(state?.value?.input);
+      const error = state?.case === "error" ? `: ${firstLine(state.value.error)}` : "";
+      return [`${head}${[tool.tool, state?.case ?? "pending", input].filter(Boolean).join("  ")}${error}`];
+    }
+    case "stepStart":
+      return [`${head}${part.kind.value.snapshot ? `snapshot=${part.kind.value.snapshot}` : ""}`.trimEnd()];
+    case "stepFinish": {
+      const f = part.kind.value;
+      return [`${head}reason=${f.reason || "?"}  tokens ${formatTokens(f.tokens)}  cost ${formatCost(f.cost)}`];
+    }
+    case "retry": {
+      const r = part.kind.value;
+      return [`${head}attempt ${r.attempt}${r.error ? `: ${errorKind(r.error)}: ${firstLine(r.error.message)}` : ""}`];
+    }
     case "agent":
       return [`${head}@${part.kind.value.name}`];
     case "subtask":
       return [`${head}${part.kind.value.agent}: ${part.kind.value.description || part.kind.value.prompt}`];
+    case "snapshot":
+      return [`${head}${part.kind.value.snapshot}`];
+    case "patch":
+      return [`${head}${part.kind.value.hash}  ${part.kind.value.files.join(", ")}`];
+    case "compaction":
+      return [`${head}${part.kind.value.auto ? "auto" : "manual"}${part.kind.value.overflow ? ", context overflow" : ""}`];
     default:
-      return [head];
+      return [head.trimEnd()];
   }
+}
+
+/** `head`, `flag` and the first line, the other lines indented to start under the flag. */
+function indent(head: string, lines: string[], flag = ""): string[] {
+  return [head + flag + (lines[0] ?? ""), ...lines.slice(1).map((l) => `${" ".repeat(head.length)}${l}`)];
+}
+
+function firstLine(text: string): string {
+  const line = text.split("\n", 1)[0] ?? "";
+  return line.length > 160 ? `${line.slice(0, 159)}…` : line;
 }
 
 function preview(text: string): string[] {

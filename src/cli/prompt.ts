@@ -39,8 +39,8 @@ interface Request {
  * when no model is configured (a note on stderr says how to add one), it stores the message and
  * prints it (unary `Prompt`). Otherwise it streams the run with `PromptStream` and renders it
  * live (see `PromptRenderer`), or, with `--json`, waits for the final assistant message
- * (unary `Prompt`) and prints it as JSON. While a run is going, the first Ctrl-C aborts it
- * (Abort RPC) and waits for the end; a second one exits at once with {@link EXIT_ABORTED}.
+ * (unary `Prompt`) and prints it as one line of JSON (JSON Lines, like every `--json`). While
+ * a run is going, the first Ctrl-C aborts it (Abort RPC) and waits for the end; a second one exits at once with {@link EXIT_ABORTED}.
  * A `model` that is not "provider/model" (no slash, or a blank side) throws `InvalidArgumentError`
  * on `--model` before any request is sent; request failures reject with the `ConnectError`.
  */
@@ -75,7 +75,7 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
 
   if (noReply) {
     const res = await client.prompt(request).catch(forget);
-    if (opts.json) print(toJsonString(MessageWithPartsSchema, res.message!, { prettySpaces: 2 }));
+    if (opts.json) print(toJsonString(MessageWithPartsSchema, res.message!));
     else print(`session ${sessionId}\n${formatMessage(res.message!)}`);
     return EXIT_OK;
   }
@@ -83,7 +83,7 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
     const interrupt = onInterrupt(() => void abort(client, sessionId, (text) => process.stderr.write(text)));
     try {
       const res = await client.prompt(request).catch(forget);
-      print(toJsonString(MessageWithPartsSchema, res.message!, { prettySpaces: 2 }));
+      print(toJsonString(MessageWithPartsSchema, res.message!));
       return exitCodeOf(res.message);
     } finally {
       interrupt.dispose();
@@ -160,6 +160,31 @@ function exitCodeOf(message: MessageWithParts | undefined): number {
   process.stderr.write(`error: ${errorKind(error)}: ${error.message}\n`);
   return error.kind.case === "aborted" ? EXIT_ABORTED : EXIT_FAILED;
 }
+
+/**
+ * Checks that every `--file` path exists (as the CLI sees it), before anything is sent: the
+ * server would store a missing file as a "File not found" text and the prompt would succeed.
+ * Throws an `Error` naming the first path that cannot be used, as given and resolved, e.g.
+ * `--file nope.txt: no such file or directory (/home/me/nope.txt)`.
+ */
+export async function checkFiles(files: string[]): Promise<void> {
+  for (const file of files) {
+    const absolute = path.resolve(file);
+    const problem = await stat(absolute).then(
+      () => undefined,
+      (error: NodeJS.ErrnoException) => STAT_ERRORS[error.code ?? ""] ?? error.message,
+    );
+    if (problem) throw new Error(`--file ${file}: ${problem} (${absolute})`);
+  }
+}
+
+const STAT_ERRORS: Readonly<Record<string, string>> = {
+  ENOENT: "no such file or directory",
+  ENOTDIR: "no such file or directory",
+  EACCES: "permission denied",
+  ELOOP: "too many symbolic links",
+  ENAMETOOLONG: "name too long",
+};
 
 async function fileDraft(file: string): Promise<PartInput> {
   const absolute = path.resolve(file);

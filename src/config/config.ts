@@ -79,8 +79,13 @@ export const configFileSchema = z.object({
   auth: z.object({ token: z.string().min(16).optional() }).default({}),
   events: z.object({ retention_hours: z.number().positive().default(168) }).default({ retention_hours: 168 }),
   retry: z
-    .object({ attempts: z.number().int().min(0).max(20).default(4), initial_ms: z.number().int().min(0).default(2000), max_ms: z.number().int().min(0).default(30_000) })
-    .default({ attempts: 4, initial_ms: 2000, max_ms: 30_000 }),
+    .object({
+      attempts: z.number().int().min(0).max(20).default(4),
+      initial_ms: z.number().int().min(0).default(2000),
+      max_ms: z.number().int().min(0).default(30_000),
+      max_total_ms: z.number().int().min(0).default(15_000),
+    })
+    .default({ attempts: 4, initial_ms: 2000, max_ms: 30_000, max_total_ms: 15_000 }),
   mcp: z.record(z.string(), mcpServerSchema).default({}),
   command: z.record(z.string(), commandSchema).default({}),
   reference: z.record(z.string().regex(/^[^/\\\s]+$/, "expected an alias without slashes or spaces"), z.string().min(1)).default({}),
@@ -127,14 +132,30 @@ export interface LedgerConfig {
   token?: string;
   /** Events older than this (ms) are pruned; WatchSession cursors behind them get OUT_OF_RANGE. Default 7 days. */
   eventRetentionMs: number;
-  /** Retries of retryable provider errors (429, 5xx): attempts, first delay and cap (ms). */
-  retry: { attempts: number; initialMs: number; maxMs: number };
+  /**
+   * Retries of retryable provider errors (429, 5xx, connection failures): at most `attempts`
+   * retries, waiting `initialMs` doubled each time up to `maxMs` (or the provider's
+   * `retry-after`), no retry starting later than `maxTotalMs` after the step's first call (ms).
+   */
+  retry: RetryConfig;
   /** MCP servers whose resources file parts may name (`source.resource.client_name`), by name. */
   mcp: Record<string, McpServerConfig>;
   /** Prompt templates the `Command` RPC runs, by name (`command` in ledger.json). */
   commands: Record<string, CommandConfig>;
   /** Configured references (`reference: {alias: path}`): absolute directories by alias; `file:` reads and tools may use them. */
   references: Record<string, string>;
+}
+
+/** How a model step is retried; see `LedgerConfig.retry`. Times in ms. */
+export interface RetryConfig {
+  /** Retries after the first call, at most (0 = none). */
+  attempts: number;
+  /** Wait before the first retry; doubled for each next one. */
+  initialMs: number;
+  /** Longest wait between two calls (a provider's `retry-after` may ask for more). */
+  maxMs: number;
+  /** No retry starts later than this after the step's first call (the last wait is cut to fit); 0 = no retries. */
+  maxTotalMs: number;
 }
 
 /** A configured command: a prompt template with `$ARGUMENTS`/`$1`... and `@path` references. */
@@ -154,7 +175,8 @@ export const CONFIG_FILE_NAMES = ["ledger.json", "ledger.jsonc"];
  * Loads configuration: `explicitPath` (from `--config`), else `LEDGER_CONFIG`, else `ledger.json`
  * / `ledger.jsonc` in `cwd`, else built-in defaults. `{env:NAME}` in any string is replaced by
  * that environment variable (empty when unset). Throws `ConfigError` naming the file and the
- * offending key when the file is missing (explicit path), not JSONC, or fails the schema.
+ * offending key when the file is missing (explicit path), not JSONC (naming the line and column),
+ * or fails the schema.
  */
 export function loadConfig(options: { explicitPath?: string; cwd?: string; env?: NodeJS.ProcessEnv } = {}): LedgerConfig {
   const env = options.env ?? process.env;
@@ -174,13 +196,19 @@ export function loadConfig(options: { explicitPath?: string; cwd?: string; env?:
   return config;
 }
 
-/** Parses JSONC text into a validated `ConfigFile`; `{env:NAME}` substituted. Throws `ConfigError`. */
+/**
+ * Parses JSONC text into a validated `ConfigFile`; `{env:NAME}` substituted. Throws `ConfigError`:
+ * `<file>: invalid JSONC at line L, column C: value expected` (1-based) for a syntax error,
+ * `<file>: <key path>: <why>` for a schema failure.
+ */
 export function parseConfigText(text: string, file: string, env: NodeJS.ProcessEnv = process.env): ConfigFile {
   const errors: ParseError[] = [];
   const raw: unknown = parseJsonc(text, errors, { allowTrailingComma: true });
   if (errors.length > 0) {
     const first = errors[0]!;
-    throw new ConfigError(`${file}: invalid JSONC at offset ${first.offset}: ${printParseErrorCode(first.error)}`);
+    const { line, column } = lineAndColumn(text, first.offset);
+    const what = printParseErrorCode(first.error).replace(/(?<=[a-z])([A-Z])/g, " $1").toLowerCase();
+    throw new ConfigError(`${file}: invalid JSONC at line ${line}, column ${column}: ${what}`);
   }
   const parsed = configFileSchema.safeParse(substituteEnv(raw, env));
   if (!parsed.success) {
@@ -188,6 +216,13 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
     throw new ConfigError(`${file}: ${issue.path.join(".") || "(root)"}: ${issue.message}`);
   }
   return parsed.data;
+}
+
+/** The 1-based line and column (in UTF-16 code units, as editors count) of `offset` in `text`. */
+export function lineAndColumn(text: string, offset: number): { line: number; column: number } {
+  const before = text.slice(0, offset);
+  const lineStart = before.lastIndexOf("\n") + 1;
+  return { line: before.split("\n").length, column: offset - lineStart + 1 };
 }
 
 /** Configuration is unusable; the message names the file and key. */
@@ -261,7 +296,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     limits: { ...DEFAULT_LIMITS, ...file.limits },
     plugins: [...file.plugin, ...file.plugins].map((p) => (p.startsWith(".") || path.isAbsolute(p) ? path.resolve(baseDir, p) : p)),
     corsOrigins: file.cors.origins,
-    retry: { attempts: file.retry.attempts, initialMs: file.retry.initial_ms, maxMs: file.retry.max_ms },
+    retry: { attempts: file.retry.attempts, initialMs: file.retry.initial_ms, maxMs: file.retry.max_ms, maxTotalMs: file.retry.max_total_ms },
     eventRetentionMs: file.events.retention_hours * 3600 * 1000,
     token: file.auth.token,
     mcp: Object.fromEntries(

@@ -18,7 +18,7 @@ export interface LedgerDeps {
   relay?: Relay;
   config: LedgerConfig;
   plugins: PluginHost;
-  /** The server's working directory: the default directory of new sessions. */
+  /** The server's working directory: relative session directories (CreateSession, ListSessions) are resolved against it. */
   cwd: string;
   /** Answers prompts (the agent loop); absent or unavailable when no model provider is configured. */
   replier?: Replier;

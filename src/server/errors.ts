@@ -85,7 +85,10 @@ export function toConnectError(error: unknown, procedure: string): ConnectError 
 
 /**
  * Applies `toConnectError` to unary results and to every step of a server stream (errors
- * thrown inside a streaming generator escape a plain try/catch around `next`).
+ * thrown inside a streaming generator escape a plain try/catch around `next`). A stream whose
+ * client went away (connect-node reports the failed write into the stream: "Cannot call write
+ * after a stream was destroyed", "The stream has been destroyed", ECONNRESET) ends as
+ * `CANCELED` and is not logged as a failure: the RPC's own log line says `canceled`, at info.
  */
 export const errorInterceptor: Interceptor = (next) => async (req) => {
   const procedure = req.method.name;
@@ -102,8 +105,21 @@ async function* mapStream<T>(messages: AsyncIterable<T>, procedure: string): Asy
   try {
     yield* messages;
   } catch (error) {
+    if (isClientGone(error)) throw new ConnectError("the client went away", Code.Canceled, undefined, undefined, error);
     throw toConnectError(error, procedure);
   }
+}
+
+/** Node's codes for a write to a response whose client is gone (connect-node `node-error.ts` treats them alike). */
+const CLIENT_GONE = new Set(["ERR_STREAM_DESTROYED", "ERR_STREAM_WRITE_AFTER_END", "ERR_HTTP2_INVALID_STREAM", "ERR_HTTP2_STREAM_CANCEL", "ECONNRESET", "EPIPE"]);
+
+/** True when `error` (or a cause of it) is a failed write to a client that disconnected. */
+function isClientGone(error: unknown): boolean {
+  for (let e = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && CLIENT_GONE.has(code)) return true;
+  }
+  return false;
 }
 
 /** `ErrorInfo.metadata.limit` of a request message over connect's `readMaxBytes`. */

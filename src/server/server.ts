@@ -5,11 +5,13 @@ import { setTimeout as sleep } from "node:timers/promises";
 import net from "node:net";
 import { Duplex } from "node:stream";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { createMetrics } from "../observe/metrics.js";
 import { METRICS_PATH, metricsHandler } from "../observe/metrics-http.js";
 import { createRpcObserver } from "../observe/rpc.js";
+import { checkContentType, sendUnsupportedMediaType } from "./content-type.js";
 import { corsHeaders } from "./cors.js";
 import { bearerAuth, isLoopback } from "./auth.js";
 import { errorInterceptor } from "./errors.js";
@@ -36,7 +38,9 @@ export interface LedgerServer {
  * (`http2.createServer({allowHTTP1})` ignores HTTP/1.1 without TLS). CORS answers browsers from
  * loopback origins and `config.cors.origins`; with a configured token every RPC but health needs
  * it (`UNAUTHENTICATED` otherwise); requests are validated with protovalidate and capped at
- * `limits.request_bytes` (`RESOURCE_EXHAUSTED` beyond).
+ * `limits.request_bytes` (`RESOURCE_EXHAUSTED` beyond). A POST to a procedure with a content type
+ * no protocol accepts gets 415 with a Connect error body naming the expected types (see
+ * `checkContentType`).
  *
  * Observability (src/observe): every response carries `x-request-id` (the client's, or a new
  * ULID); every RPC is logged as one JSON line on stderr and counted in `deps.metrics` (a fresh
@@ -51,10 +55,12 @@ export function createServer(deps: LedgerDeps): LedgerServer {
   const observer = createRpcObserver({ metrics });
   const serveMetrics = metricsHandler(metrics, { token: deps.config.token });
   const routes = createRoutes(deps);
+  const handlers = new Map<string, UniversalHandler>();
   const adapter = connectNodeAdapter({
     routes: (router) => {
       routes(router);
-      observer.setProcedures(router.handlers.map((h) => h.requestPath));
+      for (const h of router.handlers) handlers.set(h.requestPath, h);
+      observer.setProcedures(handlers.keys());
     },
     // The observer comes first (outermost), so it logs the code errorInterceptor settled on.
     interceptors: [observer.interceptor, errorInterceptor, ...(deps.config.token ? [bearerAuth(deps.config.token)] : []), createValidateInterceptor()],
@@ -86,11 +92,19 @@ export function createServer(deps: LedgerDeps): LedgerServer {
     }
     inFlight++;
     res.once("close", () => void inFlight--);
-    if ((req.url ?? "").split("?", 1)[0] === METRICS_PATH) {
+    const path = (req.url ?? "").split("?", 1)[0] ?? "";
+    if (path === METRICS_PATH) {
       void serveMetrics(req, res, requestId);
       return;
     }
     observer.track(req, res, requestId);
+    const procedure = handlers.get(path);
+    // connect-es answers an unsupported content type with a bare 415; say what to send instead.
+    const unsupported = procedure && checkContentType(procedure, req.method, req.headers["content-type"]);
+    if (unsupported) {
+      sendUnsupportedMediaType(res, unsupported);
+      return;
+    }
     adapter(req as never, res as never);
   };
 

@@ -30,17 +30,24 @@ export interface Database {
 /**
  * Opens the database and runs every pending migration. Postgres goes through a `pg.Pool`
  * (default 10 connections); PGlite through Kysely's built-in `PGliteDialect`, creating `dir`
- * when needed. Throws when a migration fails (the error names it).
+ * when needed. Throws `DatabaseOpenError` naming the database (password hidden) and the cause
+ * when it cannot be reached or a migration fails, e.g.
+ * `database postgres://postgres@127.0.0.1:5432/x: database "x" does not exist`.
  */
 export async function openDatabase(target: DatabaseTarget): Promise<Database> {
   const opened = target.kind === "postgres" ? openPostgres(target.url, target.poolSize) : await openPglite(target.dir);
   try {
     await migrate(opened.db);
   } catch (error) {
-    await opened.close();
-    throw error;
+    await opened.close().catch(() => undefined);
+    throw new DatabaseOpenError(`database ${opened.location}: ${errorText(error)}`, { cause: error });
   }
   return opened;
+}
+
+/** The database could not be opened (unreachable, missing, refused, or a migration failed); the message says which and why. */
+export class DatabaseOpenError extends Error {
+  override name = "DatabaseOpenError";
 }
 
 /** Reads `DATABASE_URL`: a Postgres target when set, else PGlite in `dir`. */
@@ -50,16 +57,29 @@ export function targetFromEnv(dir: string, env: NodeJS.ProcessEnv = process.env)
 }
 
 /**
- * Runs all pending migrations (Kysely `Migrator` with the static list) and throws with the
- * failing migration's name and cause if one fails.
+ * Runs all pending migrations (Kysely `Migrator` with the static list). Throws with the cause's
+ * message: `migration <name> failed: <cause>` when a migration fails, the cause's own message
+ * (e.g. `connect ECONNREFUSED 127.0.0.1:5499`) when none could run; `cause` is set.
  */
 export async function migrate(db: Kysely<DB>): Promise<void> {
   const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
   const { error, results } = await migrator.migrateToLatest();
   const failed = results?.find((r) => r.status === "Error");
-  if (error || failed) {
-    throw new Error(`migration ${failed?.migrationName ?? "(unknown)"} failed`, { cause: error });
-  }
+  if (failed) throw new Error(`migration ${failed.migrationName} failed: ${errorText(error)}`, { cause: error });
+  if (error) throw new Error(errorText(error), { cause: error });
+}
+
+/**
+ * A one-line description of a failure: its message; for an `AggregateError` with an empty
+ * message (Node's connect errors when several addresses were tried), its errors' messages;
+ * else its `code`.
+ */
+function errorText(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  if (error.message) return error.message;
+  if (error instanceof AggregateError && error.errors.length > 0) return [...new Set(error.errors.map(errorText))].join("; ");
+  const code = (error as { code?: unknown }).code;
+  return typeof code === "string" ? code : error.name;
 }
 
 function openPostgres(url: string, poolSize = 10): Database {

@@ -1,10 +1,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdir, mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from "node:fs/promises";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { ADMIN_URL, createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 
 const BIN = path.resolve(import.meta.dirname, "../../bin/ledger.js");
@@ -42,8 +43,8 @@ function dbArgs(): string[] {
   return TEST_ENGINE === "pglite" ? ["--db", path.join(dir, "db")] : [];
 }
 
-function start(args: string[], cwd = dir): ChildProcess {
-  return spawn(process.execPath, [BIN, ...args], { cwd, env: childEnv(), stdio: ["ignore", "pipe", "pipe"] });
+function start(args: string[], cwd = dir, env: NodeJS.ProcessEnv = {}): ChildProcess {
+  return spawn(process.execPath, [BIN, ...args], { cwd, env: { ...childEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] });
 }
 
 interface Run {
@@ -68,6 +69,18 @@ function finished(child: ChildProcess): Promise<Run> {
 /** Runs `ledger <args>` to completion in the temp dir. */
 async function ledger(...args: string[]): Promise<Run> {
   return finished(start(args));
+}
+
+/** Parses JSON Lines: every line one compact JSON value, the output ending with a newline. */
+function jsonLines(stdout: string): unknown[] {
+  expect(stdout.endsWith("\n") || stdout === "").toBe(true);
+  return stdout
+    .split("\n")
+    .slice(0, -1)
+    .map((line) => {
+      expect(line).not.toMatch(/^\s|\n/);
+      return JSON.parse(line) as unknown;
+    });
 }
 
 function expectOk(run: Run): void {
@@ -147,6 +160,22 @@ describe("ledger prompt / messages / sessions", () => {
       // Most recently updated first: the --json prompt's session, then the first one.
       expect(rows.map((r) => r.split(/\s+/)[0])).toEqual([user.sessionId, printed.sessionId]);
       expect(rows[1]).toContain(`1 msgs  ${dir}`);
+
+      // Every --json output is JSON Lines: one compact object per line.
+      expect(json.stdout.split("\n")).toEqual([expect.any(String), ""]);
+      const sessionsJson = await ledger("sessions", "--json", ...dbArgs());
+      expectOk(sessionsJson);
+      const sessionLines = jsonLines(sessionsJson.stdout) as Array<{ id: string; directory: string; messageCount: number }>;
+      expect(sessionLines.map((s) => [s.id, s.directory, s.messageCount])).toEqual([
+        [user.sessionId, dir, 1],
+        [printed.sessionId, dir, 1],
+      ]);
+      await ledger("prompt", "--no-reply", "a second message", "--session", printed.sessionId!, ...dbArgs()).then(expectOk);
+      const messagesJson = await ledger("messages", "--json", printed.sessionId!, ...dbArgs());
+      expectOk(messagesJson);
+      const messageLines = jsonLines(messagesJson.stdout) as JsonMessage[];
+      expect(messageLines.map((m) => m.message.user.id)[0]).toBe(printed.messageId);
+      expect(messageLines.map((m) => m.parts[0]?.text?.text)).toEqual(["explain this project", "a second message"]);
     },
     CLI_TIMEOUT,
   );
@@ -172,6 +201,70 @@ describe("ledger prompt / messages / sessions", () => {
   );
 });
 
+describe("ledger --version", () => {
+  it(
+    "prints the package version and exits 0",
+    async () => {
+      const { version } = JSON.parse(await readFile(path.resolve(import.meta.dirname, "../../package.json"), "utf8")) as { version: string };
+      for (const flag of ["--version", "-V"]) {
+        const run = await ledger(flag);
+        expectOk(run);
+        expect(run.stdout).toBe(`${version}\n`);
+      }
+    },
+    CLI_TIMEOUT,
+  );
+});
+
+describe("ledger.json syntax errors", () => {
+  it(
+    "name the file, line and column; exit 1",
+    async () => {
+      const project = path.join(dir, "bad-config");
+      await mkdir(project);
+      await writeFile(path.join(project, "ledger.json"), '{\n  "model": "local/qwen",\n  "roots": [\n}\n');
+      const run = await finished(start(["sessions", ...dbArgs()], project));
+      expect(run.code, run.stderr).toBe(1);
+      expect(run.stderr).toBe(`error: ${path.join(project, "ledger.json")}: invalid JSONC at line 4, column 1: value expected\n`);
+      expect(run.stdout).toBe("");
+    },
+    CLI_TIMEOUT,
+  );
+});
+
+describe("an unusable DATABASE_URL", () => {
+  // About DATABASE_URL, so the PGlite run has nothing to add.
+  it.skipIf(TEST_ENGINE === "pglite")(
+    "a missing database or a closed port: serve and the client commands print the cause and exit 1",
+    async () => {
+      const missing = new URL(ADMIN_URL);
+      missing.pathname = "/ledger_cli_no_such_db";
+      const server = net.createServer();
+      await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+      const { port } = server.address() as net.AddressInfo;
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      const closed = `postgres://postgres@127.0.0.1:${port}/ledger`;
+      const cases: Array<[string[], string, string]> = [
+        [["sessions"], missing.toString(), 'database "ledger_cli_no_such_db" does not exist'],
+        [["serve", "--port", "0"], missing.toString(), 'database "ledger_cli_no_such_db" does not exist'],
+        [["serve", "--port", "0"], closed, `connect ECONNREFUSED 127.0.0.1:${port}`],
+        [["prompt", "--no-reply", "hi"], closed, `connect ECONNREFUSED 127.0.0.1:${port}`],
+        [["messages", "ses_01M8N3PWC98KEGMQ42T22BSJ1B"], closed, `connect ECONNREFUSED 127.0.0.1:${port}`],
+      ];
+      const runs = await Promise.all(cases.map(([args, url]) => finished(start(args, dir, { DATABASE_URL: url }))));
+      runs.forEach((run, i) => {
+        const [args, , cause] = cases[i]!;
+        expect(run.code, `ledger ${args.join(" ")}: ${run.stderr}`).toBe(1);
+        expect(run.stderr).toContain(`: ${cause}\n`);
+        expect(run.stderr).toMatch(/^error: database postgres:\/\/\S+: /m);
+        expect(run.stderr).not.toContain("(unknown)");
+        expect(run.stdout).toBe("");
+      });
+    },
+    CLI_TIMEOUT,
+  );
+});
+
 describe("ledger prompt failures", () => {
   it(
     "exits 1 naming the field and leaves no empty session behind",
@@ -186,11 +279,31 @@ describe("ledger prompt failures", () => {
     },
     CLI_TIMEOUT,
   );
+
+  it(
+    "a --file that does not exist: exit 1 naming the path, before any request; no session is made",
+    async () => {
+      const before = await ledger("sessions", "--json", ...dbArgs());
+      expectOk(before);
+      const run = await ledger("prompt", "--no-reply", "read this", "--file", "package.json", "--file", "nope.txt", ...dbArgs());
+      expect(run.code, run.stderr).toBe(1);
+      expect(run.stderr).toBe(`error: --file nope.txt: no such file or directory (${path.join(dir, "nope.txt")})\n`);
+      expect(run.stdout).toBe("");
+      // Checked before connecting: an unreachable --url is never tried.
+      const viaUrl = await ledger("prompt", "hi", "--file", "nope.txt", "--url", "http://127.0.0.1:9");
+      expect(viaUrl.code, viaUrl.stderr).toBe(1);
+      expect(viaUrl.stderr).toContain("--file nope.txt: no such file or directory");
+      expect(viaUrl.stderr).not.toMatch(/ECONNREFUSED|Unavailable/);
+      const after = await ledger("sessions", "--json", ...dbArgs());
+      expect(after.stdout).toBe(before.stdout);
+    },
+    CLI_TIMEOUT,
+  );
 });
 
 describe("ledger serve", () => {
   it(
-    "prints one listening line, answers ledger prompt --url, locks its PGlite dir, exits 0 on SIGTERM",
+    "prints one listening line, answers ledger prompt --url, refuses a second serve on its port or PGlite dir with advice, exits 0 on SIGTERM",
     async () => {
       const serveDb = path.join(dir, "serve-db");
       const serve = start(["serve", "--port", "0", "--db", serveDb]);
@@ -218,12 +331,27 @@ describe("ledger serve", () => {
         expectOk(listed);
         expect(listed.stdout).toContain(printed.sessionId);
 
+        // A second serve on the same port: which port, and how to get another.
+        const port = new URL(url).port;
+        const busyPort = await ledger("serve", "--port", port, "--db", path.join(dir, "other-serve-db"));
+        expect(busyPort.code, busyPort.stderr).toBe(1);
+        expect(busyPort.stderr).toContain(`error: port ${port} on 127.0.0.1 is already in use (another "ledger serve"?): pass --port with a free port, or --port 0 to pick one\n`);
+        expect(busyPort.stderr).not.toContain("EADDRINUSE");
+        expect(busyPort.stdout).toBe("");
+
         if (TEST_ENGINE === "pglite") {
           const locked = await ledger("prompt", "--db", serveDb, "--no-reply", "hi again");
           expect(locked.code).toBe(1);
           expect(locked.stderr).toContain("--url");
           expect(locked.stderr).toContain(serveDb);
           expect(locked.stdout).toBe("");
+          // serve has no --url: it is told to use another --db or Postgres.
+          const lockedServe = await ledger("serve", "--port", "0", "--db", serveDb);
+          expect(lockedServe.code).toBe(1);
+          expect(lockedServe.stderr).toContain(`the embedded database ${serveDb} is in use`);
+          expect(lockedServe.stderr).toContain("Pass --db with another directory, or run every server on one Postgres database with DATABASE_URL=");
+          expect(lockedServe.stderr).not.toContain("--url");
+          expect(lockedServe.stdout).toBe("");
         }
       } finally {
         if (serve.exitCode === null) serve.kill("SIGTERM");
@@ -253,6 +381,39 @@ function waitForOutput(child: ChildProcess, pattern: RegExp, exited: Promise<Run
     void exited.then((run) => reject(new Error(`exited (${run.code}) before printing ${pattern}:\n${run.stdout}\n${run.stderr}`)));
   });
 }
+
+describe("a model server that refuses connections", () => {
+  it(
+    "each retry shows on stderr; the run gives up within retry.max_total_ms with the cause; exit 1",
+    async () => {
+      const project = path.join(dir, "closed-provider");
+      await mkdir(project);
+      const server = net.createServer();
+      await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+      const { port } = server.address() as net.AddressInfo;
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      const config = {
+        model: "local/qwen",
+        retry: { initial_ms: 200, max_total_ms: 1000 },
+        provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: `http://127.0.0.1:${port}/v1` }, models: { qwen: {} } } },
+      };
+      await writeFile(path.join(project, "ledger.json"), JSON.stringify(config));
+      const child = start(["prompt", "hi", ...dbArgs()], project);
+      let firstRetryAt: number | undefined;
+      child.stderr!.on("data", (chunk: Buffer) => void (String(chunk).includes("retrying in") && (firstRetryAt ??= Date.now())));
+      const run = await finished(child);
+      const gaveUpAfter = Date.now() - firstRetryAt!;
+      expect(run.code, run.stderr).toBe(1);
+      const notices = run.stderr.split("\n").filter((l) => l.startsWith("retrying in "));
+      expect(notices.length, run.stderr).toBeGreaterThanOrEqual(2);
+      notices.forEach((line, i) => expect(line).toBe(`retrying in 1s (attempt ${i + 1}): Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}`));
+      expect(run.stderr).toContain(`error: api: Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}\n`);
+      // 200 + 400 + the 400 ms left of the budget, then the exit (closing the in-process server).
+      expect(gaveUpAfter).toBeLessThan(1000 + 4000);
+    },
+    CLI_TIMEOUT,
+  );
+});
 
 describe("ledger prompt with a model (streamed)", () => {
   // A project directory of its own: its ledger.json configures the fake provider, which the
@@ -292,7 +453,7 @@ describe("ledger prompt with a model (streamed)", () => {
         },
         {
           kind: "stream",
-          chunks: [{ text: "The notes " }, { text: "contain a greeting" }, { text: ": hi there." }],
+          chunks: [{ reasoning: "The file holds a greeting." }, { text: "The notes " }, { text: "contain a greeting" }, { text: ": hi there." }],
           delayMs: 20,
           usage: { prompt_tokens: 1200, completion_tokens: 30 },
         },
@@ -320,6 +481,24 @@ describe("ledger prompt with a model (streamed)", () => {
       const messages = await finished(start(["messages", sessionId!, ...dbArgs()], project));
       expectOk(messages);
       expect(messages.stdout.match(/ assistant /g)).toHaveLength(2);
+      // Every part says what it holds: the tool and its state, the retry, the reasoning, each step's finish and tokens.
+      const listed = messages.stdout.split("\n").flatMap((line) => {
+        const m = /^ +\d+\. prt_\w{26} {2}(\S+)(?: +(.*))?$/.exec(line);
+        return m ? [`${m[1]} ${m[2] ?? ""}`] : [];
+      });
+      const assistantParts = listed.slice(listed.findIndex((l) => l.startsWith("retry")));
+      expect(assistantParts).toEqual([
+        expect.stringMatching(/^retry attempt 1: api: /),
+        "stepStart ",
+        "tool read  completed  notes.txt",
+        "stepFinish reason=tool-calls  tokens in 1000, out 10, reasoning 0, cache r/w 0/0  cost $0.0010",
+        "stepStart ",
+        "reasoning The file holds a greeting.",
+        "text The notes contain a greeting: hi there.",
+        "stepFinish reason=stop  tokens in 1200, out 30, reasoning 0, cache r/w 0/0  cost $0.0013",
+      ]);
+      expect(messages.stdout).toMatch(/^message msg_\w+ {2}assistant {2}agent=build {2}model=local\/qwen {2}finish=tool-calls$/m);
+      expect(messages.stdout).toMatch(/^message msg_\w+ {2}assistant {2}agent=build {2}model=local\/qwen {2}finish=stop$/m);
     },
     CLI_TIMEOUT,
   );

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { buildConfig, ConfigError, configFileSchema, parseModelRef } from "../../src/config/config.js";
+import { buildConfig, ConfigError, configFileSchema, lineAndColumn, parseConfigText, parseModelRef } from "../../src/config/config.js";
 import { InvalidArgumentError } from "../../src/errors.js";
 
 describe("parseModelRef", () => {
@@ -55,5 +55,22 @@ describe("model references in ledger.json", () => {
       expect(() => configFileSchema.parse({ command: { c: { template: "t", model } } })).toThrow(/provider\/model/);
     }
     expect(ConfigError).toBeDefined();
+  });
+});
+
+describe("parseConfigText", () => {
+  it("names the line and column (1-based) of a JSONC syntax error, not a character offset", () => {
+    const text = '{\n  // comment\n  "model": "a/b",\n  "roots": [,]\n}\n';
+    expect(() => parseConfigText(text, "ledger.json")).toThrow(ConfigError);
+    expect(() => parseConfigText(text, "ledger.json")).toThrow(/^ledger\.json: invalid JSONC at line 4, column 13: value expected$/);
+    expect(() => parseConfigText('{ "model": "a/b" "x": 1 }', "ledger.json")).toThrow(/at line 1, column 18: comma expected$/);
+    // Comments and trailing commas are JSONC, not errors.
+    expect(parseConfigText('{ "roots": ["a",], /* c */ }', "ledger.json").roots).toEqual(["a"]);
+  });
+
+  it("lineAndColumn counts lines and columns from 1", () => {
+    expect(lineAndColumn("abc", 0)).toEqual({ line: 1, column: 1 });
+    expect(lineAndColumn("ab\ncd\nef", 7)).toEqual({ line: 3, column: 2 });
+    expect(lineAndColumn("ab\n", 3)).toEqual({ line: 2, column: 1 });
   });
 });

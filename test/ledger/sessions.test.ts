@@ -3,7 +3,8 @@ import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newId } from "../../src/ids.js";
-import { failure } from "../support/busy.js";
+import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { connectFailure, failure } from "../support/busy.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
 
@@ -29,6 +30,19 @@ describe("session CRUD", () => {
     expect(session!.directory).toBe(path.join(t.dir, "real"));
     expect(session!.title).toMatch(/^New session - \d{4}-/);
     expect((await t.client.getSession({ sessionId: session!.id })).session).toEqual(session);
+  });
+
+  it("requires a directory: INVALID_ARGUMENT naming it and saying what is expected, nothing stored", async () => {
+    const before = await t.ledger.deps.db.selectFrom("session").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow();
+    for (const directory of [undefined, "", "   "]) {
+      const error = await connectFailure(t.client.createSession({ directory, title: "no directory" }));
+      expect(error.code).toBe(Code.InvalidArgument);
+      expect(error.rawMessage).toBe("directory: is required: the absolute path of an existing project directory on the server (the ledger CLI sends its working directory)");
+      expect(error.findDetails(ErrorInfoSchema)[0]?.metadata.field).toBe("directory");
+      expect(error.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["directory"]);
+    }
+    const after = await t.ledger.deps.db.selectFrom("session").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow();
+    expect(Number(after.n)).toBe(Number(before.n));
   });
 
   it("refuses a directory that does not exist and an unknown parent", async () => {

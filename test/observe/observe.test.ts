@@ -98,7 +98,7 @@ describe("an in-process ledger", () => {
     const echoed: Record<string, string | null> = {};
     const onHeader = (id: string) => (headers: Headers) => void (echoed[id] = headers.get("x-request-id"));
 
-    const { session } = await t.client.createSession({}, { headers: { "x-request-id": "req-create" }, onHeader: onHeader("req-create") });
+    const { session } = await t.client.createSession({ directory: t.dir }, { headers: { "x-request-id": "req-create" }, onHeader: onHeader("req-create") });
     const sessionId = session!.id;
     await t.client.getSession({ sessionId }, { headers: { "x-request-id": "req-get" }, onHeader: onHeader("req-get") });
     const error = await failure(t.client.prompt({ sessionId, noReply: true, parts: [] }, { headers: { "x-request-id": "req-bad" } }));
@@ -136,7 +136,7 @@ describe("an in-process ledger", () => {
   });
 
   it("logs a server stream when it ends, also when the client cancels it", async () => {
-    const { session } = await t.client.createSession({});
+    const { session } = await t.client.createSession({ directory: t.dir });
     const controller = new AbortController();
     const stream = t.client.watchSession({ sessionId: session!.id }, { headers: { "x-request-id": "req-watch" }, signal: controller.signal });
     const reading = (async () => {
@@ -192,8 +192,64 @@ describe("an in-process ledger", () => {
     expect(http).toMatchObject({ msg: "http", path: "/no.such.Service/Method", status: 404 });
   });
 
+  it("a client that hangs up on a stream while it is being written is an ordinary cancellation: an info line, no error, no stack", async () => {
+    const { session } = await t.client.createSession({ directory: t.dir });
+    const sessionId = session!.id;
+    // Enough stored events that the replay is still being written when the client goes.
+    for (let i = 0; i < 20; i++) await t.client.prompt({ sessionId, noReply: true, parts: [text("x".repeat(200_000))] });
+    const clients = { connect: t.client, grpc: createClient(SessionService, createGrpcTransport({ baseUrl: t.ledger.url })) };
+    const ids: string[] = [];
+    for (const [name, client] of Object.entries(clients)) {
+      for (let k = 0; k < 3; k++) {
+        const id = `hangup-${name}-${k}`;
+        ids.push(id);
+        const controller = new AbortController();
+        try {
+          for await (const _ of client.watchSession({ sessionId }, { signal: controller.signal, headers: { "x-request-id": id } })) controller.abort();
+        } catch {
+          // canceled by us
+        }
+      }
+    }
+    const lines = await until("a log line per canceled stream", () => {
+      const found = ids.map((id) => rpcLines(id)[0]);
+      return found.every(Boolean) ? found : undefined;
+    });
+    for (const line of lines) expect(line).toMatchObject({ level: "info", procedure: `${SERVICE}/WatchSession`, code: "canceled", session_id: sessionId });
+    // Give a late write failure the time to be logged, then check nothing was.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(jsonLines(written).filter((l) => l.level === "error" || l.level === "warn")).toEqual([]);
+    expect(written.join("")).not.toMatch(/stack|Cannot call write|stream has been destroyed/);
+  });
+
+  it("a request without a usable content type: 415 with a Connect error naming what to send, logged and counted as unknown", async () => {
+    const body = new TextEncoder().encode("{}"); // bytes: fetch adds no content-type, like curl --data-binary without -H
+    const cases: Array<[string, Record<string, string>, string]> = [
+      ["ListModels", {}, "missing content-type: /ledger.v1.SessionService/ListModels expects application/json or application/proto (Connect)"],
+      ["ListModels", { "content-type": "text/plain" }, 'unsupported content-type "text/plain": /ledger.v1.SessionService/ListModels expects application/json'],
+      ["WatchSession", { "content-type": "application/json" }, "expects application/connect+json or application/connect+proto (Connect streaming)"],
+    ];
+    for (const [i, [method, headers, message]] of cases.entries()) {
+      const res = await fetch(`${t.ledger.url}${SERVICE}/${method}`, { method: "POST", headers: { ...headers, "x-request-id": `req-415-${i}` }, body });
+      expect(res.status).toBe(415);
+      expect(res.headers.get("content-type")).toBe("application/json");
+      expect(res.headers.get("accept-post")).toContain("application/grpc");
+      const error = (await res.json()) as { code: string; message: string };
+      expect(error.code).toBe("unknown");
+      expect(error.message).toContain(message);
+      expect(error.message).toContain("application/grpc[+proto|+json] (gRPC) or application/grpc-web[+proto|+json] (gRPC-Web)");
+      const line = await until("the 415's log line", () => rpcLines(`req-415-${i}`)[0]);
+      expect(line).toMatchObject({ procedure: `${SERVICE}/${method}`, code: "unknown", http_status: 415 });
+    }
+    const samples = parseExposition(await (await fetch(`${t.ledger.url}/metrics`)).text());
+    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/ListModels`, code: "unknown" })).toBe(2);
+    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/WatchSession`, code: "unknown" })).toBe(1);
+    // The right content type still works.
+    expect((await fetch(`${t.ledger.url}${SERVICE}/ListModels`, { method: "POST", headers: { "content-type": "application/json" }, body })).status).toBe(200);
+  });
+
   it("serves GET /metrics: RPC counters and latencies, loop steps and tokens, DB pool, process metrics", async () => {
-    const { session } = await t.client.createSession({});
+    const { session } = await t.client.createSession({ directory: t.dir });
     // Answered by the scripted model: one step, finish stop, 8 input / 5 output / 2 cache-read / 1 reasoning tokens.
     const answer = await t.client.prompt({ sessionId: session!.id, parts: [text("say hello")] });
     expect(answer.message?.message?.kind.case).toBe("assistant");
@@ -282,7 +338,7 @@ describe("`ledger serve` as a child process", () => {
       const url = await until("the listening line", () => /listening on (\S+)/.exec(stdout.join(""))?.[1], 90_000);
       const client = createClient(SessionService, createConnectTransport({ baseUrl: url, httpVersion: "1.1" }));
       let echoed: string | null = null;
-      const { session } = await client.createSession({}, { headers: { "x-request-id": "child-create" }, onHeader: (h) => void (echoed = h.get("x-request-id")) });
+      const { session } = await client.createSession({ directory: ROOT }, { headers: { "x-request-id": "child-create" }, onHeader: (h) => void (echoed = h.get("x-request-id")) });
       expect(echoed).toBe("child-create");
       await failure(client.getSession({ sessionId: "ses_123" }, { headers: { "x-request-id": "child-bad" } }));
       await client.getSession({ sessionId: session!.id }, { headers: { "x-request-id": "child-get" } });

@@ -6,6 +6,9 @@ import { startTestLedger, type TestLedger } from "../support/ledger.js";
 // sent them; each session's event log is gap-free. Throughput is a benchmark matter, not asserted.
 const CLIENTS = 50;
 const DURATION_MS = Number(process.env.LOAD_MS ?? 3000);
+// The test's timeout grows with its own size (`npm run soak` sets LOAD_MS=30000, vitest's default
+// is 30 s): the load itself, plus the sessions' setup and the per-session checks after it.
+const TIMEOUT_MS = Math.max(60_000, DURATION_MS * 2 + 30_000);
 
 let t: TestLedger;
 beforeAll(async () => {
@@ -14,7 +17,7 @@ beforeAll(async () => {
 afterAll(() => t?.close());
 
 describe("50 concurrent clients", () => {
-  it("stores every prompt in per-session order without an error", async () => {
+  it("stores every prompt in per-session order without an error", { timeout: TIMEOUT_MS }, async () => {
     const shared = await Promise.all(Array.from({ length: 5 }, async () => (await t.client.createSession({ directory: t.dir })).session!.id));
     const own = await Promise.all(Array.from({ length: CLIENTS / 2 }, async () => (await t.client.createSession({ directory: t.dir })).session!.id));
     const sessionOf = (c: number) => (c < CLIENTS / 2 ? own[c]! : shared[c % shared.length]!);

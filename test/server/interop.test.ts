@@ -98,7 +98,7 @@ function fromConnect(entries: MessageWithParts[]): StoredMessage[] {
 }
 
 async function roundTripConnect(client: Client<typeof SessionService>): Promise<void> {
-  const { session } = await client.createSession({});
+  const { session } = await client.createSession({ directory: t.dir });
   const sessionId = session!.id;
   const res = await client.prompt({
     sessionId,
@@ -162,7 +162,7 @@ describe("one prompt, three client stacks", () => {
   it("@grpc/grpc-js + proto-loader over h2c: create, prompt no_reply with a file, list", async () => {
     const client = grpcClient();
     try {
-      const created = await grpcCall<{ session: { id: string; directory: string } }>(client, "createSession", {});
+      const created = await grpcCall<{ session: { id: string; directory: string } }>(client, "createSession", { directory: t.dir });
       const sessionId = created.session.id;
       expect(created.session.directory).toBe(t.dir);
       const prompted = await grpcCall<{ message: LooseEntry }>(client, "prompt", {
@@ -207,7 +207,7 @@ describe("one prompt, three client stacks", () => {
     const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/CreateSession`, {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ title: "from curl" }),
+      body: JSON.stringify({ directory: t.dir, title: "from curl" }),
     });
     expect(res.status).toBe(200);
     expect(res.headers.get("content-type")).toMatch(/^application\/json/);

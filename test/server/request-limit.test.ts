@@ -29,7 +29,7 @@ let h2: Http2SessionManager;
 
 beforeAll(async () => {
   t = await startTestLedger({ limits: { request_bytes: LIMIT } });
-  sessionId = (await t.client.createSession({})).session!.id;
+  sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
   h2 = new Http2SessionManager(t.ledger.url);
 });
 

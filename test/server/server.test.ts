@@ -43,7 +43,7 @@ function errorInfo(error: ConnectError) {
 }
 
 async function newSession(agent = ""): Promise<string> {
-  const { session } = await t.client.createSession({ agent });
+  const { session } = await t.client.createSession({ directory: t.dir, agent });
   return session!.id;
 }
 
@@ -110,7 +110,7 @@ describe("domain errors", () => {
   it("a request over limits.request_bytes → RESOURCE_EXHAUSTED, nothing stored", async () => {
     const small = await startTestLedger({ limits: { request_bytes: 4096 } });
     try {
-      const { session } = await small.client.createSession({});
+      const { session } = await small.client.createSession({ directory: small.dir });
       const sessionId = session!.id;
       const error = await failure(small.client.prompt({ sessionId, noReply: true, parts: [text("x".repeat(10_000))] }));
       expect(error.code).toBe(Code.ResourceExhausted);
@@ -260,7 +260,7 @@ describe("graceful shutdown", () => {
     const g = await startTestLedger();
     let closed = false;
     try {
-      const { session } = await g.client.createSession({});
+      const { session } = await g.client.createSession({ directory: g.dir });
       const sessionId = session!.id;
       let firstAnswer!: () => void;
       const answeredOnce = new Promise<void>((resolve) => (firstAnswer = resolve));

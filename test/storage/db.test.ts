@@ -1,13 +1,14 @@
 import { create } from "@bufbuild/protobuf";
+import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { newId } from "../../src/ids.js";
-import { migrate, openDatabase, type Database } from "../../src/storage/db.js";
+import { DatabaseOpenError, migrate, openDatabase, type Database } from "../../src/storage/db.js";
 import { insertMessage, insertParts, listPartRows, rowToPart } from "../../src/storage/message-store.js";
 import { deleteSession, insertSession } from "../../src/storage/session-store.js";
-import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { ADMIN_URL, createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
 
 let test: TestDatabase;
 let database: Database;
@@ -78,3 +79,31 @@ describe(`storage on ${TEST_ENGINE}`, () => {
     await expect(database.db.transaction().execute((trx) => insertMessage(trx, { message: message(newId("msg")), position: 1 }))).rejects.toThrow();
   });
 });
+
+describe("openDatabase failures", () => {
+  it.skipIf(TEST_ENGINE === "pglite")("names the database and the cause when the database does not exist", async () => {
+    const url = new URL(ADMIN_URL);
+    url.pathname = "/ledger_no_such_database";
+    url.password = "secret";
+    const error = await openDatabase({ kind: "postgres", url: url.toString() }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DatabaseOpenError);
+    expect((error as Error).message).toMatch(/^database postgres:\/\/\S+\/ledger_no_such_database: database "ledger_no_such_database" does not exist$/);
+    expect((error as Error).message).not.toContain("secret");
+  });
+
+  it("names the cause when nothing listens on the port", async () => {
+    const port = await closedPort();
+    const error = await openDatabase({ kind: "postgres", url: `postgres://postgres@127.0.0.1:${port}/x` }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DatabaseOpenError);
+    expect((error as Error).message).toBe(`database postgres://postgres@127.0.0.1:${port}/x: connect ECONNREFUSED 127.0.0.1:${port}`);
+  });
+});
+
+/** A loopback port nothing listens on (bound, then released). */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}

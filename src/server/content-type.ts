@@ -1,0 +1,57 @@
+import type http from "node:http";
+import type http2 from "node:http2";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
+
+/**
+ * What the server answers a request whose content type no protocol accepts: HTTP 415 (as
+ * connect-es does) with a Connect error body `{"code":"unknown","message":...}` saying what to
+ * send, where connect-es sends an empty body.
+ *
+ * The code is `unknown` because that is what the Connect protocol makes of a 415 (its HTTP → code
+ * table maps 415 to `unknown`, and its conformance suite expects a client to see `unknown` for an
+ * unexpected content type); gRPC maps HTTP 415 to UNKNOWN too. The body only adds the message.
+ */
+export interface UnsupportedMediaType {
+  /** Always 415 Unsupported Media Type. */
+  status: 415;
+  /** `content-type: application/json` and `accept-post` listing the accepted types. */
+  headers: Record<string, string>;
+  /** The Connect error JSON. */
+  body: string;
+}
+
+/** Content types of every protocol the server speaks, for the `accept-post` header. */
+const ACCEPTED = {
+  unary: ["application/json", "application/proto"],
+  streaming: ["application/connect+json", "application/connect+proto"],
+  grpc: ["application/grpc", "application/grpc+proto", "application/grpc+json", "application/grpc-web", "application/grpc-web+proto", "application/grpc-web+json"],
+};
+
+/**
+ * Checks a POST to `handler`'s procedure: undefined when its `content-type` is one the handler
+ * accepts (or the request is not a POST: Connect GET requests carry none), else the 415 answer,
+ * whose message names the content type received (or says there was none) and the ones expected
+ * for this procedure: `application/json` or `application/proto` for a Connect unary method,
+ * `application/connect+json`/`+proto` for a streaming one, `application/grpc[+proto|+json]`,
+ * `application/grpc-web[+proto|+json]`.
+ */
+export function checkContentType(handler: UniversalHandler, method: string | undefined, contentType: string | undefined): UnsupportedMediaType | undefined {
+  if (method !== "POST" || handler.supportedContentType(contentType ?? "")) return undefined;
+  const unary = handler.method.methodKind === "unary";
+  const connect = unary ? ACCEPTED.unary : ACCEPTED.streaming;
+  const got = contentType ? `unsupported content-type ${JSON.stringify(contentType)}` : "missing content-type";
+  const message =
+    `${got}: ${handler.requestPath} expects ${connect.join(" or ")} (Connect${unary ? "" : " streaming"}), ` +
+    `application/grpc[+proto|+json] (gRPC) or application/grpc-web[+proto|+json] (gRPC-Web)`;
+  return {
+    status: 415,
+    headers: { "content-type": "application/json", "accept-post": [...connect, ...ACCEPTED.grpc].join(", ") },
+    body: JSON.stringify({ code: "unknown", message }),
+  };
+}
+
+/** Writes `answer` to `res`. */
+export function sendUnsupportedMediaType(res: http.ServerResponse | http2.Http2ServerResponse, answer: UnsupportedMediaType): void {
+  res.writeHead(answer.status, { ...answer.headers, "content-length": String(Buffer.byteLength(answer.body)) });
+  res.end(answer.body);
+}

@@ -1,0 +1,42 @@
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
+import { formatMessage } from "../../src/cli/print.js";
+
+// `ledger messages` output for the part kinds the end-to-end test does not produce.
+
+const SES = "ses_01M8N5N64AYAFYM716YNCVWCWC";
+const MSG = "msg_01M8N5N64AYAFYM716YNCVWCW1";
+
+describe("formatMessage", () => {
+  it("shows a failed tool with its error, a failed answer's error, patches, snapshots and compactions", () => {
+    const entry = create(MessageWithPartsSchema, {
+      message: {
+        kind: {
+          case: "assistant",
+          value: { id: MSG, sessionId: SES, agent: "build", model: { providerId: "local", modelId: "qwen" }, error: { message: "boom\nmore", kind: { case: "api", value: { statusCode: 500 } } } },
+        },
+      },
+      parts: [
+        { id: "prt_1", kind: { case: "tool", value: { tool: "grep", state: { status: { case: "error", value: { input: { pattern: "TODO" }, error: "denied by permission\nstack" } } } } } },
+        { id: "prt_2", kind: { case: "tool", value: { tool: "list", state: { status: { case: "running", value: {} } } } } },
+        { id: "prt_3", kind: { case: "patch", value: { hash: "abc123", files: ["a.ts", "b.ts"] } } },
+        { id: "prt_4", kind: { case: "snapshot", value: { snapshot: "snap1" } } },
+        { id: "prt_5", kind: { case: "compaction", value: { auto: true, overflow: true } } },
+        { id: "prt_6", kind: { case: "stepFinish", value: { reason: "length", cost: 0.00001, tokens: { input: 5n, output: 7n, reasoning: 2n, cache: { read: 1n, write: 3n } } } } },
+        { id: "prt_7", kind: { case: "reasoning", value: { text: "first\nsecond" } } },
+      ],
+    });
+    expect(formatMessage(entry).split("\n")).toEqual([
+      `message ${MSG}  assistant  agent=build  model=local/qwen  error=api: boom`,
+      "  1. prt_1  tool      grep  error  TODO: denied by permission",
+      "  2. prt_2  tool      list  running",
+      "  3. prt_3  patch     abc123  a.ts, b.ts",
+      "  4. prt_4  snapshot  snap1",
+      "  5. prt_5  compaction auto, context overflow",
+      "  6. prt_6  stepFinish reason=length  tokens in 5, out 7, reasoning 2, cache r/w 1/3  cost $0.000010",
+      "  7. prt_7  reasoning first",
+      "                      second",
+    ]);
+  });
+});
