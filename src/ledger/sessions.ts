@@ -23,18 +23,22 @@ export const SESSION_PAGE = { default: 50, max: 1000 } as const;
 
 /**
  * Creates a session. `directory` is required (a session that silently took the server's
- * working directory would read files the client never meant); it must be an existing directory
- * (relative paths against the server's working directory) and is stored resolved (realpath). `parent_id`
+ * working directory would read files the client never meant); it must be the absolute path of an
+ * existing directory and is stored resolved (realpath). `parent_id`
  * must name a session; `agent` must exist. Appends the session's first event
  * (`session_updated`, seq 1) in the same transaction.
- * Throws `InvalidArgumentError` (INVALID_ARGUMENT: directory empty or not a directory, or a malformed `model.provider_id`/`model.model_id`), `SessionNotFoundError` (NOT_FOUND: parent_id, also when the parent is deleted meanwhile), `AgentNotFoundError` (NOT_FOUND).
+ * Throws `InvalidArgumentError` (INVALID_ARGUMENT: directory empty, relative, with a NUL, over 4096 bytes or not a directory, or a malformed `model.provider_id`/`model.model_id`), `SessionNotFoundError` (NOT_FOUND: parent_id, also when the parent is deleted meanwhile), `AgentNotFoundError` (NOT_FOUND).
  */
 export async function createSession(deps: LedgerDeps, request: CreateSessionRequest): Promise<Session> {
   if (request.model) checkModelRef(request.model);
   if (!request.directory.trim()) {
     throw new InvalidArgumentError("directory", "is required: the absolute path of an existing project directory on the server (the ledger CLI sends its working directory)");
   }
-  const directory = await resolveDirectory(path.resolve(deps.cwd, request.directory));
+  checkPathShape("directory", request.directory);
+  if (!path.isAbsolute(request.directory)) {
+    throw new InvalidArgumentError("directory", `${JSON.stringify(request.directory)} is relative: send the absolute path of the project directory (the server's working directory is not the client's)`);
+  }
+  const directory = await resolveDirectory(request.directory);
   if (request.parentId && !(await store.getSession(deps.db, request.parentId))) throw new SessionNotFoundError(request.parentId, "parent_id");
   const agent = request.agent ? resolveAgent(deps.config, request.agent).name : "";
   const now = new Date();

@@ -45,6 +45,11 @@ describe("session CRUD", () => {
     expect(Number(after.n)).toBe(Number(before.n));
   });
 
+  it("refuses a relative directory (the server's working directory is not the client's)", async () => {
+    const error = await connectFailure(t.client.createSession({ directory: "src" }));
+    expect([error.code, error.rawMessage]).toEqual([Code.InvalidArgument, `directory: "src" is relative: send the absolute path of the project directory (the server's working directory is not the client's)`]);
+  });
+
   it("refuses a directory that does not exist and an unknown parent", async () => {
     expect(await code(t.client.createSession({ directory: path.join(t.dir, "missing") }))).toBe(Code.InvalidArgument);
     expect(await code(t.client.createSession({ directory: t.dir, parentId: newId("ses") }))).toBe(Code.NotFound);
