@@ -194,8 +194,8 @@ const CODE_OF_STATUS: Readonly<Record<number, Code>> = {
   408: Code.DeadlineExceeded,
   409: Code.Aborted,
   413: Code.ResourceExhausted,
-  // An unsupported content type: the Connect protocol maps 415 to unknown, and the server's body says so.
-  415: Code.Unknown,
+  // Our 415 answers (an unusable content type) say invalid_argument in their body (server/content-type.ts).
+  415: Code.InvalidArgument,
   429: Code.ResourceExhausted,
   499: Code.Canceled,
   501: Code.Unimplemented,

@@ -4,19 +4,18 @@ import type { UniversalHandler } from "@connectrpc/connect/protocol";
 
 /**
  * What the server answers a request whose content type no protocol accepts: HTTP 415 (as
- * connect-es does) with a Connect error body `{"code":"unknown","message":...}` saying what to
- * send, where connect-es sends an empty body.
- *
- * The code is `unknown` because that is what the Connect protocol makes of a 415 (its HTTP → code
- * table maps 415 to `unknown`, and its conformance suite expects a client to see `unknown` for an
- * unexpected content type); gRPC maps HTTP 415 to UNKNOWN too. The body only adds the message.
+ * connect-es does, and the Connect and gRPC protocols ask) with a Connect error body
+ * `{"code":"invalid_argument","message":...}` saying what to send, where connect-es sends an
+ * empty body. The request is the client's mistake, so its code is `invalid_argument`: a Connect
+ * client reads the code from the body (without one, the protocols' HTTP → code tables make a 415
+ * `unknown`, which tells an operator nothing), and `/metrics` and the log count it so.
  */
 export interface UnsupportedMediaType {
   /** Always 415 Unsupported Media Type. */
   status: 415;
   /** `content-type: application/json` and `accept-post` listing the accepted types. */
   headers: Record<string, string>;
-  /** The Connect error JSON. */
+  /** The Connect error JSON (code `invalid_argument`). */
   body: string;
 }
 
@@ -46,7 +45,7 @@ export function checkContentType(handler: UniversalHandler, method: string | und
   return {
     status: 415,
     headers: { "content-type": "application/json", "accept-post": [...connect, ...ACCEPTED.grpc].join(", ") },
-    body: JSON.stringify({ code: "unknown", message }),
+    body: JSON.stringify({ code: "invalid_argument", message }),
   };
 }
 

@@ -222,7 +222,7 @@ describe("an in-process ledger", () => {
     expect(written.join("")).not.toMatch(/stack|Cannot call write|stream has been destroyed/);
   });
 
-  it("a request without a usable content type: 415 with a Connect error naming what to send, logged and counted as unknown", async () => {
+  it("a request without a usable content type: 415 with a Connect error naming what to send, logged and counted as invalid_argument", async () => {
     const body = new TextEncoder().encode("{}"); // bytes: fetch adds no content-type, like curl --data-binary without -H
     const cases: Array<[string, Record<string, string>, string]> = [
       ["ListModels", {}, "missing content-type: /ledger.v1.SessionService/ListModels expects application/json or application/proto (Connect)"],
@@ -235,15 +235,15 @@ describe("an in-process ledger", () => {
       expect(res.headers.get("content-type")).toBe("application/json");
       expect(res.headers.get("accept-post")).toContain("application/grpc");
       const error = (await res.json()) as { code: string; message: string };
-      expect(error.code).toBe("unknown");
+      expect(error.code).toBe("invalid_argument");
       expect(error.message).toContain(message);
       expect(error.message).toContain("application/grpc[+proto|+json] (gRPC) or application/grpc-web[+proto|+json] (gRPC-Web)");
       const line = await until("the 415's log line", () => rpcLines(`req-415-${i}`)[0]);
-      expect(line).toMatchObject({ procedure: `${SERVICE}/${method}`, code: "unknown", http_status: 415 });
+      expect(line).toMatchObject({ procedure: `${SERVICE}/${method}`, code: "invalid_argument", http_status: 415 });
     }
     const samples = parseExposition(await (await fetch(`${t.ledger.url}/metrics`)).text());
-    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/ListModels`, code: "unknown" })).toBe(2);
-    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/WatchSession`, code: "unknown" })).toBe(1);
+    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/ListModels`, code: "invalid_argument" })).toBe(2);
+    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/WatchSession`, code: "invalid_argument" })).toBe(1);
     // The right content type still works.
     expect((await fetch(`${t.ledger.url}${SERVICE}/ListModels`, { method: "POST", headers: { "content-type": "application/json" }, body })).status).toBe(200);
   });
