@@ -36,19 +36,6 @@ export async function appendEvents(trx: Transaction<DB>, events: SessionEvent[])
   }
 }
 
-/** Reads a session's events with `seq > afterSeq`, in seq order, at most `limit`. */
-export async function listEvents(db: Kysely<DB>, sessionId: string, afterSeq: number, limit = 1000): Promise<SessionEvent[]> {
-  const rows = await db
-    .selectFrom("session_event")
-    .selectAll()
-    .where("session_id", "=", sessionId)
-    .where("seq", ">", afterSeq)
-    .orderBy("seq", "asc")
-    .limit(limit)
-    .execute();
-  return rows.map(rowToEvent);
-}
-
 /** How much one page of events may hold. */
 export interface PageLimits {
   /** At most this many events (> 0). */
