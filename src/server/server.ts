@@ -13,6 +13,7 @@ import { createRpcObserver } from "../observe/rpc.js";
 import { corsHeaders } from "./cors.js";
 import { bearerAuth, isLoopback } from "./auth.js";
 import { errorInterceptor } from "./errors.js";
+import { failPendingWritesOnClose } from "./pending-writes.js";
 import { createRoutes } from "./routes.js";
 
 /** A started or startable server on one plaintext port. */
@@ -91,6 +92,8 @@ export function createServer(deps: LedgerDeps): LedgerServer {
       return;
     }
     observer.track(req, res, requestId);
+    // An HTTP/2 stream whose client left while a write waited for `drain` must still end.
+    if (req.httpVersionMajor === 2) failPendingWritesOnClose(res);
     adapter(req as never, res as never);
   };
 
