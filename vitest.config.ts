@@ -13,7 +13,7 @@ export default defineConfig({
       },
       {
         extends: true,
-        test: { name: "pglite", env: { LEDGER_TEST_DB: "pglite", LEDGER_LOG_LEVEL: "warn" }, include: ["test/{storage,ledger,server,cli,agent,security,observe}/**/*.test.ts"] },
+        test: { name: "pglite", env: { LEDGER_TEST_DB: "pglite", LEDGER_LOG_LEVEL: "warn" }, include: ["test/{storage,events,ledger,server,cli,agent,security,observe}/**/*.test.ts"] },
       },
     ],
   },

@@ -3,17 +3,33 @@ import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { Kysely } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { CursorOutOfRangeError } from "../errors.js";
-import { listEvents } from "../storage/event-store.js";
+import { readEventPage, type PageLimits } from "../storage/event-store.js";
 import type { DB } from "../storage/schema.js";
 import { isHint, type EventBus } from "./bus.js";
 import { subscribe } from "./subscription.js";
 
-/** Rows read per query while replaying or filling a gap. */
-const PAGE = 500;
+/**
+ * One query's worth while replaying or filling a gap: at most 500 events, and no further event
+ * once 256 KiB of their JSON text is read (the first one comes whatever its size), so a page
+ * holds less than 256 KiB plus one event.
+ *
+ * Measured (80 stored prompts with a 1,000,000-char text part, 322 events, 80 MB of JSON;
+ * server `--max-old-space-size=384`): with pages of 500 rows, the first query of each
+ * `WatchSession{after_seq: 0}` read the whole log, about 80 MB of V8 heap per watcher (the
+ * rows' parsed JSON) held until its client had read the last event; 8 watchers that read
+ * nothing took the server from 282 to 890 MB RSS (4 GB heap) and, with 384 MB, killed it in
+ * `JSON.parse` within seconds whether the clients read or not. With 1 MiB pages a page still held two of these events, hence 256
+ * KiB. Events are taken off the page as they are yielded, and connect-node writes each one and
+ * waits for `drain` before asking for the next, so the next page is read only as fast as the
+ * client reads: a watcher holds one page and the message being written (which connect-node
+ * keeps three times: the event, its serialized bytes, its gRPC frame).
+ */
+export const REPLAY_PAGE: PageLimits = { rows: 500, bytes: 256 << 10 };
 
 /**
  * A session's events after `afterSeq`, in `seq` order, without gaps or duplicates: first the
- * stored ones (replayed from `session_event` in pages), then live ones. It subscribes to the bus
+ * stored ones (replayed from `session_event` in pages bounded by `REPLAY_PAGE`, one page read
+ * at a time as the reader takes events), then live ones. It subscribes to the bus
  * before reading the table, so nothing committed in between is missed; a live event ahead of the
  * last seq yielded, or a hint from another replica, makes it read the missing rows from the
  * table (they are committed: writers of a session serialize on its row and publish after
@@ -37,15 +53,16 @@ export async function* followSession(
   const snapshots = new Map<string, bigint>();
   async function* catchUp(): AsyncGenerator<SessionEvent> {
     for (;;) {
-      const page = await listEvents(deps.db, sessionId, Number(last), PAGE);
+      const { events, more } = await readEventPage(deps.db, sessionId, Number(last), REPLAY_PAGE);
       // Retention may have deleted what comes next since the reader started: never skip it silently.
-      if (page[0] && page[0].seq !== last + 1n) await assertRetained(deps.db, sessionId, last);
-      for (const event of page) {
+      if (events[0] && events[0].seq !== last + 1n) await assertRetained(deps.db, sessionId, last);
+      // Taken off the page as they go: a page holds only what is still to be written.
+      for (let event = events.shift(); event; event = events.shift()) {
         last = event.seq;
         if (event.kind.case === "partUpdated" && event.kind.value.part) snapshots.set(event.kind.value.part.id, event.seq);
         yield event;
       }
-      if (page.length < PAGE) return;
+      if (!more) return;
     }
   }
   try {

@@ -15,6 +15,7 @@ import { checkContentType, sendUnsupportedMediaType } from "./content-type.js";
 import { corsHeaders } from "./cors.js";
 import { bearerAuth, isLoopback } from "./auth.js";
 import { errorInterceptor } from "./errors.js";
+import { failPendingWritesOnClose } from "./pending-writes.js";
 import { createRoutes } from "./routes.js";
 
 /** A started or startable server on one plaintext port. */
@@ -105,6 +106,8 @@ export function createServer(deps: LedgerDeps): LedgerServer {
       sendUnsupportedMediaType(res, unsupported);
       return;
     }
+    // An HTTP/2 stream whose client left while a write waited for `drain` must still end.
+    if (req.httpVersionMajor === 2) failPendingWritesOnClose(res);
     adapter(req as never, res as never);
   };
 

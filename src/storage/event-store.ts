@@ -6,47 +6,89 @@ import { toJsonb } from "./jsonb.js";
 import { protoCaseName } from "./proto-names.js";
 import type { DB, SessionEventRow } from "./schema.js";
 
-/** Event rows have 5 columns; stay under Postgres's 65,535 bind parameters. */
-const EVENT_ROWS_PER_INSERT = Math.floor(65535 / 5);
+/** Event rows have 6 columns; stay under Postgres's 65,535 bind parameters. */
+const EVENT_ROWS_PER_INSERT = Math.floor(65535 / 6);
 
 /**
  * Appends events (each with its `seq` already assigned under the session row lock) in one or
- * more multi-row inserts. `(session_id, seq)` is the primary key, so a seq reused by mistake
- * fails the transaction instead of forking the log. Each event's strings are made storable in
- * place (`makeStorable`), so the events published after commit equal the stored ones.
+ * more multi-row inserts, each with the byte length of its JSON text (`data_bytes`, which sizes
+ * replay pages). `(session_id, seq)` is the primary key, so a seq reused by mistake fails the
+ * transaction instead of forking the log. Each event's strings are made storable in place
+ * (`makeStorable`), so the events published after commit equal the stored ones.
  */
 export async function appendEvents(trx: Transaction<DB>, events: SessionEvent[]): Promise<void> {
   for (let i = 0; i < events.length; i += EVENT_ROWS_PER_INSERT) {
     await trx
       .insertInto("session_event")
       .values(
-        events.slice(i, i + EVENT_ROWS_PER_INSERT).map((event) => ({
-          session_id: event.sessionId,
-          seq: Number(event.seq),
-          kind: protoCaseName(SessionEventSchema, event.kind.case ?? ""),
-          data: toJsonb(SessionEventSchema, event),
-          time: event.time ? timestampDate(event.time) : new Date(),
-        })),
+        events.slice(i, i + EVENT_ROWS_PER_INSERT).map((event) => {
+          const data = toJsonb(SessionEventSchema, event);
+          return {
+            session_id: event.sessionId,
+            seq: Number(event.seq),
+            kind: protoCaseName(SessionEventSchema, event.kind.case ?? ""),
+            data,
+            data_bytes: Buffer.byteLength(data),
+            time: event.time ? timestampDate(event.time) : new Date(),
+          };
+        }),
       )
       .execute();
   }
 }
 
-/** Reads a session's events with `seq > afterSeq`, in seq order, at most `limit`. */
-export async function listEvents(db: Kysely<DB>, sessionId: string, afterSeq: number, limit = 1000): Promise<SessionEvent[]> {
-  const rows = await db
-    .selectFrom("session_event")
-    .selectAll()
-    .where("session_id", "=", sessionId)
-    .where("seq", ">", afterSeq)
-    .orderBy("seq", "asc")
-    .limit(limit)
-    .execute();
-  return rows.map(rowToEvent);
+/** How much one page of events may hold. */
+export interface PageLimits {
+  /** At most this many events (> 0). */
+  rows: number;
+  /** No further event once those read reach this many bytes of JSON text (UTF-8). */
+  bytes: number;
+}
+
+/** One page of a session's log. */
+export interface EventPage {
+  /** Events in `seq` order. */
+  events: SessionEvent[];
+  /** The page stopped at a limit: more events may follow its last one. False: the log ended. */
+  more: boolean;
+}
+
+/**
+ * Reads one page of a session's events with `seq > afterSeq`, in seq order: at most
+ * `limits.rows` events, and no further event once the JSON text of those read reaches
+ * `limits.bytes`; the first event comes whatever its size. A page thus holds less than
+ * `limits.bytes` plus one event, sized in SQL from `data_bytes` without reading the rows'
+ * data. Events stored before `data_bytes` existed count their stored size when it is
+ * uncompressed, and a whole page when compressed (TOAST compression can hide a 100× larger
+ * text), so such an event is read alone.
+ *
+ * ```ts
+ * for (let after = 0, more = true; more; ) {
+ *   const page = await readEventPage(db, sessionId, after, { rows: 500, bytes: 1 << 20 });
+ *   // ... use page.events ...
+ *   after = Number(page.events.at(-1)?.seq ?? after);
+ *   more = page.more;
+ * }
+ * ```
+ */
+export async function readEventPage(db: Kysely<DB>, sessionId: string, afterSeq: number, limits: PageLimits): Promise<EventPage> {
+  // Neither pg_column_compression nor pg_column_size reads a TOASTed value; coalesce evaluates them only for old rows.
+  const size = sql`coalesce(data_bytes, case when pg_column_compression(data) is null then pg_column_size(data) else ${limits.bytes}::int end)`;
+  // The page ends at the last row whose predecessors (within the next `rows`) hold less than `bytes`.
+  const result = await sql<Pick<SessionEventRow, "data"> & { bytes: number }>`
+    with ahead as (
+      select seq, sum(${size}) over (order by seq rows unbounded preceding) - ${size} as before
+      from (select seq, data, data_bytes from session_event where session_id = ${sessionId} and seq > ${afterSeq} order by seq limit ${limits.rows}) as next
+    )
+    select data, ${size} as bytes from session_event
+    where session_id = ${sessionId} and seq > ${afterSeq} and seq <= (select max(seq) from ahead where before < ${limits.bytes})
+    order by seq`.execute(db);
+  const bytes = result.rows.reduce((sum, row) => sum + Number(row.bytes), 0);
+  return { events: result.rows.map(rowToEvent), more: result.rows.length === limits.rows || bytes >= limits.bytes };
 }
 
 /** Maps an event row to `ledger.v1.SessionEvent`. */
-export function rowToEvent(row: SessionEventRow): SessionEvent {
+export function rowToEvent(row: Pick<SessionEventRow, "data">): SessionEvent {
   return fromJson(SessionEventSchema, row.data as JsonObject, { ignoreUnknownFields: true });
 }
 

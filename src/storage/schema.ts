@@ -60,6 +60,11 @@ export interface SessionEventTable {
   kind: string;
   /** The proto JSON form of `ledger.v1.SessionEvent`. */
   data: Json;
+  /**
+   * UTF-8 byte length of `data`'s JSON text as written (replay pages are sized by it); null
+   * for events stored before it existed.
+   */
+  data_bytes: ColumnType<number | null, number | undefined, never>;
   time: ColumnType<Date, Date | undefined, never>;
 }
 

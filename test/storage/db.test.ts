@@ -31,7 +31,7 @@ describe(`storage on ${TEST_ENGINE}`, () => {
   it("runs migrations once and is a no-op the second time", async () => {
     await migrate(database.db);
     const rows = await database.db.selectFrom("kysely_migration" as never).selectAll().execute();
-    expect(rows.map((r) => (r as { name: string }).name)).toEqual(["2026-11-30T0200-create-ledger", "2026-11-30T0300-event-retention"]);
+    expect(rows.map((r) => (r as { name: string }).name)).toEqual(["2026-11-30T0200-create-ledger", "2026-11-30T0300-event-retention", "2026-11-30T2200-event-data-bytes"]);
   });
 
   it("inserts more parts than one statement's bind parameters allow, keeping order", async () => {

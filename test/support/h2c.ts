@@ -1,4 +1,6 @@
 import http2 from "node:http2";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { WatchSessionRequestSchema, WatchSessionResponseSchema } from "../../gen/ledger/v1/service_pb.js";
 
 /**
  * Posts `body` (already gRPC-framed) to `procedure` of the ledger at `url` over plaintext HTTP/2
@@ -21,4 +23,90 @@ export async function grpcStatusOverH2c(url: string, procedure: string, body: Bu
   } finally {
     session.close();
   }
+}
+
+/** A `WatchSession` call made over a connection of its own with plain `node:http2` (gRPC, binary). */
+export interface RawWatch {
+  /** The `seq` of every event received, in order (reading watches only). */
+  seqs: number[];
+  /** How many received text parts have exactly `textChars` characters (reading watches only). */
+  fullTexts: number;
+  /** Response bytes the client has received and not read (non-reading watches: what the server could send). */
+  buffered(): number;
+  /** Resolves once an event with `seq >= untilSeq` arrived; rejects if the stream ends or fails before. */
+  reached: Promise<void>;
+  /** Cancels the call (RST_STREAM CANCEL) and closes the connection. */
+  close(): void;
+}
+
+/**
+ * Opens `WatchSession{session_id, after_seq}` on the ledger at `url` over a connection of its
+ * own. A reading watch decodes every message as it arrives, keeping its seqs and counting text
+ * parts of `textChars` characters; a non-reading one never reads (its stream stays paused), so
+ * HTTP/2 flow control stops the server after about one window (64 KiB).
+ */
+export function watchOverH2c(url: string, options: { sessionId: string; afterSeq: bigint; read: boolean; untilSeq: bigint; textChars: number }): RawWatch {
+  const session = http2.connect(url);
+  session.on("error", () => {});
+  const body = toBinary(WatchSessionRequestSchema, create(WatchSessionRequestSchema, { sessionId: options.sessionId, afterSeq: options.afterSeq }));
+  const frame = Buffer.alloc(5 + body.length);
+  frame.writeUInt32BE(body.length, 1);
+  frame.set(body, 5);
+  const req = session.request({ ":method": "POST", ":path": "/ledger.v1.SessionService/WatchSession", "content-type": "application/grpc", te: "trailers" });
+  req.on("error", () => {});
+  req.end(frame);
+  const watch: RawWatch = {
+    seqs: [],
+    fullTexts: 0,
+    buffered: () => req.readableLength,
+    reached: Promise.resolve(),
+    close() {
+      if (!req.closed) req.close(http2.constants.NGHTTP2_CANCEL);
+      session.close();
+    },
+  };
+  if (!options.read) return watch;
+  watch.reached = new Promise<void>((resolve, reject) => {
+    const frames = grpcFrames((message) => {
+      const event = fromBinary(WatchSessionResponseSchema, message).event;
+      if (!event) return;
+      watch.seqs.push(Number(event.seq));
+      const part = event.kind.case === "partUpdated" ? event.kind.value.part : undefined;
+      if (part?.kind.case === "text" && part.kind.value.text.length === options.textChars) watch.fullTexts++;
+      if (event.seq >= options.untilSeq) resolve();
+    });
+    req.on("data", frames);
+    req.on("close", () => reject(new Error(`the watch ended after seq ${watch.seqs.at(-1) ?? "none"} (${req.rstCode ?? "no reset"})`)));
+  });
+  return watch;
+}
+
+/** Splits a gRPC response body into messages (5-byte frame header, then the message), calling `onMessage` for each. */
+function grpcFrames(onMessage: (message: Uint8Array) => void): (chunk: Buffer) => void {
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  let head = Buffer.alloc(0);
+  return (chunk) => {
+    pending.push(chunk);
+    pendingBytes += chunk.length;
+    for (;;) {
+      const size = head.length >= 5 ? 5 + head.readUInt32BE(1) : 5;
+      if (head.length + pendingBytes < size) return;
+      // Concatenate only once a whole frame is there (a 1 MB message arrives in many chunks).
+      const all = Buffer.concat([head, ...pending]);
+      pending = [];
+      pendingBytes = 0;
+      if (all.length < 5) {
+        head = all;
+        continue;
+      }
+      const end = 5 + all.readUInt32BE(1);
+      if (all.length < end) {
+        head = all;
+        continue;
+      }
+      onMessage(all.subarray(5, end));
+      head = all.subarray(end);
+    }
+  };
 }

@@ -1,5 +1,6 @@
 /**
- * Real `ledger serve` child processes sharing one Postgres database, for multi-replica tests.
+ * Real `ledger serve` child processes sharing one Postgres database, for multi-replica tests
+ * (or one child on its own embedded PGlite database, for tests that measure a server process).
  *
  * Each replica is `node bin/ledger.js serve --port 0` with `DATABASE_URL` set, run in a working
  * directory that holds its `ledger.json`; it is ready once it prints
@@ -60,14 +61,26 @@ export async function writeLedgerConfig(dir: string, baseURL: string): Promise<v
 
 /**
  * Starts `ledger serve --port 0` in `cwd` against `databaseUrl` and waits (up to `timeoutMs`)
- * for its listening line. `env` adds to (or overrides) the test's environment, e.g.
- * `{ LEDGER_LOG_LEVEL: "info" }`. Rejects with the child's stderr if it exits or times out first.
+ * for its listening line. Without `databaseUrl` the child uses its embedded PGlite database
+ * (`serveArgs: ["--db", dir]` picks where). `env` adds to (or overrides) the test's environment,
+ * e.g. `{ LEDGER_LOG_LEVEL: "info" }`; `nodeArgs` go to node before the script (e.g.
+ * `["--max-old-space-size=384"]`). Rejects with the child's stderr if it exits or times out first.
  */
-export async function startReplica(options: { name: string; cwd: string; databaseUrl: string; timeoutMs?: number; env?: NodeJS.ProcessEnv }): Promise<Replica> {
+export async function startReplica(options: {
+  name: string;
+  cwd: string;
+  databaseUrl?: string;
+  timeoutMs?: number;
+  env?: NodeJS.ProcessEnv;
+  nodeArgs?: string[];
+  serveArgs?: string[];
+}): Promise<Replica> {
   const env: NodeJS.ProcessEnv = { ...process.env, ...options.env, DATABASE_URL: options.databaseUrl };
+  if (options.databaseUrl === undefined) delete env.DATABASE_URL;
   delete env.LEDGER_CONFIG;
   delete env.LEDGER_TOKEN;
-  const child = spawn(process.execPath, [BIN, "serve", "--port", "0"], { cwd: options.cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+  const args = [...(options.nodeArgs ?? []), BIN, "serve", "--port", "0", ...(options.serveArgs ?? [])];
+  const child = spawn(process.execPath, args, { cwd: options.cwd, env, stdio: ["ignore", "pipe", "pipe"] });
   started.add(child);
   let stdout = "";
   let stderr = "";

@@ -1,6 +1,7 @@
 import type { Migration } from "kysely/migration";
 import * as createLedger from "./2026-11-30T0200-create-ledger.js";
 import * as eventRetention from "./2026-11-30T0300-event-retention.js";
+import * as eventDataBytes from "./2026-11-30T2200-event-data-bytes.js";
 
 /**
  * Every migration, listed statically (not `FileMigrationProvider`) so tsx, vitest and compiled
@@ -9,4 +10,5 @@ import * as eventRetention from "./2026-11-30T0300-event-retention.js";
 export const migrations: Record<string, Migration> = {
   "2026-11-30T0200-create-ledger": createLedger,
   "2026-11-30T0300-event-retention": eventRetention,
+  "2026-11-30T2200-event-data-bytes": eventDataBytes,
 };
