@@ -49,7 +49,13 @@ export async function bareWrite(pool: pg.Pool, sessionId: string, rows: WrittenR
       return `($${b + 1}, $${b + 2}, $${b + 3}, $${b + 4}, $${b + 5})`;
     });
     await client.query(`insert into session_event (session_id, seq, kind, data, time) values ${values.join(", ")}`, params);
-    await client.query("update session set data = $1, last_seq = $2, last_position = $3, time_updated = $4 where id = $5", [rows.session, seq, position, now, sessionId]);
+    await client.query("update session set data = $1, last_seq = $2, last_position = $3, time_updated = $4 where id = $5", [
+      rows.session,
+      seq,
+      position,
+      now,
+      sessionId,
+    ]);
     await client.query("commit");
   } catch (error) {
     await client.query("rollback").catch(() => {});

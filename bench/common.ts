@@ -103,7 +103,16 @@ export async function paired(
 ): Promise<{ a: number[]; b: number[] }> {
   const samples = { a: [] as number[], b: [] as number[] };
   for (let i = 0; i < warmup + iterations; i++) {
-    const order: Array<["a" | "b", (i: number) => Promise<unknown>]> = i % 2 === 0 ? [["a", a], ["b", b]] : [["b", b], ["a", a]];
+    const order: Array<["a" | "b", (i: number) => Promise<unknown>]> =
+      i % 2 === 0
+        ? [
+            ["a", a],
+            ["b", b],
+          ]
+        : [
+            ["b", b],
+            ["a", a],
+          ];
     for (const [key, fn] of order) {
       const start = now();
       await fn(i);

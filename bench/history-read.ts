@@ -64,8 +64,12 @@ export async function historyRead(): Promise<Row[]> {
       }
       const lastPosition = count * stride;
       await sql.query("update session set last_position = $2 where id = $1", [id, lastPosition]);
-      const check = await sql.query<{ n: string; max: string }>("select count(*) as n, max(position) as max from message where session_id = $1", [id]);
-      if (Number(check.rows[0]!.n) !== count || Number(check.rows[0]!.max) !== lastPosition - PARTS) throw new Error(`seeding ${key} went wrong: ${JSON.stringify(check.rows[0])}`);
+      const check = await sql.query<{ n: string; max: string }>(
+        "select count(*) as n, max(position) as max from message where session_id = $1",
+        [id],
+      );
+      if (Number(check.rows[0]!.n) !== count || Number(check.rows[0]!.max) !== lastPosition - PARTS)
+        throw new Error(`seeding ${key} went wrong: ${JSON.stringify(check.rows[0])}`);
       sessions[key] = { id, lastPosition };
     }
     await sql.query("analyze");
@@ -88,24 +92,44 @@ export async function historyRead(): Promise<Row[]> {
     /** The storage query for the latest 50 (what ListMessages runs for one newest-first page). */
     const storage = async (key: keyof typeof SIZES) => {
       const messages = await listMessageRows(ledger.deps.db, sessions[key].id, { newestFirst: true, limit: LATEST + 1 });
-      const parts = await listPartRows(ledger.deps.db, messages.slice(0, LATEST).map((m) => m.id));
-      if (messages.length !== LATEST + 1 || parts.length !== LATEST * PARTS) throw new Error(`storage read ${messages.length} messages, ${parts.length} parts`);
+      const parts = await listPartRows(
+        ledger.deps.db,
+        messages.slice(0, LATEST).map((m) => m.id),
+      );
+      if (messages.length !== LATEST + 1 || parts.length !== LATEST * PARTS)
+        throw new Error(`storage read ${messages.length} messages, ${parts.length} parts`);
     };
     /** The RPC: ListMessages(page_size 50, newest_first). */
     const newestFirst = async (key: keyof typeof SIZES) => {
       const page = await client.listMessages({ sessionId: sessions[key].id, pageSize: LATEST, newestFirst: true });
-      if (page.messages.length !== LATEST || page.nextPageToken === "") throw new Error(`newest-first read ${page.messages.length} messages`);
+      if (page.messages.length !== LATEST || page.nextPageToken === "")
+        throw new Error(`newest-first read ${page.messages.length} messages`);
     };
 
     const bigCalls = await pageThrough(sessions.big.id);
     const smallCalls = await pageThrough(sessions.small.id);
     const apiIterations = scaled(12, 3);
     log(`history read: paging through (${bigCalls} vs ${smallCalls} ListMessages calls), ${apiIterations} rounds`);
-    const api = await paired(apiIterations, 2, () => pageThrough(sessions.big.id), () => pageThrough(sessions.small.id));
+    const api = await paired(
+      apiIterations,
+      2,
+      () => pageThrough(sessions.big.id),
+      () => pageThrough(sessions.small.id),
+    );
     const iterations = scaled(400, 20);
     log(`history read: storage query and cursor RPC, ${iterations} rounds each`);
-    const store = await paired(iterations, scaled(40, 5), () => storage("big"), () => storage("small"));
-    const rpc = await paired(iterations, scaled(40, 5), () => newestFirst("big"), () => newestFirst("small"));
+    const store = await paired(
+      iterations,
+      scaled(40, 5),
+      () => storage("big"),
+      () => storage("small"),
+    );
+    const rpc = await paired(
+      iterations,
+      scaled(40, 5),
+      () => newestFirst("big"),
+      () => newestFirst("small"),
+    );
     const sizes = `${SIZES.big} vs ${SIZES.small} messages, ${PARTS} text parts each`;
     return [
       row(

@@ -59,7 +59,10 @@ async function kyselyWrite(deps: { db: Kysely<DB>; bus: EventBus }, sessionId: s
   await writeSession(deps, sessionId, async (w) => {
     await insertMessage(w.trx, { message: data.message, position: w.nextPosition(), requestHash: "bench" });
     w.session.messageCount += 1;
-    await insertParts(w.trx, data.parts.map((part): NewPart => ({ part, position: w.nextPosition() })));
+    await insertParts(
+      w.trx,
+      data.parts.map((part): NewPart => ({ part, position: w.nextPosition() })),
+    );
     promptEvents(w.emit, data, () => w.session);
   });
 }
@@ -71,15 +74,20 @@ async function kyselyWrite(deps: { db: Kysely<DB>; bus: EventBus }, sessionId: s
 const SQL = {
   lock: "",
   message: 'insert into "message" ("id", "session_id", "position", "role", "data", "request_hash") values ($1, $2, $3, $4, $5, $6)',
-  part: (rows: number) => `insert into "part" ("id", "session_id", "message_id", "position", "kind", "data") values ${placeholders(rows, 6)}`,
+  part: (rows: number) =>
+    `insert into "part" ("id", "session_id", "message_id", "position", "kind", "data") values ${placeholders(rows, 6)}`,
   event: (rows: number) => `insert into "session_event" ("session_id", "seq", "kind", "data", "time") values ${placeholders(rows, 5)}`,
   update: 'update "session" set "data" = $1, "last_seq" = $2, "last_position" = $3, "time_updated" = $4 where "id" = $5',
   messages: 'select * from "message" where "session_id" = $1 and "position" > $2 order by "position" asc limit $3',
-  parts: (ids: number) => `select * from "part" where "message_id" in (${Array.from({ length: ids }, (_, i) => `$${i + 1}`).join(", ")}) order by "position" asc`,
+  parts: (ids: number) =>
+    `select * from "part" where "message_id" in (${Array.from({ length: ids }, (_, i) => `$${i + 1}`).join(", ")}) order by "position" asc`,
 };
 
 function placeholders(rows: number, columns: number): string {
-  return Array.from({ length: rows }, (_, r) => `(${Array.from({ length: columns }, (_, c) => `$${r * columns + c + 1}`).join(", ")})`).join(", ");
+  return Array.from(
+    { length: rows },
+    (_, r) => `(${Array.from({ length: columns }, (_, c) => `$${r * columns + c + 1}`).join(", ")})`,
+  ).join(", ");
 }
 
 /** The raw path: the same statements and parameters through one pooled `pg` client. */
@@ -104,7 +112,14 @@ async function rawWrite(pool: pg.Pool, bus: EventBus, sessionId: string, data: I
       return event;
     };
     const user = data.message.kind.value!;
-    await query(SQL.message, [user.id, user.sessionId, ++lastPosition, data.message.kind.case, toJsonb(MessageSchema, data.message), "bench"]);
+    await query(SQL.message, [
+      user.id,
+      user.sessionId,
+      ++lastPosition,
+      data.message.kind.case,
+      toJsonb(MessageSchema, data.message),
+      "bench",
+    ]);
     session.messageCount += 1;
     const partParams = data.parts.flatMap((part) => [
       part.id,
@@ -124,7 +139,10 @@ async function rawWrite(pool: pg.Pool, bus: EventBus, sessionId: string, data: I
       now,
     ]);
     await query(SQL.event(events.length), eventParams);
-    const sessionData = toJsonb(SessionSchema, create(SessionSchema, { ...session, timeCreated: undefined, timeUpdated: undefined, messageCount: 0 }));
+    const sessionData = toJsonb(
+      SessionSchema,
+      create(SessionSchema, { ...session, timeCreated: undefined, timeUpdated: undefined, messageCount: 0 }),
+    );
     await query(SQL.update, [sessionData, lastSeq, lastPosition, now, sessionId]);
     await query("commit");
   } catch (error) {
@@ -138,7 +156,10 @@ async function rawWrite(pool: pg.Pool, bus: EventBus, sessionId: string, data: I
 
 async function kyselyRead(db: Kysely<DB>, sessionId: string, after: number): Promise<PartRow[]> {
   const messages = await listMessageRows(db, sessionId, { afterPosition: after, limit: PAGE });
-  return listPartRows(db, messages.map((m) => m.id));
+  return listPartRows(
+    db,
+    messages.map((m) => m.id),
+  );
 }
 
 async function rawRead(pool: pg.Pool, sessionId: string, after: number, trace?: string[]): Promise<PartRow[]> {
@@ -170,7 +191,8 @@ export async function kyselyVsPg(): Promise<Row[]> {
     const rawTrace: string[] = [];
     await kyselyWrite({ db: logged, bus }, sessions.read, input(sessions.read, 0));
     const lock = kyselyTrace.find((statement) => /^select .* for update$/s.test(statement));
-    if (!lock || !lock.includes("$1") || lock.includes("$2")) throw new Error(`no one-parameter lock statement in Kysely's log: ${JSON.stringify(kyselyTrace)}`);
+    if (!lock || !lock.includes("$1") || lock.includes("$2"))
+      throw new Error(`no one-parameter lock statement in Kysely's log: ${JSON.stringify(kyselyTrace)}`);
     SQL.lock = lock;
     await rawWrite(pool, bus, sessions.read, input(sessions.read, 0), rawTrace);
     // Seed the read session: 200 prompts of 5 parts.
@@ -180,7 +202,9 @@ export async function kyselyVsPg(): Promise<Row[]> {
     await logged.destroy();
     const strip = (trace: string[]) => trace.filter((s) => s !== "begin" && s !== "commit");
     if (JSON.stringify(strip(kyselyTrace)) !== JSON.stringify(strip(rawTrace))) {
-      throw new Error(`the raw path does not send Kysely's statements:\nkysely: ${JSON.stringify(kyselyTrace, null, 1)}\nraw: ${JSON.stringify(rawTrace, null, 1)}`);
+      throw new Error(
+        `the raw path does not send Kysely's statements:\nkysely: ${JSON.stringify(kyselyTrace, null, 1)}\nraw: ${JSON.stringify(rawTrace, null, 1)}`,
+      );
     }
 
     const iterations = scaled(500, 20);
@@ -207,12 +231,41 @@ export async function kyselyVsPg(): Promise<Row[]> {
     const writeNote =
       "ours: writeSession + insertMessage/insertParts + 8 events (what storePrompt runs in its transaction) on the app's Kysely (PostgresDialect, pg.Pool max 10); " +
       "baseline: the identical SQL texts (checked against Kysely's query log) and parameters, with the same proto/JSON work, on a bare pg.Pool max 10";
-    const readNote = "ours: listMessageRows(after, limit 50) + listPartRows(ids) on Kysely; baseline: the identical two statements on a bare pg.Pool";
+    const readNote =
+      "ours: listMessageRows(after, limit 50) + listPartRows(ids) on Kysely; baseline: the identical two statements on a bare pg.Pool";
     return [
-      row(`Kysely vs raw pg: prompt write txn (${PARTS} parts), p50`, percentile(writes.a, 50), percentile(writes.b, 50), "ms", atMost(1.2), writeNote),
-      row(`Kysely vs raw pg: prompt write txn (${PARTS} parts), p99`, percentile(writes.a, 99), percentile(writes.b, 99), "ms", undefined, writeNote),
-      row(`Kysely vs raw pg: read ${PAGE} messages + parts, p50`, percentile(reads.a, 50), percentile(reads.b, 50), "ms", atMost(1.2), readNote),
-      row(`Kysely vs raw pg: read ${PAGE} messages + parts, p99`, percentile(reads.a, 99), percentile(reads.b, 99), "ms", undefined, readNote),
+      row(
+        `Kysely vs raw pg: prompt write txn (${PARTS} parts), p50`,
+        percentile(writes.a, 50),
+        percentile(writes.b, 50),
+        "ms",
+        atMost(1.2),
+        writeNote,
+      ),
+      row(
+        `Kysely vs raw pg: prompt write txn (${PARTS} parts), p99`,
+        percentile(writes.a, 99),
+        percentile(writes.b, 99),
+        "ms",
+        undefined,
+        writeNote,
+      ),
+      row(
+        `Kysely vs raw pg: read ${PAGE} messages + parts, p50`,
+        percentile(reads.a, 50),
+        percentile(reads.b, 50),
+        "ms",
+        atMost(1.2),
+        readNote,
+      ),
+      row(
+        `Kysely vs raw pg: read ${PAGE} messages + parts, p99`,
+        percentile(reads.a, 99),
+        percentile(reads.b, 99),
+        "ms",
+        undefined,
+        readNote,
+      ),
     ];
   } finally {
     await opened.close();

@@ -15,7 +15,12 @@ export async function startBenchLedger(
   dir: string,
   options: { config?: Record<string, unknown>; models?: ModelResolver } = {},
 ): Promise<RunningLedger> {
-  return startLedger({ config: buildConfig(configFileSchema.parse(options.config ?? {}), undefined, dir), database, cwd: dir, models: options.models });
+  return startLedger({
+    config: buildConfig(configFileSchema.parse(options.config ?? {}), undefined, dir),
+    database,
+    cwd: dir,
+    models: options.models,
+  });
 }
 
 /** The rows one stored prompt wrote, as the JSON text of their `data` columns. */

@@ -20,7 +20,11 @@ export async function pgliteVsPg(): Promise<Row[]> {
   try {
     const clients = { postgres: connectClient(postgres.url), disk: connectClient(disk.url), memory: connectClient(memory.url) };
     const session = async (client: (typeof clients)["postgres"]) => (await client.createSession({ directory: work.dir })).session!.id;
-    const sessions = { postgres: await session(clients.postgres), disk: await session(clients.disk), memory: await session(clients.memory) };
+    const sessions = {
+      postgres: await session(clients.postgres),
+      disk: await session(clients.disk),
+      memory: await session(clients.memory),
+    };
     const request = (sessionId: string): MessageInitShape<typeof PromptRequestSchema> => ({
       sessionId,
       noReply: true,
@@ -43,9 +47,30 @@ export async function pgliteVsPg(): Promise<Row[]> {
     );
     const note = `noReply Prompt round trip, ${PARTS} text parts, in-process ledger; PGlite runs inside the server's Node thread (WASM), Postgres in its own processes`;
     return [
-      row(`PGlite (disk) vs Postgres: noReply Prompt, ${PARTS} parts, p50`, percentile(onDisk.a, 50), percentile(onDisk.b, 50), "ms", undefined, note),
-      row(`PGlite (disk) vs Postgres: noReply Prompt, ${PARTS} parts, p99`, percentile(onDisk.a, 99), percentile(onDisk.b, 99), "ms", undefined, note),
-      row(`PGlite (memory) vs Postgres: noReply Prompt, ${PARTS} parts, p50`, percentile(inMemory.a, 50), percentile(inMemory.b, 50), "ms", undefined, note),
+      row(
+        `PGlite (disk) vs Postgres: noReply Prompt, ${PARTS} parts, p50`,
+        percentile(onDisk.a, 50),
+        percentile(onDisk.b, 50),
+        "ms",
+        undefined,
+        note,
+      ),
+      row(
+        `PGlite (disk) vs Postgres: noReply Prompt, ${PARTS} parts, p99`,
+        percentile(onDisk.a, 99),
+        percentile(onDisk.b, 99),
+        "ms",
+        undefined,
+        note,
+      ),
+      row(
+        `PGlite (memory) vs Postgres: noReply Prompt, ${PARTS} parts, p50`,
+        percentile(inMemory.a, 50),
+        percentile(inMemory.b, 50),
+        "ms",
+        undefined,
+        note,
+      ),
     ];
   } finally {
     await memory.close(500);

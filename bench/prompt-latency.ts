@@ -8,7 +8,20 @@ import pg from "pg";
 import type { PromptRequestSchema, PromptResponse } from "../gen/ledger/v1/service_pb.js";
 import { SessionService } from "../gen/ledger/v1/service_pb.js";
 import { bareWrite } from "./bare-write.js";
-import { atMost, connectClient, createBenchDatabase, log, paired, percentile, prose, row, scaled, startBareConnect, tempDir, type Row } from "./common.js";
+import {
+  atMost,
+  connectClient,
+  createBenchDatabase,
+  log,
+  paired,
+  percentile,
+  prose,
+  row,
+  scaled,
+  startBareConnect,
+  tempDir,
+  type Row,
+} from "./common.js";
 import { lastSeq, startBenchLedger, writtenRows, type WrittenRows } from "./ledger.js";
 
 const PART_COUNTS = [1, 5, 20];
@@ -60,7 +73,9 @@ export async function promptLatency(): Promise<Row[]> {
         `baseline: the same PromptRequest to a bare Connect server (same transport: Connect binary, HTTP/1.1) whose prompt handler runs ` +
         `BEGIN; SELECT … FOR UPDATE; INSERT message; INSERT ${count} part(s); INSERT ${current.rows.events.length} events; UPDATE session; COMMIT ` +
         `through pg and returns the same PromptResponse`;
-      rows.push(row(`Prompt noReply round trip, ${label}, p50`, percentile(samples.a, 50), percentile(samples.b, 50), "ms", atMost(1.5), note));
+      rows.push(
+        row(`Prompt noReply round trip, ${label}, p50`, percentile(samples.a, 50), percentile(samples.b, 50), "ms", atMost(1.5), note),
+      );
       rows.push(row(`Prompt noReply round trip, ${label}, p99`, percentile(samples.a, 99), percentile(samples.b, 99), "ms"));
     }
   } finally {

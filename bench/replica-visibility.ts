@@ -13,7 +13,21 @@
  */
 import pg from "pg";
 import { startReplica, type Replica } from "../test/support/replica.js";
-import { atMost, connectClient, createBenchDatabase, elapsedMs, log, now, percentile, prose, row, scaled, sleep, tempDir, type Row } from "./common.js";
+import {
+  atMost,
+  connectClient,
+  createBenchDatabase,
+  elapsedMs,
+  log,
+  now,
+  percentile,
+  prose,
+  row,
+  scaled,
+  sleep,
+  tempDir,
+  type Row,
+} from "./common.js";
 
 /** Resolves when `map` has `key` (checked on every `poke`). */
 class Arrivals {
@@ -124,8 +138,22 @@ export async function replicaVisibility(): Promise<Row[]> {
       `after the commit hint alone: p50 ${p(samples.after, 50)} ms, p99 ${p(samples.after, 99)} ms; from A's Prompt response: p50 ${p(samples.ack, 50)} ms; from sending the Prompt: p50 ${p(samples.send, 50)} ms; ` +
       `baseline: select pg_notify() (autocommit) on one connection → LISTEN on another, same server`;
     return [
-      row("commit → visible on another replica's WatchSession, p50", percentile(samples.ours, 50), percentile(samples.rtt, 50), "ms", atMost(5), note),
-      row("commit → visible on another replica's WatchSession, p99", percentile(samples.ours, 99), percentile(samples.rtt, 99), "ms", undefined, note),
+      row(
+        "commit → visible on another replica's WatchSession, p50",
+        percentile(samples.ours, 50),
+        percentile(samples.rtt, 50),
+        "ms",
+        atMost(5),
+        note,
+      ),
+      row(
+        "commit → visible on another replica's WatchSession, p99",
+        percentile(samples.ours, 99),
+        percentile(samples.rtt, 99),
+        "ms",
+        undefined,
+        note,
+      ),
     ];
   } finally {
     watchController.abort();

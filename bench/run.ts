@@ -58,7 +58,9 @@ async function machine(): Promise<Machine> {
       node: process.version,
       postgres: `PostgreSQL ${version}`,
       loadAverageAtStart: os.loadavg().map((l) => Number(l.toFixed(2))),
-      postgresSettings: Object.fromEntries(settings.rows.map((r) => [r.name, r.unit && r.unit !== "" ? `${r.setting} × ${r.unit}` : r.setting])),
+      postgresSettings: Object.fromEntries(
+        settings.rows.map((r) => [r.name, r.unit && r.unit !== "" ? `${r.setting} × ${r.unit}` : r.setting]),
+      ),
     };
   } finally {
     await client.end();
@@ -89,12 +91,18 @@ export function markdown(rows: Row[]): string {
 }
 
 async function main(): Promise<void> {
-  const only = process.env.BENCH_ONLY?.split(",").map((s) => s.trim()).filter(Boolean);
+  const only = process.env.BENCH_ONLY?.split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   const unknown = only?.filter((name) => !MODULES.some(([m]) => m === name)) ?? [];
-  if (unknown.length > 0) throw new Error(`BENCH_ONLY: unknown module(s) ${unknown.join(", ")}; known: ${MODULES.map(([m]) => m).join(", ")}`);
+  if (unknown.length > 0)
+    throw new Error(`BENCH_ONLY: unknown module(s) ${unknown.join(", ")}; known: ${MODULES.map(([m]) => m).join(", ")}`);
   const info = await machine();
-  log(`${info.cpus}× ${info.model}, node ${info.node}, ${info.postgres}, BENCH_SCALE=${SCALE}, load average ${info.loadAverageAtStart.join(" ")}`);
-  if (info.loadAverageAtStart[0]! > info.cpus / 2) log(`warning: the machine is busy (1-minute load ${info.loadAverageAtStart[0]}); results will be noisy`);
+  log(
+    `${info.cpus}× ${info.model}, node ${info.node}, ${info.postgres}, BENCH_SCALE=${SCALE}, load average ${info.loadAverageAtStart.join(" ")}`,
+  );
+  if (info.loadAverageAtStart[0]! > info.cpus / 2)
+    log(`warning: the machine is busy (1-minute load ${info.loadAverageAtStart[0]}); results will be noisy`);
   const started = now();
   const rows: Row[] = [];
   const failures: string[] = [];
@@ -112,12 +120,21 @@ async function main(): Promise<void> {
   }
   const totalSeconds = elapsedMs(started) / 1000;
   const loadAverageAtEnd = os.loadavg().map((l) => Number(l.toFixed(2)));
-  const results = { machine: { ...info, loadAverageAtEnd }, date: new Date().toISOString(), scale: SCALE, durationSeconds: Number(totalSeconds.toFixed(1)), rows, errors: failures };
+  const results = {
+    machine: { ...info, loadAverageAtEnd },
+    date: new Date().toISOString(),
+    scale: SCALE,
+    durationSeconds: Number(totalSeconds.toFixed(1)),
+    rows,
+    errors: failures,
+  };
   await writeFile(path.join(import.meta.dirname, "results.json"), `${JSON.stringify(results, null, 2)}\n`);
   const table = markdown(rows);
   process.stdout.write(
     `\nMachine: ${info.cpus}× ${info.model}, ${info.memoryGiB} GiB, ${info.os}; Node ${info.node}; ${info.postgres} ` +
-      `(${Object.entries(info.postgresSettings).map(([k, v]) => `${k}=${v}`).join(", ")}); BENCH_SCALE=${SCALE}; ${totalSeconds.toFixed(0)} s; ` +
+      `(${Object.entries(info.postgresSettings)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(", ")}); BENCH_SCALE=${SCALE}; ${totalSeconds.toFixed(0)} s; ` +
       `load average ${info.loadAverageAtStart.join("/")} at start, ${loadAverageAtEnd.join("/")} at end; ${results.date}\n\n${table}\n`,
   );
   const failed = rows.filter((r) => r.pass === false);

@@ -24,7 +24,20 @@ import { PartSchema } from "../gen/ledger/v1/part_pb.js";
 import { newId } from "../src/ids.js";
 import { sessionLedger } from "../src/ledger/assistant.js";
 import { mockResolver, usage } from "../test/support/mock-models.js";
-import { atLeast, connectClient, createBenchDatabase, log, median, now, row, scaled, sleep, startBareConnect, tempDir, type Row } from "./common.js";
+import {
+  atLeast,
+  connectClient,
+  createBenchDatabase,
+  log,
+  median,
+  now,
+  row,
+  scaled,
+  sleep,
+  startBareConnect,
+  tempDir,
+  type Row,
+} from "./common.js";
 import { lastSeq, startBenchLedger } from "./ledger.js";
 
 const SUBSCRIBERS = [1, 16];
@@ -57,7 +70,8 @@ function streamingModel(deltas: () => number): MockLanguageModelV3 {
           async pull(controller) {
             await yieldToEventLoop();
             // Same delta texts as the ledger-stream-path producer.
-            for (let k = 0; k < BATCH && next < count; k++, next++) controller.enqueue({ type: "text-delta", id: "t", delta: deltaText(next) });
+            for (let k = 0; k < BATCH && next < count; k++, next++)
+              controller.enqueue({ type: "text-delta", id: "t", delta: deltaText(next) });
             if (next < count) return;
             controller.enqueue({ type: "text-end", id: "t" });
             controller.enqueue({ type: "finish", finishReason: { unified: "stop", raw: "stop" }, usage: usage(10, count) });
@@ -208,7 +222,8 @@ export async function streamFanout(): Promise<Row[]> {
     const watchers = Array.from({ length: count }, () => watch(client, sessionId, after, capture));
     try {
       await withTimeout(Promise.all(watchers.map((w) => w.attached)), 30_000, "watchers attaching");
-      if (producer === "loop") await client.promptAsync({ sessionId, parts: [{ kind: { case: "text", value: { text: "stream please" } } }] });
+      if (producer === "loop")
+        await client.promptAsync({ sessionId, parts: [{ kind: { case: "text", value: { text: "stream please" } } }] });
       else await produce(sessionId, warm.message!.message!.kind.value!.id);
       await withTimeout(Promise.all(watchers.map((w) => w.done)), 120_000, "the streamed answer");
     } finally {

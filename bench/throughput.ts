@@ -19,7 +19,13 @@ const run = promisify(execFile);
 
 /** Where pgbench is: `PGBENCH`, else on PATH, else Debian's versioned directory. */
 async function findPgbench(): Promise<string | undefined> {
-  const candidates = [process.env.PGBENCH, "pgbench", "/usr/lib/postgresql/15/bin/pgbench", "/usr/lib/postgresql/16/bin/pgbench", "/usr/lib/postgresql/17/bin/pgbench"];
+  const candidates = [
+    process.env.PGBENCH,
+    "pgbench",
+    "/usr/lib/postgresql/15/bin/pgbench",
+    "/usr/lib/postgresql/16/bin/pgbench",
+    "/usr/lib/postgresql/17/bin/pgbench",
+  ];
   for (const candidate of candidates) {
     if (!candidate) continue;
     try {
@@ -41,7 +47,9 @@ function pgbenchJson(text: string): string {
   const write = (value: unknown): string => {
     if (Array.isArray(value)) return `[${value.map(write).join(",")}]`;
     if (value && typeof value === "object") {
-      return `{${Object.entries(value).map(([k, v]) => `${write(k)}: ${write(v)}`).join(",")}}`;
+      return `{${Object.entries(value)
+        .map(([k, v]) => `${write(k)}: ${write(v)}`)
+        .join(",")}}`;
     }
     if (typeof value === "string") return JSON.stringify(value).replaceAll(":", "\\u003a");
     return JSON.stringify(value);
@@ -60,7 +68,17 @@ function kindOf(sql: string): string {
 }
 
 /** The kinds of statement one noReply prompt sends, in order; the script sends these. */
-const PROMPT_STATEMENTS = ["get session", "begin", "lock session", "insert into message", "insert into part", "insert into session_event", "notify", "update session", "commit"];
+const PROMPT_STATEMENTS = [
+  "get session",
+  "begin",
+  "lock session",
+  "insert into message",
+  "insert into part",
+  "insert into session_event",
+  "notify",
+  "update session",
+  "commit",
+];
 
 /**
  * The pgbench script: per transaction, the statements the ledger runs for one noReply prompt.
@@ -72,9 +90,14 @@ function pgbenchScript(rows: WrittenRows, sent: string[]): string {
   const read = (kind: string) => sent.find((sql) => kindOf(sql) === kind)!.replace("$1", `(${session})`);
   const messageId = `'msg_pgb_' || :client_id::text || '_' || :r::text`;
   const parts = rows.parts
-    .map((part, i) => `(${`'prt_pgb_' || :client_id::text || '_' || :r::text || '_${i}'`}, ${session}, ${messageId}, :last_position::bigint + ${i + 2}, '${part.kind}', ${pgbenchJson(part.data)})`)
+    .map(
+      (part, i) =>
+        `(${`'prt_pgb_' || :client_id::text || '_' || :r::text || '_${i}'`}, ${session}, ${messageId}, :last_position::bigint + ${i + 2}, '${part.kind}', ${pgbenchJson(part.data)})`,
+    )
     .join(", ");
-  const events = rows.events.map((event, i) => `(${session}, :last_seq::bigint + ${i + 1}, '${event.kind}', ${pgbenchJson(event.data)}, now())`).join(", ");
+  const events = rows.events
+    .map((event, i) => `(${session}, :last_seq::bigint + ${i + 1}, '${event.kind}', ${pgbenchJson(event.data)}, now())`)
+    .join(", ");
   const seqs = rows.events.length;
   const positions = rows.parts.length + 1;
   return [
@@ -122,7 +145,11 @@ export async function throughput(): Promise<Row[]> {
     const probe = await startBenchLedger({ kind: "postgres", url: database.url }, work.dir);
     const probeClient = connectClient(probe.url);
     const probeSession = (await probeClient.createSession({ directory: work.dir })).session!.id;
-    const request = (sessionId: string) => ({ sessionId, noReply: true, parts: [{ kind: { case: "text" as const, value: { text: prose(200) } } }] });
+    const request = (sessionId: string) => ({
+      sessionId,
+      noReply: true,
+      parts: [{ kind: { case: "text" as const, value: { text: prose(200) } } }],
+    });
     await probeClient.prompt(request(probeSession));
     const before = await lastSeq(opened.db, probeSession);
     let messageId = "";
@@ -142,7 +169,9 @@ export async function throughput(): Promise<Row[]> {
     let measured = 0;
     try {
       const client = connectClient(replica.url);
-      const sessions = await Promise.all(Array.from({ length: CLIENTS }, async () => (await client.createSession({ directory: work.dir })).session!.id));
+      const sessions = await Promise.all(
+        Array.from({ length: CLIENTS }, async () => (await client.createSession({ directory: work.dir })).session!.id),
+      );
       let phase: "warm" | "measure" | "stop" = "warm";
       let completed = 0;
       const workers = sessions.map(async (sessionId) => {
@@ -168,14 +197,21 @@ export async function throughput(): Promise<Row[]> {
 
     if (!pgbench) {
       log("throughput: pgbench not found (install postgresql-client or postgresql-contrib, or set PGBENCH); row skipped");
-      return [row(`noReply prompts/s, ${CLIENTS} clients`, ours, Number.NaN, "prompts/s", atLeast(0.5), "pgbench not found: baseline skipped")];
+      return [
+        row(`noReply prompts/s, ${CLIENTS} clients`, ours, Number.NaN, "prompts/s", atLeast(0.5), "pgbench not found: baseline skipped"),
+      ];
     }
     // Baseline: pgbench, the same statements, 8 clients on 8 sessions like the ones above.
     for (let i = 0; i < CLIENTS; i++) {
       await opened.db
         .insertInto("session")
         .columns(["id", "directory", "parent_id", "data"])
-        .expression((eb) => eb.selectFrom("session").select([eb.val(`ses_pgb_${i}`).as("id"), "directory", "parent_id", "data"]).where("id", "=", probeSession))
+        .expression((eb) =>
+          eb
+            .selectFrom("session")
+            .select([eb.val(`ses_pgb_${i}`).as("id"), "directory", "parent_id", "data"])
+            .where("id", "=", probeSession),
+        )
         .execute();
     }
     const script = path.join(work.dir, "prompt.sql");
@@ -191,9 +227,32 @@ export async function throughput(): Promise<Row[]> {
     // measurement alike, so its sessions go through the same sizes (the per-prompt count(*) of
     // the session's messages grows with them).
     const bench = (transactions: number) =>
-      run(pgbench, ["-n", "-M", "extended", "-c", String(CLIENTS), "-j", "2", "-t", String(Math.max(1, Math.ceil(transactions / CLIENTS))), "-f", script, "-h", url.hostname, "-p", url.port || "5432", "-U", decodeURIComponent(url.username) || "postgres", database.name], {
-        env: { ...process.env, PGPASSWORD: decodeURIComponent(url.password) },
-      });
+      run(
+        pgbench,
+        [
+          "-n",
+          "-M",
+          "extended",
+          "-c",
+          String(CLIENTS),
+          "-j",
+          "2",
+          "-t",
+          String(Math.max(1, Math.ceil(transactions / CLIENTS))),
+          "-f",
+          script,
+          "-h",
+          url.hostname,
+          "-p",
+          url.port || "5432",
+          "-U",
+          decodeURIComponent(url.username) || "postgres",
+          database.name,
+        ],
+        {
+          env: { ...process.env, PGPASSWORD: decodeURIComponent(url.password) },
+        },
+      );
     let baseline: number;
     try {
       log(`throughput: pgbench, ${CLIENTS} clients, ${warmed} + ${measured} transactions (what the ledger served)`);

@@ -21,10 +21,21 @@ import {
 
 const file = file_buf_validate_validate.proto;
 const scalar: Partial<Record<Type, string>> = {
-  [Type.DOUBLE]: "double", [Type.FLOAT]: "float", [Type.INT64]: "int64", [Type.UINT64]: "uint64",
-  [Type.INT32]: "int32", [Type.FIXED64]: "fixed64", [Type.FIXED32]: "fixed32", [Type.BOOL]: "bool",
-  [Type.STRING]: "string", [Type.BYTES]: "bytes", [Type.UINT32]: "uint32", [Type.SFIXED32]: "sfixed32",
-  [Type.SFIXED64]: "sfixed64", [Type.SINT32]: "sint32", [Type.SINT64]: "sint64",
+  [Type.DOUBLE]: "double",
+  [Type.FLOAT]: "float",
+  [Type.INT64]: "int64",
+  [Type.UINT64]: "uint64",
+  [Type.INT32]: "int32",
+  [Type.FIXED64]: "fixed64",
+  [Type.FIXED32]: "fixed32",
+  [Type.BOOL]: "bool",
+  [Type.STRING]: "string",
+  [Type.BYTES]: "bytes",
+  [Type.UINT32]: "uint32",
+  [Type.SFIXED32]: "sfixed32",
+  [Type.SFIXED64]: "sfixed64",
+  [Type.SINT32]: "sint32",
+  [Type.SINT64]: "sint64",
 };
 const MAX = 536870912;
 const out: string[] = [];
@@ -37,7 +48,8 @@ function typeName(f: FieldDescriptorProto): string {
 function field(indent: number, f: FieldDescriptorProto, inOneof: boolean): void {
   const label = inOneof ? "" : f.label === Label.REPEATED ? "repeated " : f.label === Label.REQUIRED ? "required " : "optional ";
   const opts: string[] = [];
-  if (isFieldSet(f, FieldDescriptorProtoSchema.field.defaultValue)) opts.push(`default = ${f.type === Type.STRING ? JSON.stringify(f.defaultValue) : f.defaultValue}`);
+  if (isFieldSet(f, FieldDescriptorProtoSchema.field.defaultValue))
+    opts.push(`default = ${f.type === Type.STRING ? JSON.stringify(f.defaultValue) : f.defaultValue}`);
   if (f.options && f.options.packed) opts.push(`packed = ${f.options.packed}`);
   if (f.options?.deprecated) opts.push("deprecated = true");
   w(indent, `${label}${typeName(f)} ${f.name} = ${f.number}${opts.length ? ` [${opts.join(", ")}]` : ""};`);

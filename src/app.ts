@@ -51,7 +51,9 @@ export interface RunningLedger {
 export async function startLedger(options: StartOptions): Promise<RunningLedger> {
   const host = options.host ?? "127.0.0.1";
   if (!isLoopback(host) && !options.config.token) {
-    throw new ConfigError(`--host ${host}: binding a non-loopback address requires a bearer token; set LEDGER_TOKEN (16+ characters) or auth.token in ledger.json`);
+    throw new ConfigError(
+      `--host ${host}: binding a non-loopback address requires a bearer token; set LEDGER_TOKEN (16+ characters) or auth.token in ledger.json`,
+    );
   }
   const database = await openDatabase(options.database);
   const target = options.database;
@@ -67,7 +69,9 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     deps.replier = createRunner(deps, options.models ?? createModelResolver(options.config), locks);
     const recovered = await recoverInterrupted(deps, locks);
     if (recovered.messages > 0 || recovered.sessions > 0) {
-      process.stderr.write(`recovered ${recovered.messages} interrupted answer(s) in ${recovered.sessions} session(s); ResumeSession reruns them\n`);
+      process.stderr.write(
+        `recovered ${recovered.messages} interrupted answer(s) in ${recovered.sessions} session(s); ResumeSession reruns them\n`,
+      );
     }
     const retention = startRetention(database.db, options.config.eventRetentionMs);
     const server = createServer(deps);
@@ -100,7 +104,9 @@ const RETENTION_INTERVAL_MS = 10 * 60 * 1000;
 /** Prunes events older than `retentionMs` now and every 10 minutes; failures are logged. */
 function startRetention(db: Database["db"], retentionMs: number): NodeJS.Timeout {
   const prune = () =>
-    void pruneEvents(db, new Date(Date.now() - retentionMs)).catch((error: unknown) => process.stderr.write(`event retention failed: ${String(error)}\n`));
+    void pruneEvents(db, new Date(Date.now() - retentionMs)).catch((error: unknown) =>
+      process.stderr.write(`event retention failed: ${String(error)}\n`),
+    );
   prune();
   return setInterval(prune, RETENTION_INTERVAL_MS).unref();
 }

@@ -22,7 +22,10 @@ export abstract class LedgerError extends Error {
 /** A request field is malformed. Maps to `INVALID_ARGUMENT` with a `BadRequest` violation on `field`. */
 export class InvalidArgumentError extends LedgerError {
   readonly reason = "INVALID_ARGUMENT";
-  constructor(readonly field: string, description: string) {
+  constructor(
+    readonly field: string,
+    description: string,
+  ) {
     super(`${field}: ${description}`, { field });
   }
 }
@@ -30,7 +33,10 @@ export class InvalidArgumentError extends LedgerError {
 /** A session id names no session. Maps to `NOT_FOUND`. */
 export class SessionNotFoundError extends LedgerError {
   readonly reason = "SESSION_NOT_FOUND";
-  constructor(readonly sessionId: string, readonly field = "session_id") {
+  constructor(
+    readonly sessionId: string,
+    readonly field = "session_id",
+  ) {
     super(`${field}: session ${sessionId} not found`, { session_id: sessionId });
   }
 }
@@ -38,7 +44,10 @@ export class SessionNotFoundError extends LedgerError {
 /** A message id names no message of the session. Maps to `NOT_FOUND`. */
 export class MessageNotFoundError extends LedgerError {
   readonly reason = "MESSAGE_NOT_FOUND";
-  constructor(readonly messageId: string, readonly field = "message_id") {
+  constructor(
+    readonly messageId: string,
+    readonly field = "message_id",
+  ) {
     super(`${field}: message ${messageId} not found`, { message_id: messageId });
   }
 }
@@ -46,7 +55,10 @@ export class MessageNotFoundError extends LedgerError {
 /** A part id names no part of the message. Maps to `NOT_FOUND`. */
 export class PartNotFoundError extends LedgerError {
   readonly reason = "PART_NOT_FOUND";
-  constructor(readonly partId: string, readonly field = "part_id") {
+  constructor(
+    readonly partId: string,
+    readonly field = "part_id",
+  ) {
     super(`${field}: part ${partId} not found`, { part_id: partId });
   }
 }
@@ -65,7 +77,11 @@ export class SessionBusyError extends LedgerError {
 /** The requested agent does not exist or is hidden. Maps to `NOT_FOUND`, listing `available`. */
 export class AgentNotFoundError extends LedgerError {
   readonly reason = "AGENT_NOT_FOUND";
-  constructor(readonly agent: string, readonly available: string[], readonly field = "agent") {
+  constructor(
+    readonly agent: string,
+    readonly available: string[],
+    readonly field = "agent",
+  ) {
     super(`${field}: agent "${agent}" not found; available agents: ${available.join(", ")}`, {
       agent,
       available: available.join(","),
@@ -76,7 +92,11 @@ export class AgentNotFoundError extends LedgerError {
 /** A client-supplied id is already used by different content. Maps to `ALREADY_EXISTS`. */
 export class AlreadyExistsError extends LedgerError {
   readonly reason = "ALREADY_EXISTS";
-  constructor(readonly field: string, readonly id: string, detail: string) {
+  constructor(
+    readonly field: string,
+    readonly id: string,
+    detail: string,
+  ) {
     super(`${field}: ${id} ${detail}`, { field, id });
   }
 }
@@ -84,7 +104,13 @@ export class AlreadyExistsError extends LedgerError {
 /** A size or count limit was exceeded. Maps to `RESOURCE_EXHAUSTED`, naming `limit` and `value`. */
 export class LimitExceededError extends LedgerError {
   readonly reason = "LIMIT_EXCEEDED";
-  constructor(readonly field: string, readonly limit: string, readonly max: number, readonly actual: number, unit: string) {
+  constructor(
+    readonly field: string,
+    readonly limit: string,
+    readonly max: number,
+    readonly actual: number,
+    unit: string,
+  ) {
     super(`${field}: ${actual} ${unit} exceeds limit ${limit} (${max} ${unit})`, {
       field,
       limit,
@@ -97,7 +123,11 @@ export class LimitExceededError extends LedgerError {
 /** A file path lies outside the session directory and configured roots. Maps to `PERMISSION_DENIED`. */
 export class PathNotAllowedError extends LedgerError {
   readonly reason = "PATH_NOT_ALLOWED";
-  constructor(readonly field: string, readonly path: string, why = "is outside the session directory and the configured roots") {
+  constructor(
+    readonly field: string,
+    readonly path: string,
+    why = "is outside the session directory and the configured roots",
+  ) {
     super(`${field}: ${path} ${why}`, { field, path });
   }
 }
@@ -107,7 +137,11 @@ export class PathNotAllowedError extends LedgerError {
  * agent loop cannot answer). Maps to `FAILED_PRECONDITION`; `metadata` says what was stored.
  */
 export class PreconditionError extends LedgerError {
-  constructor(readonly reason: string, message: string, metadata: Record<string, string> = {}) {
+  constructor(
+    readonly reason: string,
+    message: string,
+    metadata: Record<string, string> = {},
+  ) {
     super(message, metadata);
   }
 }
@@ -127,7 +161,13 @@ export class CursorOutOfRangeError extends LedgerError {
       reason === "CURSOR_EXPIRED"
         ? `after_seq: events up to seq ${bounds.prunedSeq} are no longer retained (asked for events after ${afterSeq}); reload the session with ListMessages, then WatchSession from after_seq=${bounds.lastSeq}`
         : `after_seq: ${afterSeq} is ahead of the session's log (last seq ${bounds.lastSeq})`,
-      { field: "after_seq", after_seq: String(afterSeq), pruned_seq: String(bounds.prunedSeq), last_seq: String(bounds.lastSeq), action: "reload with ListMessages" },
+      {
+        field: "after_seq",
+        after_seq: String(afterSeq),
+        pruned_seq: String(bounds.prunedSeq),
+        last_seq: String(bounds.lastSeq),
+        action: "reload with ListMessages",
+      },
     );
   }
 }
@@ -161,7 +201,11 @@ export class NotImplementedError extends LedgerError {
 /** A configured plugin failed; nothing was written. Maps to `INTERNAL` with a safe message. */
 export class PluginError extends LedgerError {
   readonly reason = "PLUGIN_FAILED";
-  constructor(readonly plugin: string, readonly hook: string, options?: { cause?: unknown }) {
+  constructor(
+    readonly plugin: string,
+    readonly hook: string,
+    options?: { cause?: unknown },
+  ) {
     super(`plugin ${plugin} failed in ${hook}; nothing was stored`, { plugin, hook });
     if (options?.cause !== undefined) this.cause = options.cause;
   }
@@ -171,10 +215,16 @@ export class PluginError extends LedgerError {
 export class CommandNotFoundError extends LedgerError {
   readonly reason = "COMMAND_NOT_FOUND";
   readonly field = "command";
-  constructor(readonly command: string, readonly available: string[]) {
-    super(`command: command "${command}" not found; available commands: ${available.length > 0 ? available.join(", ") : "(none configured)"}`, {
-      command,
-      available: available.join(","),
-    });
+  constructor(
+    readonly command: string,
+    readonly available: string[],
+  ) {
+    super(
+      `command: command "${command}" not found; available commands: ${available.length > 0 ? available.join(", ") : "(none configured)"}`,
+      {
+        command,
+        available: available.join(","),
+      },
+    );
   }
 }

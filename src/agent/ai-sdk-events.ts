@@ -49,7 +49,9 @@ export function toLoopEvents<T extends ToolSet>(part: TextStreamPart<T>): LoopEv
     case "tool-call":
       return [{ type: "tool-call", callId: part.toolCallId, tool: part.toolName, input: part.input, metadata: part.providerMetadata }];
     case "tool-result":
-      return part.preliminary ? [] : [{ type: "tool-result", callId: part.toolCallId, tool: part.toolName, input: part.input, output: part.output }];
+      return part.preliminary
+        ? []
+        : [{ type: "tool-result", callId: part.toolCallId, tool: part.toolName, input: part.input, output: part.output }];
     case "tool-error":
       return [{ type: "tool-error", callId: part.toolCallId, tool: part.toolName, input: part.input, error: part.error }];
     case "finish-step":

@@ -41,22 +41,38 @@ export function conversationOrder(history: MessageWithParts[]): MessageWithParts
  * `resume` names a user message whose interrupted or aborted answer should be continued
  * (ResumeSession). `no_reply` messages are context only.
  */
-export function nextWork(history: MessageWithParts[], options: { maxSteps?: (user: UserMessage) => number; resume?: string } = {}): Work | undefined {
+export function nextWork(
+  history: MessageWithParts[],
+  options: { maxSteps?: (user: UserMessage) => number; resume?: string } = {},
+): Work | undefined {
   const ordered = conversationOrder(history);
   for (let i = 0; i < ordered.length; i++) {
     const m = ordered[i]!.message?.kind;
     if (m?.case !== "user" || m.value.noReply) continue;
     const answers: AssistantMessage[] = [];
     let j = i + 1;
-    for (; j < ordered.length && ordered[j]!.message?.kind.case === "assistant"; j++) answers.push(ordered[j]!.message!.kind.value as AssistantMessage);
+    for (; j < ordered.length && ordered[j]!.message?.kind.case === "assistant"; j++)
+      answers.push(ordered[j]!.message!.kind.value as AssistantMessage);
     const last = answers.at(-1);
     const resuming = options.resume === m.value.id && last !== undefined && (!last.time?.completed || isInterruption(last));
     if (!resuming && last && (last.error || !last.time?.completed || last.finish !== "tool-calls")) continue;
     if (!resuming && answers.length >= (options.maxSteps?.(m.value) ?? Infinity)) continue;
     // Later user messages wait their turn: the model sees only what came before this one.
-    const done = new Set(ordered.slice(i + 1, j).flatMap((e) => e.parts.flatMap((p) => (p.kind.case === "tool" ? [p.kind.value.callId] : []))));
+    const done = new Set(
+      ordered.slice(i + 1, j).flatMap((e) => e.parts.flatMap((p) => (p.kind.case === "tool" ? [p.kind.value.callId] : []))),
+    );
     const subtasks = ordered[i]!.parts.flatMap((p) =>
-      p.kind.case === "subtask" && !done.has(p.id) ? [{ partId: p.id, prompt: p.kind.value.prompt, description: p.kind.value.description, agent: p.kind.value.agent, model: p.kind.value.model }] : [],
+      p.kind.case === "subtask" && !done.has(p.id)
+        ? [
+            {
+              partId: p.id,
+              prompt: p.kind.value.prompt,
+              description: p.kind.value.description,
+              agent: p.kind.value.agent,
+              model: p.kind.value.model,
+            },
+          ]
+        : [],
     );
     return { user: m.value, conversation: ordered.slice(0, j), steps: answers.length, subtasks };
   }

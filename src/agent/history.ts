@@ -54,7 +54,8 @@ export function toModelMessages(history: MessageWithParts[], target: HistoryTarg
 function userContent(parts: Part[], target: HistoryTarget): Exclude<UserContent, string> {
   const content: Exclude<UserContent, string> = [];
   for (const part of parts) {
-    if (part.kind.case === "text" && !part.kind.value.ignored && part.kind.value.text !== "") content.push({ type: "text", text: part.kind.value.text });
+    if (part.kind.case === "text" && !part.kind.value.ignored && part.kind.value.text !== "")
+      content.push({ type: "text", text: part.kind.value.text });
     if (part.kind.case === "file") content.push(...fileContent(part.kind.value, target));
   }
   return content;
@@ -69,9 +70,21 @@ function fileContent(file: FilePart, target: HistoryTarget): Exclude<UserContent
   const name = file.filename || file.url.slice(0, 80);
   if (!kind) return [{ type: "text", text: `[Attached file ${name} (${file.mime}) is not shown to the model]` }];
   if (!target.inputModalities.includes(kind)) {
-    return [{ type: "text", text: `[Attached ${kind === "image" ? "image" : "PDF"} ${name} (${file.mime}) cannot be read by this model: it does not accept ${kind} input]` }];
+    return [
+      {
+        type: "text",
+        text: `[Attached ${kind === "image" ? "image" : "PDF"} ${name} (${file.mime}) cannot be read by this model: it does not accept ${kind} input]`,
+      },
+    ];
   }
-  return [{ type: "file", data: file.url.startsWith("data:") ? file.url : new URL(file.url), mediaType: file.mime, filename: file.filename || undefined }];
+  return [
+    {
+      type: "file",
+      data: file.url.startsWith("data:") ? file.url : new URL(file.url),
+      mediaType: file.mime,
+      filename: file.filename || undefined,
+    },
+  ];
 }
 
 function assistantContent(parts: Part[], sameProvider: boolean): { content: Exclude<AssistantContent, string>; results: ToolContent } {
@@ -81,10 +94,12 @@ function assistantContent(parts: Part[], sameProvider: boolean): { content: Excl
     const options = sameProvider ? providerOptions(part) : undefined;
     switch (part.kind.case) {
       case "text":
-        if (part.kind.value.text !== "" && !part.kind.value.ignored) content.push({ type: "text", text: part.kind.value.text, providerOptions: options });
+        if (part.kind.value.text !== "" && !part.kind.value.ignored)
+          content.push({ type: "text", text: part.kind.value.text, providerOptions: options });
         break;
       case "reasoning":
-        if (part.kind.value.text !== "" || options) content.push({ type: "reasoning", text: part.kind.value.text, providerOptions: options });
+        if (part.kind.value.text !== "" || options)
+          content.push({ type: "reasoning", text: part.kind.value.text, providerOptions: options });
         break;
       case "tool": {
         const tool = part.kind.value;

@@ -1,7 +1,13 @@
 import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampNow, ValueSchema } from "@bufbuild/protobuf/wkt";
 import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
-import { AssistantTimeSchema, MessageSchema, type AssistantMessage, type Message, type UserMessage } from "../../gen/ledger/v1/message_pb.js";
+import {
+  AssistantTimeSchema,
+  MessageSchema,
+  type AssistantMessage,
+  type Message,
+  type UserMessage,
+} from "../../gen/ledger/v1/message_pb.js";
 import { TokensSchema } from "../../gen/ledger/v1/model_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { allowedRoots } from "../config/config.js";
@@ -71,7 +77,13 @@ export async function findWork(deps: LedgerDeps, sessionId: string, resume?: str
   return nextWork(await withParts(deps.db, await listMessageRows(deps.db, sessionId, {})), { maxSteps, resume });
 }
 
-async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: string, work: Work, signal: AbortSignal): Promise<"continue" | "stop"> {
+async function answerStep(
+  deps: LoopDeps,
+  ledger: SessionLedger,
+  sessionId: string,
+  work: Work,
+  signal: AbortSignal,
+): Promise<"continue" | "stop"> {
   const session = await getSession(deps, sessionId);
   const user = work.user;
   const agent = deps.config.agents.get(user.agent) ?? deps.config.agents.get(deps.config.defaultAgent)!;
@@ -92,8 +104,11 @@ async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: stri
   const lastStep = work.steps + 1 >= maxSteps;
   const subagents = [...deps.config.agents.values()].filter((a) => a.mode !== "primary" && !a.hidden).map((a) => a.name);
   const schema = user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.schema ?? {}) : undefined;
-  const tries = schema && user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.retryCount || DEFAULT_STRUCTURED_RETRIES) + 1 : 1;
-  const base = systemPrompt(agent, session.directory, user.system) + (lastStep ? "\n\nThis is your last step: answer now with text only, no more tool calls." : "");
+  const tries =
+    schema && user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.retryCount || DEFAULT_STRUCTURED_RETRIES) + 1 : 1;
+  const base =
+    systemPrompt(agent, session.directory, user.system) +
+    (lastStep ? "\n\nThis is your last step: answer now with text only, no more tool calls." : "");
   let hint = "";
   let result: StepResult;
   for (let attempt = 1; ; attempt++) {
@@ -104,28 +119,64 @@ async function answerStep(deps: LoopDeps, ledger: SessionLedger, sessionId: stri
       model,
       variant: user.variant,
       system: base + hint,
-      messages: toModelMessages(work.conversation, { providerId: model.providerId, inputModalities: model.config.modalities?.input ?? ["text"] }),
-      tools: lastStep ? undefined : createTools({ agent, rules: session.permission, context: { directory: session.directory, roots: allowedRoots(deps.config) }, subagents, runTask: deps.runTask?.(sessionId) }),
+      messages: toModelMessages(work.conversation, {
+        providerId: model.providerId,
+        inputModalities: model.config.modalities?.input ?? ["text"],
+      }),
+      tools: lastStep
+        ? undefined
+        : createTools({
+            agent,
+            rules: session.permission,
+            context: { directory: session.directory, roots: allowedRoots(deps.config) },
+            subagents,
+            runTask: deps.runTask?.(sessionId),
+          }),
       signal,
       retry: deps.config.retry,
       schema,
     });
     deps.metrics?.observeStep(model, result);
-    const wantsRetry = schema && !result.error && !result.aborted && result.finishReason !== "tool-calls" && result.structured === undefined;
+    const wantsRetry =
+      schema && !result.error && !result.aborted && result.finishReason !== "tool-calls" && result.structured === undefined;
     if (!wantsRetry || attempt >= tries) break;
     const why = result.structuredError instanceof Error ? result.structuredError.message : "no JSON output";
-    await ledger.savePart(create(PartSchema, { id: newId("prt"), sessionId, messageId: assistant.id, kind: { case: "retry", value: { attempt, error: { message: why, kind: { case: "structuredOutput", value: { retries: attempt } } }, timeCreated: timestampNow() } } }));
+    await ledger.savePart(
+      create(PartSchema, {
+        id: newId("prt"),
+        sessionId,
+        messageId: assistant.id,
+        kind: {
+          case: "retry",
+          value: {
+            attempt,
+            error: { message: why, kind: { case: "structuredOutput", value: { retries: attempt } } },
+            timeCreated: timestampNow(),
+          },
+        },
+      }),
+    );
     hint = `\n\nYour previous answer did not match the required JSON schema (${why}). Answer again with JSON only.`;
   }
   const aborted = result.aborted || signal.aborted;
   let error: MessageErrorInit | undefined = result.error || aborted ? toMessageError(result.error, model.providerId, aborted) : undefined;
-  if (!error && result.finishReason === "length") error = { message: "The model stopped at its output token limit", kind: { case: "outputLength", value: {} } };
+  if (!error && result.finishReason === "length")
+    error = { message: "The model stopped at its output token limit", kind: { case: "outputLength", value: {} } };
   if (!error && schema && result.finishReason !== "tool-calls" && result.structured === undefined) {
-    error = { message: `The model did not produce JSON matching the schema after ${tries} attempts`, kind: { case: "structuredOutput", value: { retries: tries - 1 } } };
+    error = {
+      message: `The model did not produce JSON matching the schema after ${tries} attempts`,
+      kind: { case: "structuredOutput", value: { retries: tries - 1 } },
+    };
   }
   // The last allowed step may still call tools: it ends the answer all the same.
   const finishReason = lastStep && result.finishReason === "tool-calls" ? STEP_LIMIT_FINISH : result.finishReason;
-  await finish(ledger, assistant, { error, finish: finishReason, usage: result.usage, cost: result.usage ? stepCost(model.config, result.usage) : 0, structured: result.structured });
+  await finish(ledger, assistant, {
+    error,
+    finish: finishReason,
+    usage: result.usage,
+    cost: result.usage ? stepCost(model.config, result.usage) : 0,
+    structured: result.structured,
+  });
   if (error) return "stop";
   return "continue";
 }
@@ -150,7 +201,10 @@ async function runSubtask(
     try {
       const runTask = deps.runTask?.(sessionId);
       if (!runTask) throw new Error("subagents are not available here");
-      const output = await runTask({ description: subtask.description, prompt: subtask.prompt, agent: subtask.agent, model: subtask.model }, signal);
+      const output = await runTask(
+        { description: subtask.description, prompt: subtask.prompt, agent: subtask.agent, model: subtask.model },
+        signal,
+      );
       yield { type: "tool-result", callId: subtask.partId, tool: "task", input, output };
     } catch (error) {
       yield { type: "tool-error", callId: subtask.partId, tool: "task", input, error };

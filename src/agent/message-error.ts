@@ -21,20 +21,29 @@ export function toMessageError(error: unknown, providerId: string, aborted: bool
   if (aborted) return { message: "The run was aborted", kind: { case: "aborted", value: {} } };
   const cause = RetryError.isInstance(error) ? error.lastError : error;
   if (cause instanceof ModelUnavailableError) {
-    return { message: cause.message, kind: { case: "modelNotFound", value: { providerId: cause.providerId, modelId: cause.modelId, available: cause.available } } };
+    return {
+      message: cause.message,
+      kind: { case: "modelNotFound", value: { providerId: cause.providerId, modelId: cause.modelId, available: cause.available } },
+    };
   }
   if (LoadAPIKeyError.isInstance(cause)) return { message: cause.message, kind: { case: "providerAuth", value: { providerId } } };
   if (APICallError.isInstance(cause)) {
     const status = cause.statusCode ?? 0;
     if (status === 401 || status === 403) {
-      return { message: `${providerId}: authentication failed (${status}): ${cause.message}`, kind: { case: "providerAuth", value: { providerId } } };
+      return {
+        message: `${providerId}: authentication failed (${status}): ${cause.message}`,
+        kind: { case: "providerAuth", value: { providerId } },
+      };
     }
     if (CONTEXT_OVERFLOW.test(`${cause.message} ${cause.responseBody ?? ""}`)) {
       return { message: cause.message, kind: { case: "contextOverflow", value: {} } };
     }
     return {
       message: cause.message,
-      kind: { case: "api", value: { statusCode: status, retryable: cause.isRetryable, responseBody: (cause.responseBody ?? "").slice(0, 2000) } },
+      kind: {
+        case: "api",
+        value: { statusCode: status, retryable: cause.isRetryable, responseBody: (cause.responseBody ?? "").slice(0, 2000) },
+      },
     };
   }
   if (NoObjectGeneratedError.isInstance(cause)) return { message: cause.message, kind: { case: "structuredOutput", value: {} } };

@@ -79,7 +79,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   const streaming = new Map<string, Streaming>();
   const tools = new Map<string, { part: Part; value: ToolPart }>();
   const result: StepResult = { aborted: false, produced: false };
-  const newPart = (kind: Part["kind"]) => create(PartSchema, { id: newId("prt"), sessionId: target.sessionId, messageId: target.messageId, kind });
+  const newPart = (kind: Part["kind"]) =>
+    create(PartSchema, { id: newId("prt"), sessionId: target.sessionId, messageId: target.messageId, kind });
 
   try {
     for await (const event of events) {
@@ -89,9 +90,19 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           break;
         case "text-start":
         case "reasoning-start": {
-          const part = event.type === "text-start"
-            ? newPart({ case: "text", value: create(TextPartSchema, { time: { start: timestampNow() }, metadata: event.metadata && asObject(event.metadata) }) })
-            : newPart({ case: "reasoning", value: create(ReasoningPartSchema, { time: { start: timestampNow() }, metadata: event.metadata && asObject(event.metadata) }) });
+          const part =
+            event.type === "text-start"
+              ? newPart({
+                  case: "text",
+                  value: create(TextPartSchema, { time: { start: timestampNow() }, metadata: event.metadata && asObject(event.metadata) }),
+                })
+              : newPart({
+                  case: "reasoning",
+                  value: create(ReasoningPartSchema, {
+                    time: { start: timestampNow() },
+                    metadata: event.metadata && asObject(event.metadata),
+                  }),
+                });
           const value = part.kind.value as TextPart | ReasoningPart;
           const saved = await ledger.savePart(part);
           streaming.set(event.id, { part, value, raw: "", seq: saved.seq, storedAt: Date.now(), length: 0 });
@@ -106,7 +117,14 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           if (event.metadata) open.value.metadata = asObject(event.metadata);
           if (event.text === "") break;
           open.raw += event.text;
-          ledger.publishDelta({ messageId: target.messageId, partId: open.part.id, field: "text", delta: event.text, seq: open.seq, offset: BigInt(open.length) });
+          ledger.publishDelta({
+            messageId: target.messageId,
+            partId: open.part.id,
+            field: "text",
+            delta: event.text,
+            seq: open.seq,
+            offset: BigInt(open.length),
+          });
           open.length += codePoints(event.text);
           if (Date.now() - open.storedAt >= SNAPSHOT_INTERVAL_MS) await snapshot(ledger, open);
           break;
@@ -144,8 +162,14 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           tool.value.state = create(ToolStateSchema, {
             status:
               event.type === "tool-result"
-                ? { case: "completed", value: { input: asObject(event.input), ...toolOutput(event.output), timeStart: started, timeEnd: timestampNow() } }
-                : { case: "error", value: { input: asObject(event.input), error: errorText(event.error), timeStart: started, timeEnd: timestampNow() } },
+                ? {
+                    case: "completed",
+                    value: { input: asObject(event.input), ...toolOutput(event.output), timeStart: started, timeEnd: timestampNow() },
+                  }
+                : {
+                    case: "error",
+                    value: { input: asObject(event.input), error: errorText(event.error), timeStart: started, timeEnd: timestampNow() },
+                  },
           });
           tools.delete(event.callId);
           await ledger.savePart(tool.part);
@@ -210,7 +234,12 @@ async function finishStreaming(ledger: SessionLedger, open: Streaming): Promise<
   await snapshot(ledger, open);
 }
 
-function toolPart(tools: Map<string, { part: Part; value: ToolPart }>, newPart: (kind: Part["kind"]) => Part, callId: string, tool: string) {
+function toolPart(
+  tools: Map<string, { part: Part; value: ToolPart }>,
+  newPart: (kind: Part["kind"]) => Part,
+  callId: string,
+  tool: string,
+) {
   let entry = tools.get(callId);
   if (!entry) {
     const part = newPart({ case: "tool", value: create(ToolPartSchema, { callId, tool }) });

@@ -66,14 +66,20 @@ export function createModelResolver(config: LedgerConfig, env: NodeJS.ProcessEnv
 
 function createProvider(providerId: string, entry: ProviderConfig, env: NodeJS.ProcessEnv) {
   const options = entry.options as { baseURL?: string; apiKey?: string; headers?: Record<string, string> };
-  const npm = entry.npm ?? (providerId === "openai" ? "@ai-sdk/openai" : providerId === "anthropic" ? "@ai-sdk/anthropic" : "@ai-sdk/openai-compatible");
+  const npm =
+    entry.npm ??
+    (providerId === "openai" ? "@ai-sdk/openai" : providerId === "anthropic" ? "@ai-sdk/anthropic" : "@ai-sdk/openai-compatible");
   switch (npm) {
     case "@ai-sdk/openai": {
       const openai = createOpenAI({ baseURL: options.baseURL, apiKey: options.apiKey || env.OPENAI_API_KEY, headers: options.headers });
       return { make: (id: string) => openai(id), optionsKey: "openai" };
     }
     case "@ai-sdk/anthropic": {
-      const anthropic = createAnthropic({ baseURL: options.baseURL, apiKey: options.apiKey || env.ANTHROPIC_API_KEY, headers: options.headers });
+      const anthropic = createAnthropic({
+        baseURL: options.baseURL,
+        apiKey: options.apiKey || env.ANTHROPIC_API_KEY,
+        headers: options.headers,
+      });
       return { make: (id: string) => anthropic(id), optionsKey: "anthropic" };
     }
     case "@ai-sdk/openai-compatible": {

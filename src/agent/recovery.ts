@@ -71,7 +71,10 @@ export async function recoverSession(deps: LedgerDeps, sessionId: string): Promi
     for (const part of entry.parts) if (closePart(part)) await ledger.savePart(part, { existing: true });
     const message = entry.message!;
     const assistant = message.kind.value as AssistantMessage;
-    assistant.error = create(MessageErrorSchema, { message: "Interrupted: the process running this answer stopped", kind: { case: "interrupted", value: {} } });
+    assistant.error = create(MessageErrorSchema, {
+      message: "Interrupted: the process running this answer stopped",
+      kind: { case: "interrupted", value: {} },
+    });
     assistant.time = create(AssistantTimeSchema, { created: assistant.time?.created, completed: timestampNow() });
     assistant.finish ||= "error";
     await ledger.saveMessage(message);
@@ -86,7 +89,10 @@ async function stuckSessions(deps: LedgerDeps, only?: string): Promise<string[]>
   const rows = await sql<{ session_id: string; data: Record<string, unknown>; seq: string; kind: string; time: Date }>`
     select distinct on (session_id) session_id, seq, kind, data, time from session_event
     where kind = 'session_status' ${filter} order by session_id, seq desc`.execute(deps.db);
-  return rows.rows.map(rowToEvent).filter((e) => e.kind.case === "sessionStatus" && e.kind.value.status.case !== "idle").map((e) => e.sessionId);
+  return rows.rows
+    .map(rowToEvent)
+    .filter((e) => e.kind.case === "sessionStatus" && e.kind.value.status.case !== "idle")
+    .map((e) => e.sessionId);
 }
 
 /** Ends an unfinished part in place; true when it changed. */
@@ -105,7 +111,15 @@ function closePart(part: Part): boolean {
       const input = state.value.input;
       const start = state.case === "running" ? state.value.timeStart : undefined;
       part.kind.value.state = create(ToolStateSchema, {
-        status: { case: "error", value: { input, error: "Tool execution was interrupted: the process running it stopped", timeStart: start, timeEnd: timestampNow() } },
+        status: {
+          case: "error",
+          value: {
+            input,
+            error: "Tool execution was interrupted: the process running it stopped",
+            timeStart: start,
+            timeEnd: timestampNow(),
+          },
+        },
       });
       return true;
     }

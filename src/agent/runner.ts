@@ -45,7 +45,14 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
   const loopDeps: LoopDeps = { ...deps, models, runTask: (parent) => taskRunner({ ...deps, models }, locks, parent) };
 
   const start = (sessionId: string, resume?: string): Running => {
-    const entry: Running = { controller: new AbortController(), wake: false, resume, finishing: false, deleted: false, done: Promise.resolve() };
+    const entry: Running = {
+      controller: new AbortController(),
+      wake: false,
+      resume,
+      finishing: false,
+      deleted: false,
+      done: Promise.resolve(),
+    };
     const signal = entry.controller.signal;
     const unsubscribe = deps.bus.subscribe(sessionId, (item) => {
       if (!isDeletion(item)) return;
@@ -129,7 +136,12 @@ function isDeletion(item: BusItem): boolean {
 
 /** Whether the session's row exists; true when the database cannot tell (so errors stay errors). */
 async function sessionExists(deps: LedgerDeps, sessionId: string): Promise<boolean> {
-  const row = await deps.db.selectFrom("session").select("id").where("id", "=", sessionId).executeTakeFirst().catch(() => ({ id: sessionId }));
+  const row = await deps.db
+    .selectFrom("session")
+    .select("id")
+    .where("id", "=", sessionId)
+    .executeTakeFirst()
+    .catch(() => ({ id: sessionId }));
   return row !== undefined;
 }
 
@@ -159,9 +171,22 @@ function taskRunner(deps: LedgerDeps & { models: ModelResolver }, locks: Session
     const parent = await deps.db.selectFrom("session").select("directory").where("id", "=", parentSessionId).executeTakeFirstOrThrow();
     const child = await createSession(
       deps,
-      create(CreateSessionRequestSchema, { directory: parent.directory, title: `${input.description} (@${input.agent} subagent)`, parentId: parentSessionId, agent: input.agent }),
+      create(CreateSessionRequestSchema, {
+        directory: parent.directory,
+        title: `${input.description} (@${input.agent} subagent)`,
+        parentId: parentSessionId,
+        agent: input.agent,
+      }),
     );
-    const stored = await storePrompt(deps, create(PromptRequestSchema, { sessionId: child.id, agent: input.agent, model: input.model, parts: [{ kind: { case: "text", value: { text: input.prompt } } }] }));
+    const stored = await storePrompt(
+      deps,
+      create(PromptRequestSchema, {
+        sessionId: child.id,
+        agent: input.agent,
+        model: input.model,
+        parts: [{ kind: { case: "text", value: { text: input.prompt } } }],
+      }),
+    );
     const gone = new AbortController();
     const unsubscribe = deps.bus.subscribe(child.id, (item) => {
       if (isDeletion(item)) gone.abort();
@@ -193,7 +218,9 @@ function taskRunner(deps: LedgerDeps & { models: ModelResolver }, locks: Session
     if (gone.signal.aborted) return deletedOutput();
     const userId = stored.message.message?.kind.value?.id ?? "";
     const answer = await finalAnswer(deps, child.id, userId);
-    const text = (answer?.parts ?? []).flatMap((p) => (p.kind.case === "text" && !p.kind.value.synthetic ? [p.kind.value.text] : [])).join("\n");
+    const text = (answer?.parts ?? [])
+      .flatMap((p) => (p.kind.case === "text" && !p.kind.value.synthetic ? [p.kind.value.text] : []))
+      .join("\n");
     const failed = answer?.message?.kind.case === "assistant" ? answer.message.kind.value.error?.message : "the subagent did not answer";
     return {
       title: input.description,

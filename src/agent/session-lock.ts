@@ -57,7 +57,9 @@ export function postgresLocks(url: string): SessionLocks {
       const client = new pg.Client({ connectionString: url, application_name: "ledger-loop-lock" });
       client.on("error", () => {});
       await client.connect();
-      const { rows } = await client.query<{ locked: boolean }>("select pg_try_advisory_lock(hashtextextended($1, 0)) as locked", [sessionId]);
+      const { rows } = await client.query<{ locked: boolean }>("select pg_try_advisory_lock(hashtextextended($1, 0)) as locked", [
+        sessionId,
+      ]);
       if (rows[0]?.locked) return unlock(client, sessionId);
       await client.end().catch(() => {});
       return undefined;

@@ -59,9 +59,17 @@ export async function runStep(request: StepRequest): Promise<StepResult> {
     const wait = advice.afterMs ?? Math.min(request.retry.initialMs * 2 ** (attempt - 1), request.retry.maxMs, left);
     const error = toMessageError(result.error, model.providerId, false);
     await ledger.savePart(
-      create(PartSchema, { id: newId("prt"), sessionId: request.sessionId, messageId: request.messageId, kind: { case: "retry", value: { attempt, error, timeCreated: timestampNow() } } }),
+      create(PartSchema, {
+        id: newId("prt"),
+        sessionId: request.sessionId,
+        messageId: request.messageId,
+        kind: { case: "retry", value: { attempt, error, timeCreated: timestampNow() } },
+      }),
     );
-    await ledger.setStatus({ case: "retry", value: { attempt, message: error.message, next: timestampFromDate(new Date(Date.now() + wait)) } });
+    await ledger.setStatus({
+      case: "retry",
+      value: { attempt, message: error.message, next: timestampFromDate(new Date(Date.now() + wait)) },
+    });
     await sleep(wait, request.signal);
     await ledger.setStatus({ case: "busy", value: {} });
   }

@@ -32,16 +32,25 @@ export function isAllowed(agent: AgentInfo, sessionRules: PermissionRule[], tool
  * error the model sees (never a failed run). `task` is offered only with a `runTask` and to
  * agents that are not themselves subagents.
  */
-export function createTools(options: { agent: AgentInfo; rules: PermissionRule[]; context: ToolContext; subagents: string[]; runTask?: TaskRunner }): ToolSet {
+export function createTools(options: {
+  agent: AgentInfo;
+  rules: PermissionRule[];
+  context: ToolContext;
+  subagents: string[];
+  runTask?: TaskRunner;
+}): ToolSet {
   const { agent, rules, context } = options;
-  const guard = <I, O>(name: string, run: (input: I, signal: AbortSignal | undefined) => Promise<O>) => async (input: I, call: { abortSignal?: AbortSignal }) => {
-    if (!isAllowed(agent, rules, name)) throw new Error(`permission denied: the ${agent.name} agent may not use the ${name} tool`);
-    return run(input, call.abortSignal ?? context.signal);
-  };
+  const guard =
+    <I, O>(name: string, run: (input: I, signal: AbortSignal | undefined) => Promise<O>) =>
+    async (input: I, call: { abortSignal?: AbortSignal }) => {
+      if (!isAllowed(agent, rules, name)) throw new Error(`permission denied: the ${agent.name} agent may not use the ${name} tool`);
+      return run(input, call.abortSignal ?? context.signal);
+    };
   const ctx = (signal: AbortSignal | undefined): ToolContext => ({ ...context, signal });
   const tools: ToolSet = {
     read: tool({
-      description: "Read a file (numbered lines, 2000 lines from `offset`) or list a directory. Images and PDFs are returned as attachments.",
+      description:
+        "Read a file (numbered lines, 2000 lines from `offset`) or list a directory. Images and PDFs are returned as attachments.",
       inputSchema: z.object({
         filePath: z.string().describe("Absolute path, or relative to the project directory"),
         offset: z.number().int().min(1).optional().describe("First line to read, 1-based"),
@@ -51,7 +60,10 @@ export function createTools(options: { agent: AgentInfo; rules: PermissionRule[]
     }),
     list: tool({
       description: "List a directory as a tree (common build and VCS folders are ignored).",
-      inputSchema: z.object({ path: z.string().optional().describe("Directory; default the project directory"), ignore: z.array(z.string()).optional() }),
+      inputSchema: z.object({
+        path: z.string().optional().describe("Directory; default the project directory"),
+        ignore: z.array(z.string()).optional(),
+      }),
       execute: guard("list", (input, signal) => listTool({ path: input.path ?? ".", ignore: input.ignore }, ctx(signal))),
     }),
     glob: tool({
@@ -60,7 +72,8 @@ export function createTools(options: { agent: AgentInfo; rules: PermissionRule[]
       execute: guard("glob", (input, signal) => globTool(input, ctx(signal))),
     }),
     grep: tool({
-      description: "Search file contents with a regular expression (RE2/ripgrep syntax: no lookaround or backreferences); `include` filters files by glob.",
+      description:
+        "Search file contents with a regular expression (RE2/ripgrep syntax: no lookaround or backreferences); `include` filters files by glob.",
       inputSchema: z.object({ pattern: z.string(), path: z.string().optional(), include: z.string().optional() }),
       execute: guard("grep", (input, signal) => grepTool(input, ctx(signal))),
     }),
@@ -74,7 +87,12 @@ export function createTools(options: { agent: AgentInfo; rules: PermissionRule[]
         prompt: z.string().describe("The task for the subagent"),
         subagent_type: z.enum(options.subagents as [string, ...string[]]),
       }),
-      execute: guard("task", (input, signal) => runTask({ description: input.description, prompt: input.prompt, agent: input.subagent_type }, signal ?? new AbortController().signal)),
+      execute: guard("task", (input, signal) =>
+        runTask(
+          { description: input.description, prompt: input.prompt, agent: input.subagent_type },
+          signal ?? new AbortController().signal,
+        ),
+      ),
     });
   }
   return tools;

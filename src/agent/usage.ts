@@ -9,6 +9,10 @@ import type { StepUsage } from "./ai-sdk-events.js";
 export function stepCost(model: ModelConfig | undefined, usage: StepUsage): number {
   const price = model?.cost;
   if (!price) return 0;
-  const total = usage.input * price.input + usage.output * price.output + usage.cacheRead * (price.cache_read ?? 0) + usage.cacheWrite * (price.cache_write ?? 0);
+  const total =
+    usage.input * price.input +
+    usage.output * price.output +
+    usage.cacheRead * (price.cache_read ?? 0) +
+    usage.cacheWrite * (price.cache_write ?? 0);
   return total / 1_000_000;
 }

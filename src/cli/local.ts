@@ -23,13 +23,22 @@ export function databaseTarget(db: string | undefined): DatabaseTarget {
  * for a client command, to talk to the running server with `--url` or pass another `--db`.
  * A port already in use (or not allowed) throws an error naming it and suggesting `--port 0`.
  */
-export async function startLocal(options: { config: LedgerConfig; db?: string; host?: string; port?: number; forServe?: boolean }): Promise<RunningLedger> {
+export async function startLocal(options: {
+  config: LedgerConfig;
+  db?: string;
+  host?: string;
+  port?: number;
+  forServe?: boolean;
+}): Promise<RunningLedger> {
   const database = databaseTarget(options.db);
-  const release = database.kind === "pglite" && database.dir !== ":memory:" ? await lockDir(database.dir, options.forServe === true) : async () => {};
+  const release =
+    database.kind === "pglite" && database.dir !== ":memory:" ? await lockDir(database.dir, options.forServe === true) : async () => {};
   try {
-    const ledger = await startLedger({ config: options.config, database, host: options.host, port: options.port }).catch((error: unknown) => {
-      throw listenError(error, options.host ?? "127.0.0.1", options.port ?? 0) ?? error;
-    });
+    const ledger = await startLedger({ config: options.config, database, host: options.host, port: options.port }).catch(
+      (error: unknown) => {
+        throw listenError(error, options.host ?? "127.0.0.1", options.port ?? 0) ?? error;
+      },
+    );
     return {
       ...ledger,
       async close(graceMs) {
@@ -64,10 +73,16 @@ async function lockDir(dir: string, forServe: boolean): Promise<() => Promise<vo
 function listenError(error: unknown, host: string, port: number): Error | undefined {
   const code = (error as { code?: unknown } | undefined)?.code;
   if (code === "EADDRINUSE") {
-    return new Error(`port ${port} on ${host} is already in use (another "ledger serve"?): pass --port with a free port, or --port 0 to pick one`, { cause: error });
+    return new Error(
+      `port ${port} on ${host} is already in use (another "ledger serve"?): pass --port with a free port, or --port 0 to pick one`,
+      { cause: error },
+    );
   }
   if (code === "EACCES") {
-    return new Error(`not allowed to listen on ${host}:${port} (ports below 1024 need privileges): pass --port with a port from 1024 up, or --port 0 to pick one`, { cause: error });
+    return new Error(
+      `not allowed to listen on ${host}:${port} (ports below 1024 need privileges): pass --port with a port from 1024 up, or --port 0 to pick one`,
+      { cause: error },
+    );
   }
   if (code === "EADDRNOTAVAIL") return new Error(`--host ${host} is not an address of this machine`, { cause: error });
   return undefined;

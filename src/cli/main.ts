@@ -26,10 +26,18 @@ program
   .action(async (opts: { host: string; port: number; db?: string; config?: string }) => {
     // Loaded on use: the server stack (database, AI SDK, ...) is not needed for --help or --url.
     const { startLocal } = await import("./local.js");
-    const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db, host: opts.host, port: opts.port, forServe: true });
+    const ledger = await startLocal({
+      config: loadConfig({ explicitPath: opts.config }),
+      db: opts.db,
+      host: opts.host,
+      port: opts.port,
+      forServe: true,
+    });
     process.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
     if (ledger.database.kind === "pglite") {
-      process.stderr.write("note: the embedded database serves one process; to run several replicas, point them all at Postgres with DATABASE_URL\n");
+      process.stderr.write(
+        "note: the embedded database serves one process; to run several replicas, point them all at Postgres with DATABASE_URL\n",
+      );
     }
     process.stdout.write(`session-ledger listening on ${ledger.url}\n`);
     let stopping = false;
@@ -91,7 +99,10 @@ program
   .option("--url <url>", "the server running the loop (without it a fresh in-process server is asked, where nothing runs)")
   .option("--db <dir>", "embedded database directory when no --url")
   .option("--config <path>", "config file")
-  .addHelpText("after", '\nPrints "aborted" or "no loop was running". Abort only reaches loops of the server it talks to:\npass the --url of the "ledger serve" that runs the prompt.')
+  .addHelpText(
+    "after",
+    '\nPrints "aborted" or "no loop was running". Abort only reaches loops of the server it talks to:\npass the --url of the "ledger serve" that runs the prompt.',
+  )
   .action(async (sessionId: string, opts: ClientOptions) =>
     withClient(opts, async (client) => print((await client.abort({ sessionId })).aborted ? "aborted" : "no loop was running")),
   );

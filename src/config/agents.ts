@@ -84,7 +84,10 @@ export function requireSubagent(agents: ReadonlyMap<string, AgentInfo>, name: st
   if (!agent) throw new AgentNotFoundError(name, visibleAgentNames(agents), field);
   if (agent.mode === "primary") {
     const subagents = [...agents.values()].filter((a) => a.mode !== "primary" && !a.hidden).map((a) => a.name);
-    throw new InvalidArgumentError(field, `agent "${name}" is a primary agent, not a subagent; delegate to one of: ${subagents.join(", ") || "(no subagents configured)"}`);
+    throw new InvalidArgumentError(
+      field,
+      `agent "${name}" is a primary agent, not a subagent; delegate to one of: ${subagents.join(", ") || "(no subagents configured)"}`,
+    );
   }
   return agent;
 }

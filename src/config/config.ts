@@ -13,7 +13,9 @@ const modelSchema = z.object({
   name: z.string().optional(),
   variants: z.record(z.string(), z.record(z.string(), z.unknown())).default({}),
   modalities: z.object({ input: z.array(z.string()).default(["text"]), output: z.array(z.string()).default(["text"]) }).optional(),
-  cost: z.object({ input: z.number(), output: z.number(), cache_read: z.number().optional(), cache_write: z.number().optional() }).optional(),
+  cost: z
+    .object({ input: z.number(), output: z.number(), cache_read: z.number().optional(), cache_write: z.number().optional() })
+    .optional(),
   limit: z.object({ context: z.number().optional(), output: z.number().optional() }).optional(),
   options: z.record(z.string(), z.unknown()).default({}),
 });
@@ -207,7 +209,9 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
   if (errors.length > 0) {
     const first = errors[0]!;
     const { line, column } = lineAndColumn(text, first.offset);
-    const what = printParseErrorCode(first.error).replace(/(?<=[a-z])([A-Z])/g, " $1").toLowerCase();
+    const what = printParseErrorCode(first.error)
+      .replace(/(?<=[a-z])([A-Z])/g, " $1")
+      .toLowerCase();
     throw new ConfigError(`${file}: invalid JSONC at line ${line}, column ${column}: ${what}`);
   }
   const parsed = configFileSchema.safeParse(substituteEnv(raw, env));
@@ -237,7 +241,10 @@ export class ConfigError extends Error {
  * e.g. `openrouter/anthropic/claude-sonnet-4`). Says nothing about whether the model is configured.
  * Returns the offending proto field (`provider_id` or `model_id`) and why.
  */
-export function modelRefProblem(ref: { providerId: string; modelId: string }): { part: "provider_id" | "model_id"; description: string } | undefined {
+export function modelRefProblem(ref: {
+  providerId: string;
+  modelId: string;
+}): { part: "provider_id" | "model_id"; description: string } | undefined {
   if (!ref.providerId.trim()) return { part: "provider_id", description: "must not be empty" };
   if (ref.providerId.includes("/")) return { part: "provider_id", description: `"${ref.providerId}" must not contain "/"` };
   if (!ref.modelId.trim()) return { part: "model_id", description: "must not be empty" };
@@ -253,8 +260,13 @@ export function modelRefProblem(ref: { providerId: string; modelId: string }): {
 export function parseModelRef(value: string, field = "model"): { providerId: string; modelId: string } {
   const slash = value.indexOf("/");
   const ref = { providerId: value.slice(0, Math.max(slash, 0)), modelId: value.slice(slash + 1) };
-  const why = slash < 0 ? 'no "/"' : !ref.providerId.trim() ? "the provider is empty" : !ref.modelId.trim() ? "the model is empty" : undefined;
-  if (why) throw new InvalidArgumentError(field, `${JSON.stringify(value)} is not a model reference: ${why}; expected "provider/model" (e.g. "local/qwen")`);
+  const why =
+    slash < 0 ? 'no "/"' : !ref.providerId.trim() ? "the provider is empty" : !ref.modelId.trim() ? "the model is empty" : undefined;
+  if (why)
+    throw new InvalidArgumentError(
+      field,
+      `${JSON.stringify(value)} is not a model reference: ${why}; expected "provider/model" (e.g. "local/qwen")`,
+    );
   return ref;
 }
 
@@ -271,7 +283,14 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
       agents.delete(name);
       continue;
     }
-    const base = agents.get(name) ?? { name, description: "", mode: "all" as const, hidden: false, permission: { "*": "allow" as const }, builtIn: false };
+    const base = agents.get(name) ?? {
+      name,
+      description: "",
+      mode: "all" as const,
+      hidden: false,
+      permission: { "*": "allow" as const },
+      builtIn: false,
+    };
     agents.set(name, {
       ...base,
       description: override.description ?? base.description,
@@ -296,7 +315,12 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     limits: { ...DEFAULT_LIMITS, ...file.limits },
     plugins: [...file.plugin, ...file.plugins].map((p) => (p.startsWith(".") || path.isAbsolute(p) ? path.resolve(baseDir, p) : p)),
     corsOrigins: file.cors.origins,
-    retry: { attempts: file.retry.attempts, initialMs: file.retry.initial_ms, maxMs: file.retry.max_ms, maxTotalMs: file.retry.max_total_ms },
+    retry: {
+      attempts: file.retry.attempts,
+      initialMs: file.retry.initial_ms,
+      maxMs: file.retry.max_ms,
+      maxTotalMs: file.retry.max_total_ms,
+    },
     eventRetentionMs: file.events.retention_hours * 3600 * 1000,
     token: file.auth.token,
     mcp: Object.fromEntries(
@@ -307,7 +331,16 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
       }),
     ),
     commands: Object.fromEntries(
-      Object.entries(file.command).map(([name, c]) => [name, { template: c.template, description: c.description, agent: c.agent, model: c.model ? parseModelRef(c.model) : undefined, subtask: c.subtask }]),
+      Object.entries(file.command).map(([name, c]) => [
+        name,
+        {
+          template: c.template,
+          description: c.description,
+          agent: c.agent,
+          model: c.model ? parseModelRef(c.model) : undefined,
+          subtask: c.subtask,
+        },
+      ]),
     ),
     references: Object.fromEntries(Object.entries(file.reference).map(([alias, dir]) => [alias, path.resolve(baseDir, dir)])),
   };

@@ -109,7 +109,12 @@ async function sessionExists(db: Kysely<DB>, sessionId: string): Promise<boolean
 
 /** A `session_deleted` event for a session found missing: only its id is known. */
 function deleted(sessionId: string, last: bigint): SessionEvent {
-  return create(SessionEventSchema, { sessionId, seq: last + 1n, time: timestampNow(), kind: { case: "sessionDeleted", value: { session: { id: sessionId } } } });
+  return create(SessionEventSchema, {
+    sessionId,
+    seq: last + 1n,
+    time: timestampNow(),
+    kind: { case: "sessionDeleted", value: { session: { id: sessionId } } },
+  });
 }
 
 /** Throws CURSOR_EXPIRED when events after `last` were pruned. */

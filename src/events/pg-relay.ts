@@ -94,8 +94,13 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       if (sessionId && seq) bus.publish([{ hint: true, sessionId, seq: BigInt(seq) }]);
       return;
     }
-    const items: BusItem[] = (JSON.parse(body) as Array<[string, string, string, string, string, string, string]>).map(([sessionId, seq, messageId, partId, field, delta, offset]) =>
-      create(SessionEventSchema, { sessionId, seq: BigInt(seq), kind: { case: "partDelta", value: { messageId, partId, field, delta, offset: BigInt(offset) } } }),
+    const items: BusItem[] = (JSON.parse(body) as Array<[string, string, string, string, string, string, string]>).map(
+      ([sessionId, seq, messageId, partId, field, delta, offset]) =>
+        create(SessionEventSchema, {
+          sessionId,
+          seq: BigInt(seq),
+          kind: { case: "partDelta", value: { messageId, partId, field, delta, offset: BigInt(offset) } },
+        }),
     );
     bus.publish(items);
   };
@@ -138,7 +143,8 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
     timer = undefined;
     const batch = queue;
     queue = [];
-    for (const payload of pack(batch.map((q) => q.item))) await sql`select pg_notify(${DELTAS_CHANNEL}, ${`${origin}|${payload}`})`.execute(db).catch(() => {});
+    for (const payload of pack(batch.map((q) => q.item)))
+      await sql`select pg_notify(${DELTAS_CHANNEL}, ${`${origin}|${payload}`})`.execute(db).catch(() => {});
   };
 
   await connect();
@@ -149,7 +155,8 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       const mine = queue.filter((q) => q.sessionId === sessionId);
       if (mine.length > 0) {
         queue = queue.filter((q) => q.sessionId !== sessionId);
-        for (const payload of pack(mine.map((q) => q.item))) await sql`select pg_notify(${DELTAS_CHANNEL}, ${`${origin}|${payload}`})`.execute(trx);
+        for (const payload of pack(mine.map((q) => q.item)))
+          await sql`select pg_notify(${DELTAS_CHANNEL}, ${`${origin}|${payload}`})`.execute(trx);
       }
       await sql`select pg_notify(${EVENTS_CHANNEL}, ${`${origin}|${sessionId}|${seq}`})`.execute(trx);
     },
@@ -158,13 +165,17 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       const d = event.kind.value;
       let offset = d.offset;
       for (const piece of split(d.delta)) {
-        queue.push({ sessionId: event.sessionId, item: JSON.stringify([event.sessionId, String(event.seq), d.messageId, d.partId, d.field, piece.text, String(offset)]) });
+        queue.push({
+          sessionId: event.sessionId,
+          item: JSON.stringify([event.sessionId, String(event.seq), d.messageId, d.partId, d.field, piece.text, String(offset)]),
+        });
         offset += BigInt(piece.length);
       }
       timer ??= setTimeout(() => void flush(), DELTA_FLUSH_MS);
     },
     async deleted(trx, events) {
-      for (const event of events) await sql`select pg_notify(${CONTROL_CHANNEL}, ${`${origin}|deleted|${deletedPayload(event)}`})`.execute(trx);
+      for (const event of events)
+        await sql`select pg_notify(${CONTROL_CHANNEL}, ${`${origin}|deleted|${deletedPayload(event)}`})`.execute(trx);
     },
     async requestAbort(sessionId) {
       await sql`select pg_notify(${CONTROL_CHANNEL}, ${`${origin}|abort|${sessionId}`})`.execute(db);
@@ -183,7 +194,12 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
 
 /** A `session_deleted` event of `sessionId` that knows nothing else (seq 0: feeds renumber it). */
 function deletedEvent(sessionId: string): SessionEvent {
-  return create(SessionEventSchema, { sessionId, seq: 0n, time: timestampNow(), kind: { case: "sessionDeleted", value: { session: { id: sessionId } } } });
+  return create(SessionEventSchema, {
+    sessionId,
+    seq: 0n,
+    time: timestampNow(),
+    kind: { case: "sessionDeleted", value: { session: { id: sessionId } } },
+  });
 }
 
 /** The event as proto JSON, under the NOTIFY limit: a session too large to fit keeps only `id`, `parent_id`, `directory` (else `id`). */
@@ -191,8 +207,21 @@ function deletedPayload(event: SessionEvent): string {
   const full = JSON.stringify(toJson(SessionEventSchema, event));
   if (Buffer.byteLength(full) <= MAX_PAYLOAD_BYTES - 100) return full;
   const session = event.kind.case === "sessionDeleted" ? event.kind.value.session : undefined;
-  for (const value of [{ id: event.sessionId, parentId: session?.parentId ?? "", directory: session?.directory ?? "" }, { id: event.sessionId }]) {
-    const small = JSON.stringify(toJson(SessionEventSchema, create(SessionEventSchema, { sessionId: event.sessionId, seq: event.seq, time: event.time, kind: { case: "sessionDeleted", value: { session: value } } })));
+  for (const value of [
+    { id: event.sessionId, parentId: session?.parentId ?? "", directory: session?.directory ?? "" },
+    { id: event.sessionId },
+  ]) {
+    const small = JSON.stringify(
+      toJson(
+        SessionEventSchema,
+        create(SessionEventSchema, {
+          sessionId: event.sessionId,
+          seq: event.seq,
+          time: event.time,
+          kind: { case: "sessionDeleted", value: { session: value } },
+        }),
+      ),
+    );
     if (Buffer.byteLength(small) <= MAX_PAYLOAD_BYTES - 100) return small;
   }
   throw new Error(`session id too long for a NOTIFY payload: ${event.sessionId.length} characters`);

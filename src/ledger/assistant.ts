@@ -36,7 +36,8 @@ export interface SessionLedger {
 /** A `SessionLedger` for one session. Throws `SessionNotFoundError` (NOT_FOUND) from each write if the session is gone. */
 export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedger {
   const stored = new Set<string>();
-  const one = async (fn: Parameters<typeof writeSession<SessionEvent>>[2]) => (await writeSession(deps, sessionId, fn, { touch: false })).result;
+  const one = async (fn: Parameters<typeof writeSession<SessionEvent>>[2]) =>
+    (await writeSession(deps, sessionId, fn, { touch: false })).result;
   return {
     addMessage: (message) =>
       one(async (w) => {

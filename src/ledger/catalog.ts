@@ -24,7 +24,15 @@ export interface ModelListing {
 export function listAgents(config: LedgerConfig): { agents: AgentListing[]; defaultAgent: string } {
   const agents = [...config.agents.values()]
     .filter((a) => !a.hidden)
-    .map((a) => ({ name: a.name, description: a.description, mode: a.mode, hidden: a.hidden, model: a.model, variant: a.variant, builtIn: a.builtIn }));
+    .map((a) => ({
+      name: a.name,
+      description: a.description,
+      mode: a.mode,
+      hidden: a.hidden,
+      model: a.model,
+      variant: a.variant,
+      builtIn: a.builtIn,
+    }));
   return { agents, defaultAgent: config.defaultAgent };
 }
 

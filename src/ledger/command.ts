@@ -41,7 +41,14 @@ export async function runCommand(deps: LedgerDeps, request: CommandRequest, sign
     // The user message runs under the request's (or default) agent; the subtask under the command's.
     const subagent = command.agent || request.agent || deps.config.defaultAgent;
     requireSubagent(deps.config.agents, subagent, "command.agent");
-    drafts = [{ kind: { case: "subtask", value: { prompt: text, description: command.description ?? "", agent: subagent, model, command: request.command } } }];
+    drafts = [
+      {
+        kind: {
+          case: "subtask",
+          value: { prompt: text, description: command.description ?? "", agent: subagent, model, command: request.command },
+        },
+      },
+    ];
     agent = request.agent;
   } else {
     drafts = [{ kind: { case: "text", value: { text } } }, ...(await fileReferences(text, row.directory))];

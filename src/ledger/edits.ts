@@ -52,15 +52,21 @@ export async function deletePart(deps: LedgerDeps, sessionId: string, messageId:
  */
 export async function updatePart(deps: LedgerDeps, sessionId: string, messageId: string, part: Part): Promise<Part> {
   if (part.sessionId !== sessionId) throw new InvalidArgumentError("part.session_id", `must equal session_id ${sessionId}`);
-  if (part.messageId !== messageId) throw new InvalidArgumentError("part.message_id", `must equal message_id ${messageId}; a part cannot move to another message`);
+  if (part.messageId !== messageId)
+    throw new InvalidArgumentError("part.message_id", `must equal message_id ${messageId}; a part cannot move to another message`);
   if (!part.kind.case) throw new InvalidArgumentError("part.kind", "is required");
-  if (!isId("prt", part.id)) throw new InvalidArgumentError("part.id", `${JSON.stringify(part.id.slice(0, 80))} is not a part id: expected ${ID_FORMAT.prt}`);
+  if (!isId("prt", part.id))
+    throw new InvalidArgumentError("part.id", `${JSON.stringify(part.id.slice(0, 80))} is not a part id: expected ${ID_FORMAT.prt}`);
   const { result } = await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
     await messageOf(w, messageId);
     const row = await getPartRow(w.trx, part.id);
     if (!row || row.session_id !== sessionId) throw new PartNotFoundError(part.id, "part.id");
-    if (row.message_id !== messageId) throw new InvalidArgumentError("part.message_id", `part ${part.id} belongs to message ${row.message_id}; a part cannot move to another message`);
+    if (row.message_id !== messageId)
+      throw new InvalidArgumentError(
+        "part.message_id",
+        `part ${part.id} belongs to message ${row.message_id}; a part cannot move to another message`,
+      );
     const kind = protoCaseName(PartSchema, part.kind.case ?? "");
     if (row.kind !== kind) throw new InvalidArgumentError("part.kind", `cannot change a ${row.kind} part into ${kind}`);
     const stored = create(PartSchema, part);

@@ -33,11 +33,19 @@ export async function listMessages(
   const token = page.pageToken ? messageCursor(page.pageToken, page.newestFirst ?? false) : undefined;
   const revert = page.includeReverted ? undefined : rowToSession(session).revert;
   const revertRow = revert ? await getMessageRow(deps.db, revert.messageId) : undefined;
-  const cut = revert && revertRow?.session_id === sessionId ? { position: Number(revertRow.position), messageId: revert.messageId, partId: revert.partId } : undefined;
+  const cut =
+    revert && revertRow?.session_id === sessionId
+      ? { position: Number(revertRow.position), messageId: revert.messageId, partId: revert.partId }
+      : undefined;
   const cutBefore = cut ? cut.position + (cut.partId ? 1 : 0) : undefined;
   const after = page.newestFirst ? undefined : token;
   const before = page.newestFirst && token !== undefined ? Math.min(token, cutBefore ?? Infinity) : cutBefore;
-  const rows = await listMessageRows(deps.db, sessionId, { afterPosition: after, beforePosition: before, limit: limit + 1, newestFirst: page.newestFirst });
+  const rows = await listMessageRows(deps.db, sessionId, {
+    afterPosition: after,
+    beforePosition: before,
+    limit: limit + 1,
+    newestFirst: page.newestFirst,
+  });
   const pageRows = rows.slice(0, limit);
   const last = pageRows.at(-1);
   const messages = await withParts(deps.db, pageRows);
@@ -50,7 +58,8 @@ export async function listMessages(
   }
   return {
     messages,
-    nextPageToken: rows.length > limit && last ? encodePageToken(page.newestFirst ? { b: Number(last.position) } : { p: Number(last.position) }) : "",
+    nextPageToken:
+      rows.length > limit && last ? encodePageToken(page.newestFirst ? { b: Number(last.position) } : { p: Number(last.position) }) : "",
   };
 }
 
@@ -68,7 +77,11 @@ export async function getMessage(deps: LedgerDeps, sessionId: string, messageId:
 /** Attaches each message's parts (one query for the whole page), keeping position order. */
 export async function withParts(db: Kysely<DB>, rows: MessageRow[]): Promise<MessageWithParts[]> {
   const byMessage = new Map<string, Part[]>(rows.map((r) => [r.id, []]));
-  for (const row of await listPartRows(db, rows.map((r) => r.id))) byMessage.get(row.message_id)?.push(rowToPart(row));
+  for (const row of await listPartRows(
+    db,
+    rows.map((r) => r.id),
+  ))
+    byMessage.get(row.message_id)?.push(rowToPart(row));
   return rows.map((row) => create(MessageWithPartsSchema, { message: rowToMessage(row), parts: byMessage.get(row.id) }));
 }
 
@@ -79,7 +92,9 @@ export async function withParts(db: Kysely<DB>, rows: MessageRow[]): Promise<Mes
  */
 function messageCursor(token: string, newestFirst: boolean): number {
   try {
-    return Number(newestFirst ? decodePageToken("page_token", token, { b: "int" }).b : decodePageToken("page_token", token, { p: "int" }).p);
+    return Number(
+      newestFirst ? decodePageToken("page_token", token, { b: "int" }).b : decodePageToken("page_token", token, { p: "int" }).p,
+    );
   } catch (error) {
     try {
       if (newestFirst) decodePageToken("page_token", token, { p: "int" });

@@ -70,7 +70,17 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest, opti
   const variant = resolveVariant(deps.config, agent, model, request.variant);
   const messageId = request.messageId || newId("msg");
   const drafts = await resolveDrafts(
-    { sessionId: session.id, messageId, directory: session.directory, roots: allowedRoots(deps.config), references: deps.config.references, limits: deps.config.limits, agent, agents: deps.config.agents, mcp: deps.mcp },
+    {
+      sessionId: session.id,
+      messageId,
+      directory: session.directory,
+      roots: allowedRoots(deps.config),
+      references: deps.config.references,
+      limits: deps.config.limits,
+      agent,
+      agents: deps.config.agents,
+      mcp: deps.mcp,
+    },
     request.parts,
   );
   const draftMessage = create(MessageSchema, {
@@ -112,7 +122,10 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest, opti
       await applyRevert(w);
       await insertMessage(w.trx, { message: hooked.message, position: w.nextPosition(), requestHash: fingerprint });
       w.session.messageCount += 1;
-      await insertParts(w.trx, hooked.parts.map((part) => ({ part, position: w.nextPosition() })));
+      await insertParts(
+        w.trx,
+        hooked.parts.map((part) => ({ part, position: w.nextPosition() })),
+      );
       emitPromptEvents(w.emit, hooked.message, hooked.parts, drafts, messageId, request.noReply, options.extraEvents?.(messageId) ?? []);
       if (Object.keys(request.tools).length > 0) w.session.permission = permissionsFromTools(request.tools);
       w.emit({ case: "sessionUpdated", value: { session: w.session } });

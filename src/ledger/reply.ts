@@ -18,7 +18,12 @@ import { storePrompt, type StoredPrompt, type StorePromptOptions } from "./promp
  * deadline) when `signal` fires first: the prompt stays stored and its run goes on.
  * Same errors as `storePrompt` otherwise.
  */
-export async function prompt(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal, options: StorePromptOptions = {}): Promise<MessageWithParts> {
+export async function prompt(
+  deps: LedgerDeps,
+  request: PromptRequest,
+  signal?: AbortSignal,
+  options: StorePromptOptions = {},
+): Promise<MessageWithParts> {
   const stored = await storePrompt(deps, request, options);
   if (request.noReply) return stored.message;
   for await (const event of answerEvents(deps, stored, signal)) {
@@ -27,7 +32,8 @@ export async function prompt(deps: LedgerDeps, request: PromptRequest, signal?: 
   }
   const userId = stored.message.message!.kind.value!.id;
   const answer = await finalAnswer(deps, request.sessionId, userId);
-  if (!answer) throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });
+  if (!answer)
+    throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });
   return answer;
 }
 
@@ -78,17 +84,30 @@ export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal
   if (revert) {
     // Resuming would answer a prompt the client has rolled back; the next Prompt applies the
     // revert first (OpenCode `SessionRevert.cleanup`), Unrevert restores the conversation.
-    throw new PreconditionError("SESSION_REVERTED", `session ${sessionId} has a revert point at message ${revert.messageId}; send a new prompt (which applies it) or Unrevert before ResumeSession`, {
-      session_id: sessionId,
-      message_id: revert.messageId,
-    });
+    throw new PreconditionError(
+      "SESSION_REVERTED",
+      `session ${sessionId} has a revert point at message ${revert.messageId}; send a new prompt (which applies it) or Unrevert before ResumeSession`,
+      {
+        session_id: sessionId,
+        message_id: revert.messageId,
+      },
+    );
   }
   const user = await lastPrompt(deps, sessionId);
   if (!user) throw new PreconditionError("NOTHING_TO_RESUME", `session ${sessionId} has no prompt to answer`, { session_id: sessionId });
   const answer = (await finalAnswer(deps, sessionId, user.id))?.message?.kind;
   const last = answer?.case === "assistant" ? answer.value : undefined;
-  const resumable = !last || !last.time?.completed || last.error?.kind.case === "interrupted" || last.error?.kind.case === "aborted" || last.finish === "tool-calls";
-  if (!resumable) throw new PreconditionError("NOTHING_TO_RESUME", `the last prompt (${user.id}) of session ${sessionId} is already answered`, { session_id: sessionId, message_id: user.id });
+  const resumable =
+    !last ||
+    !last.time?.completed ||
+    last.error?.kind.case === "interrupted" ||
+    last.error?.kind.case === "aborted" ||
+    last.finish === "tool-calls";
+  if (!resumable)
+    throw new PreconditionError("NOTHING_TO_RESUME", `the last prompt (${user.id}) of session ${sessionId} is already answered`, {
+      session_id: sessionId,
+      message_id: user.id,
+    });
   const replier = requireReplier(deps, user);
   yield* untilAnswered(deps, sessionId, user.id, BigInt(row.last_seq), replier.run(sessionId, { resume: user.id }), signal);
 }
@@ -106,7 +125,8 @@ export async function abortSession(deps: LedgerDeps, sessionId: string): Promise
 async function* answerEvents(deps: LedgerDeps, stored: StoredPrompt, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const answer = await startAnswer(deps, stored);
   if ("error" in answer) throw answer.error;
-  if (answer.ran) yield* untilAnswered(deps, stored.message.message!.kind.value!.sessionId, answer.userId, answer.after, answer.ran, signal);
+  if (answer.ran)
+    yield* untilAnswered(deps, stored.message.message!.kind.value!.sessionId, answer.userId, answer.after, answer.ran, signal);
 }
 
 /**
@@ -136,7 +156,14 @@ async function startAnswer(
  * `PreconditionError` NOT_ANSWERED. When `signal` fires first (deadline, client gone), throws
  * `StoppedWaitingError` (RUN_CONTINUES) naming the message and the last seq yielded: the run goes on.
  */
-async function* untilAnswered(deps: LedgerDeps, sessionId: string, userId: string, after: bigint, ran: Promise<void>, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
+async function* untilAnswered(
+  deps: LedgerDeps,
+  sessionId: string,
+  userId: string,
+  after: bigint,
+  ran: Promise<void>,
+  signal?: AbortSignal,
+): AsyncGenerator<SessionEvent> {
   const stop = new AbortController();
   let answered = false;
   let grace: NodeJS.Timeout | undefined;

@@ -73,11 +73,13 @@ export async function applyRevert(w: SessionWrite): Promise<void> {
     const from = parts.findIndex((p) => p.id === revert.partId);
     if (from >= 0) removeParts = parts.slice(from).map((p) => p.id);
   }
-  for (const part of await deleteParts(w.trx, removeParts)) w.emit({ case: "partRemoved", value: { messageId: part.message_id, partId: part.id } });
+  for (const part of await deleteParts(w.trx, removeParts))
+    w.emit({ case: "partRemoved", value: { messageId: part.message_id, partId: part.id } });
   const removed = await deleteMessages(w.trx, removeMessages);
   for (const messageId of removed.messages) {
     w.emit({ case: "messageRemoved", value: { messageId } });
-    for (const part of removed.parts) if (part.message_id === messageId) w.emit({ case: "partRemoved", value: { messageId, partId: part.id } });
+    for (const part of removed.parts)
+      if (part.message_id === messageId) w.emit({ case: "partRemoved", value: { messageId, partId: part.id } });
   }
   w.session.messageCount -= removed.messages.length;
 }

@@ -32,14 +32,21 @@ export const SESSION_PAGE = { default: 50, max: 1000 } as const;
 export async function createSession(deps: LedgerDeps, request: CreateSessionRequest): Promise<Session> {
   if (request.model) checkModelRef(request.model);
   if (!request.directory.trim()) {
-    throw new InvalidArgumentError("directory", "is required: the absolute path of an existing project directory on the server (the ledger CLI sends its working directory)");
+    throw new InvalidArgumentError(
+      "directory",
+      "is required: the absolute path of an existing project directory on the server (the ledger CLI sends its working directory)",
+    );
   }
   checkPathShape("directory", request.directory);
   if (!path.isAbsolute(request.directory)) {
-    throw new InvalidArgumentError("directory", `${JSON.stringify(request.directory)} is relative: send the absolute path of the project directory (the server's working directory is not the client's)`);
+    throw new InvalidArgumentError(
+      "directory",
+      `${JSON.stringify(request.directory)} is relative: send the absolute path of the project directory (the server's working directory is not the client's)`,
+    );
   }
   const directory = await resolveDirectory(request.directory);
-  if (request.parentId && !(await store.getSession(deps.db, request.parentId))) throw new SessionNotFoundError(request.parentId, "parent_id");
+  if (request.parentId && !(await store.getSession(deps.db, request.parentId)))
+    throw new SessionNotFoundError(request.parentId, "parent_id");
   const agent = request.agent ? resolveAgent(deps.config, request.agent).name : "";
   const now = new Date();
   const session = create(SessionSchema, {
@@ -52,7 +59,12 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
     timeCreated: timestampFromDate(now),
     timeUpdated: timestampFromDate(now),
   });
-  const event = create(SessionEventSchema, { sessionId: session.id, seq: 1n, time: timestampFromDate(now), kind: { case: "sessionUpdated", value: { session } } });
+  const event = create(SessionEventSchema, {
+    sessionId: session.id,
+    seq: 1n,
+    time: timestampFromDate(now),
+    kind: { case: "sessionUpdated", value: { session } },
+  });
   await deps.db.transaction().execute(async (trx) => {
     try {
       await store.insertSession(trx, session, now);
@@ -135,7 +147,12 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
     const rows = await store.lockSessionTree(trx, sessionId);
     if (rows.length === 0 || !(await store.deleteSession(trx, sessionId))) throw new SessionNotFoundError(sessionId);
     const deleted = rows.map((row) =>
-      create(SessionEventSchema, { sessionId: row.id, seq: BigInt(Number(row.last_seq) + 1), time, kind: { case: "sessionDeleted", value: { session: store.rowToSession(row) } } }),
+      create(SessionEventSchema, {
+        sessionId: row.id,
+        seq: BigInt(Number(row.last_seq) + 1),
+        time,
+        kind: { case: "sessionDeleted", value: { session: store.rowToSession(row) } },
+      }),
     );
     await deps.relay?.deleted(trx, deleted);
     return deleted;
@@ -155,7 +172,10 @@ export async function forkSession(deps: LedgerDeps, sessionId: string, messageId
   const stop = messageId ? all.findIndex((r) => r.id === messageId) : all.length;
   if (stop < 0) throw new MessageNotFoundError(messageId);
   const copies = await withParts(deps.db, all.slice(0, stop));
-  const fork = await createSession(deps, create(CreateSessionRequestSchema, { directory: source.directory, title: `${source.title} (fork)` }));
+  const fork = await createSession(
+    deps,
+    create(CreateSessionRequestSchema, { directory: source.directory, title: `${source.title} (fork)` }),
+  );
   const ids = new Map(copies.map((m) => [m.message!.kind.value!.id, newId("msg")]));
   await writeSession(deps, fork.id, async (w) => {
     w.session.agent = source.agent;
@@ -166,7 +186,10 @@ export async function forkSession(deps: LedgerDeps, sessionId: string, messageId
       const messageIdNew = message.kind.value!.id;
       const parts = copy.parts.map((p) => ({ ...p, id: newId("prt"), sessionId: fork.id, messageId: messageIdNew }));
       await insertMessage(w.trx, { message, position: w.nextPosition() });
-      await insertParts(w.trx, parts.map((part) => ({ part, position: w.nextPosition() })));
+      await insertParts(
+        w.trx,
+        parts.map((part) => ({ part, position: w.nextPosition() })),
+      );
       w.emit({ case: "messageUpdated", value: { message } });
       for (const part of parts) w.emit({ case: "partUpdated", value: { part } });
     }

@@ -24,7 +24,8 @@ export async function assertIdle(deps: LedgerDeps, db: Kysely<DB>, sessionId: st
 export async function getStatus(deps: LedgerDeps): Promise<Record<string, SessionStatus>> {
   const statuses: Record<string, SessionStatus> = {};
   for (const event of await lastStatusEvents(deps.db)) {
-    if (event.kind.case !== "sessionStatus" || event.kind.value.status.case === "idle" || event.kind.value.status.case === undefined) continue;
+    if (event.kind.case !== "sessionStatus" || event.kind.value.status.case === "idle" || event.kind.value.status.case === undefined)
+      continue;
     statuses[event.sessionId] = event.kind.value;
   }
   return statuses;

@@ -14,7 +14,12 @@ import type { LedgerDeps } from "./deps.js";
  * `afterSeq` is below what retention kept (`CURSOR_EXPIRED`: reload with ListMessages) or
  * ahead of the log (`CURSOR_AHEAD`).
  */
-export async function* watchSession(deps: LedgerDeps, sessionId: string, afterSeq: bigint, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
+export async function* watchSession(
+  deps: LedgerDeps,
+  sessionId: string,
+  afterSeq: bigint,
+  signal?: AbortSignal,
+): AsyncGenerator<SessionEvent> {
   const row = await getSession(deps.db, sessionId);
   if (!row) throw new SessionNotFoundError(sessionId);
   const bounds = { prunedSeq: BigInt(row.pruned_seq), lastSeq: BigInt(row.last_seq) };

@@ -53,7 +53,8 @@ class Connection {
       return result.contents;
     } catch (error) {
       const timedOut = deadline.aborted || (error instanceof McpError && error.code === ErrorCode.RequestTimeout);
-      if (timedOut && !signal?.aborted) throw new Error(`MCP server ${JSON.stringify(this.name)} did not answer within ${this.server.timeoutMs} ms`);
+      if (timedOut && !signal?.aborted)
+        throw new Error(`MCP server ${JSON.stringify(this.name)} did not answer within ${this.server.timeoutMs} ms`);
       // The SDK prefixes a server's McpError message with "MCP error <code>: " a second time.
       if (error instanceof McpError) throw new Error(error.message.replace(/^(MCP error -?\d+: )\1+/, "$1"), { cause: error });
       throw error;
@@ -83,7 +84,9 @@ class Connection {
       async (error: unknown) => {
         drop();
         await client.close().catch(() => undefined);
-        throw new Error(`MCP server ${JSON.stringify(this.name)} could not start: ${error instanceof Error ? error.message : String(error)}`);
+        throw new Error(
+          `MCP server ${JSON.stringify(this.name)} could not start: ${error instanceof Error ? error.message : String(error)}`,
+        );
       },
     );
     this.current = { client, ready };

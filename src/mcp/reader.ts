@@ -18,6 +18,7 @@ export interface McpReader {
 
 /** The error for a server name that is not in `mcp`. */
 export function notConfigured(clientName: string, configured: string[]): Error {
-  const known = configured.length === 0 ? "no MCP servers are configured" : `configured: ${configured.map((n) => JSON.stringify(n)).join(", ")}`;
+  const known =
+    configured.length === 0 ? "no MCP servers are configured" : `configured: ${configured.map((n) => JSON.stringify(n)).join(", ")}`;
   return new Error(`MCP server ${JSON.stringify(clientName)} is not configured (${known})`);
 }

@@ -16,7 +16,10 @@ export const METRICS_PATH = "/metrics";
  * `token`, the request needs `authorization: Bearer <token>` (compared in constant time), else
  * 401; other methods get 405. Logs each scrape at debug (`msg: "http"`).
  */
-export function metricsHandler(metrics: LedgerMetrics, options: { token?: string; logger?: Logger } = {}): (req: NodeRequest, res: NodeResponse, requestId: string) => Promise<void> {
+export function metricsHandler(
+  metrics: LedgerMetrics,
+  options: { token?: string; logger?: Logger } = {},
+): (req: NodeRequest, res: NodeResponse, requestId: string) => Promise<void> {
   const logger = options.logger ?? defaultLogger;
   const expected = options.token ? digest(options.token) : undefined;
   return async (req, res, requestId) => {
@@ -25,7 +28,9 @@ export function metricsHandler(metrics: LedgerMetrics, options: { token?: string
     if (req.method !== "GET" && req.method !== "HEAD") {
       status = plain(res, 405, "method not allowed\n", { allow: "GET, HEAD" });
     } else if (expected && !authorized(req.headers.authorization, expected)) {
-      status = plain(res, 401, "unauthorized: a bearer token is required (header `authorization: Bearer <token>`)\n", { "www-authenticate": "Bearer" });
+      status = plain(res, 401, "unauthorized: a bearer token is required (header `authorization: Bearer <token>`)\n", {
+        "www-authenticate": "Bearer",
+      });
     } else {
       try {
         const body = await metrics.scrape();

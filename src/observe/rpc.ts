@@ -87,7 +87,15 @@ export function createRpcObserver(options: { logger?: Logger; metrics?: LedgerMe
   const contexts = new WeakMap<NodeRequest, RequestContext>();
   const procedures = new Set<string>();
 
-  const record = (fields: { procedure: string; protocol: string; code: string; start: number; requestId: string; sessionId?: string; status?: number }) => {
+  const record = (fields: {
+    procedure: string;
+    protocol: string;
+    code: string;
+    start: number;
+    requestId: string;
+    sessionId?: string;
+    status?: number;
+  }) => {
     const seconds = (performance.now() - fields.start) / 1000;
     metrics?.observeRpc(fields.procedure, fields.code, seconds);
     const line: LogFields = {
@@ -170,7 +178,13 @@ export function createRpcObserver(options: { logger?: Logger; metrics?: LedgerMe
           return;
         }
         const duration_ms = Math.round((performance.now() - start) * 1000) / 1000;
-        logger.info("http", { method: req.method, path: path.slice(0, 200), status: res.headersSent ? res.statusCode : 0, duration_ms, request_id: requestId });
+        logger.info("http", {
+          method: req.method,
+          path: path.slice(0, 200),
+          status: res.headersSent ? res.statusCode : 0,
+          duration_ms,
+          request_id: requestId,
+        });
       });
     },
   };

@@ -74,7 +74,10 @@ export function parseFileUrl(field: string, url: string): FileUrlTarget {
   if (parsed.hostname !== "" && parsed.hostname !== "localhost") throw new PathNotAllowedError(field, url, "names a remote host");
   // `file:package.json` parses as /package.json; say what is wrong instead of reading the root.
   if (!/^file:\//i.test(url.trim())) {
-    throw new InvalidArgumentError(field, `${JSON.stringify(url)} is a relative file: URL; use an absolute one such as file:///abs/path/package.json`);
+    throw new InvalidArgumentError(
+      field,
+      `${JSON.stringify(url)} is a relative file: URL; use an absolute one such as file:///abs/path/package.json`,
+    );
   }
 
   let decoded: string;

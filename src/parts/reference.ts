@@ -19,20 +19,27 @@ export interface ReferenceNote {
  * reference (config order) that contains the path. The URL alone decides what is read.
  * Returns undefined when no reference contains the path (or the path is a reference root itself).
  */
-export async function referenceNote(references: Record<string, string>, draft: FilePartInput, filePath: string): Promise<ReferenceNote | undefined> {
+export async function referenceNote(
+  references: Record<string, string>,
+  draft: FilePartInput,
+  filePath: string,
+): Promise<ReferenceNote | undefined> {
   const entries = Object.entries(references);
   if (entries.length === 0) return undefined;
   const name = draft.filename.replace(/#\d+(?:-\d*)?$/, "");
   const slash = name.indexOf("/");
   const named = slash > 0 ? name.slice(0, slash) : undefined;
-  const ordered = named === undefined ? entries : [...entries.filter(([alias]) => alias === named), ...entries.filter(([alias]) => alias !== named)];
+  const ordered =
+    named === undefined ? entries : [...entries.filter(([alias]) => alias === named), ...entries.filter(([alias]) => alias !== named)];
   for (const [alias, root] of ordered) {
     const target = await targetInside(root, filePath);
     if (target === undefined) continue;
     const label = `@${alias}/${target}`;
     const spanText = draft.source?.kind.value?.text;
     const sourceValue = named === alias ? `@${name}` : label;
-    const source = spanText ? { value: spanText.value, start: spanText.start, end: spanText.end } : { value: sourceValue, start: 0, end: sourceValue.length };
+    const source = spanText
+      ? { value: spanText.value, start: spanText.start, end: spanText.end }
+      : { value: sourceValue, start: 0, end: sourceValue.length };
     const text = [
       `Referenced configured reference ${label}.`,
       "Kind: local directory",

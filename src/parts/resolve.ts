@@ -98,7 +98,9 @@ export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): P
   const blank = (d: PartInput) => d.kind.case === "text" && d.kind.value.text.trim() === "";
   if (drafts.every(blank)) throw new InvalidArgumentError("parts", "has no content: every draft is an empty or whitespace-only text");
   const symbols = symbolDrafts(drafts, ctx.limits.symbol_lookups);
-  const resolved = await Promise.all(drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, `parts[${i}]`, problems, symbols.has(i)))));
+  const resolved = await Promise.all(
+    drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, `parts[${i}]`, problems, symbols.has(i)))),
+  );
   const parts: Part[] = [];
   const syntheticIds: string[] = [];
   for (const { part, synthetic } of resolved.flat()) {
@@ -128,7 +130,13 @@ function symbolDrafts(drafts: PartInput[], max: number): Set<number> {
   return allowed;
 }
 
-async function resolveDraft(ctx: ResolveContext, draft: PartInput, field: string, problems: ReadProblem[], symbol: boolean): Promise<Piece[]> {
+async function resolveDraft(
+  ctx: ResolveContext,
+  draft: PartInput,
+  field: string,
+  problems: ReadProblem[],
+  symbol: boolean,
+): Promise<Piece[]> {
   switch (draft.kind.case) {
     case "text":
       return [textDraft(ctx, draft.kind.value, `${field}.text.text`)];
@@ -151,7 +159,8 @@ async function resolveDraft(ctx: ResolveContext, draft: PartInput, field: string
 
 function textDraft(ctx: ResolveContext, draft: TextPartInput, field: string): Piece {
   const bytes = Buffer.byteLength(draft.text, "utf8");
-  if (bytes > ctx.limits.text_part_bytes) throw new LimitExceededError(field, "text_part_bytes", ctx.limits.text_part_bytes, bytes, "bytes");
+  if (bytes > ctx.limits.text_part_bytes)
+    throw new LimitExceededError(field, "text_part_bytes", ctx.limits.text_part_bytes, bytes, "bytes");
   const { id, $typeName: _, ...text } = draft;
   return { part: create(PartSchema, { id, kind: { case: "text", value: text } }), synthetic: false };
 }
@@ -160,12 +169,21 @@ function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {
   const denied = (ctx.agent.permission.task ?? ctx.agent.permission["*"]) === "deny";
   const hint = denied ? " . Invoked by user; guaranteed to exist." : "";
   return [
-    { part: create(PartSchema, { id: draft.id, kind: { case: "agent", value: { name: draft.name, source: draft.source } } }), synthetic: false },
+    {
+      part: create(PartSchema, { id: draft.id, kind: { case: "agent", value: { name: draft.name, source: draft.source } } }),
+      synthetic: false,
+    },
     synthetic(` Use the above message and context to generate a prompt and call the task tool with subagent: ${draft.name}${hint}`),
   ];
 }
 
-async function fileDraft(ctx: ResolveContext, draft: FilePartInput, field: string, problems: ReadProblem[], symbol: boolean): Promise<Piece[]> {
+async function fileDraft(
+  ctx: ResolveContext,
+  draft: FilePartInput,
+  field: string,
+  problems: ReadProblem[],
+  symbol: boolean,
+): Promise<Piece[]> {
   if (draft.source?.kind.case === "resource") return resourceDraft(ctx, draft, draft.source.kind.value);
   const scheme = urlScheme(`${field}.url`, draft.url);
   if (scheme === "data") return dataDraft(ctx, draft, field);
@@ -179,7 +197,9 @@ async function resourceDraft(ctx: ResolveContext, draft: FilePartInput, source: 
   try {
     if (!ctx.mcp) throw notConfigured(source.clientName, []);
     const contents = await ctx.mcp.read(source.clientName, source.uri);
-    const items = contents.flatMap((item) => ("text" in item ? (item.text ? [synthetic(item.text)] : []) : [synthetic(`[Binary content: ${item.mime || draft.mime}]`)]));
+    const items = contents.flatMap((item) =>
+      "text" in item ? (item.text ? [synthetic(item.text)] : []) : [synthetic(`[Binary content: ${item.mime || draft.mime}]`)],
+    );
     return [...pieces, ...items, filePart(draft, {})];
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
@@ -219,19 +239,31 @@ async function dataDraft(ctx: ResolveContext, draft: FilePartInput, field: strin
   ];
 }
 
-async function fileUrlDraft(ctx: ResolveContext, draft: FilePartInput, field: string, problems: ReadProblem[], symbolAllowed: boolean): Promise<Piece[]> {
+async function fileUrlDraft(
+  ctx: ResolveContext,
+  draft: FilePartInput,
+  field: string,
+  problems: ReadProblem[],
+  symbolAllowed: boolean,
+): Promise<Piece[]> {
   const target = parseFileUrl(`${field}.url`, draft.url);
   const filePath = await confinePath(`${field}.url`, target.path, [ctx.directory, ...ctx.roots]);
   const note = ctx.references ? await referenceNote(ctx.references, draft, filePath) : undefined;
   const lead = note ? [synthetic(note.text, note.metadata)] : [];
   let { offset, limit } = target;
-  const symbol = target.symbolLine === undefined || !symbolAllowed ? undefined : await findSymbolAt(filePath, target.symbolLine, ctx.limits.symbol_source_bytes);
+  const symbol =
+    target.symbolLine === undefined || !symbolAllowed
+      ? undefined
+      : await findSymbolAt(filePath, target.symbolLine, ctx.limits.symbol_source_bytes);
   if (symbol !== undefined) {
     offset = symbol.start;
     limit = symbol.end - symbol.start + 1;
   }
   const args = { filePath, offset, limit };
-  const call = synthetic(`Called the Read tool with the following input: ${JSON.stringify(args)}`, symbol ? { symbol: { ...symbol } } : undefined);
+  const call = synthetic(
+    `Called the Read tool with the following input: ${JSON.stringify(args)}`,
+    symbol ? { symbol: { ...symbol } } : undefined,
+  );
   let result: ReadResult;
   try {
     result = await readPath(filePath, { offset, limit, maxAttachmentBytes: ctx.limits.attachment_bytes, field: `${field}.url` });
@@ -247,7 +279,8 @@ async function fileUrlDraft(ctx: ResolveContext, draft: FilePartInput, field: st
     case "directory":
       return [...lead, call, synthetic(result.output), filePart(draft, { mime: "application/x-directory", filename })];
     case "attachment": {
-      if (!isImageMime(result.mime)) return [...lead, call, filePart(draft, { mime: result.mime, filename, url: toDataUrl(result.mime, result.data) })];
+      if (!isImageMime(result.mime))
+        return [...lead, call, filePart(draft, { mime: result.mime, filename, url: toDataUrl(result.mime, result.data) })];
       const image = await normalizeImage(`${field}.url`, result.data, result.mime, ctx.limits);
       return [...lead, call, filePart(draft, { mime: image.mime, filename, url: toDataUrl(image.mime, image.bytes) })];
     }
@@ -273,7 +306,12 @@ function filePart(draft: FilePartInput, override: { mime?: string; filename?: st
  */
 export function fileName(filename: string): string {
   if (!/^(?:[/\\]|[A-Za-z]:[/\\])/.test(filename)) return filename;
-  return filename.split(/[/\\]/).filter((s) => s !== "").at(-1) ?? "";
+  return (
+    filename
+      .split(/[/\\]/)
+      .filter((s) => s !== "")
+      .at(-1) ?? ""
+  );
 }
 
 function synthetic(text: string, metadata?: JsonObject): Piece {

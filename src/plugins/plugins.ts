@@ -81,7 +81,8 @@ async function applyHook(
     const nextParts = (returned.parts ?? input.parts).map((p) => fromJson(PartSchema, p));
     const before = message.kind.value!;
     const after = nextMessage.kind.value;
-    if (!after || after.id !== before.id || after.sessionId !== before.sessionId) throw new Error("the hook changed the message id or session id");
+    if (!after || after.id !== before.id || after.sessionId !== before.sessionId)
+      throw new Error("the hook changed the message id or session id");
     for (const part of nextParts) {
       // Parts a hook adds may leave ids empty: the server fills them.
       part.id ||= newId("prt");

@@ -19,8 +19,10 @@ export function bearerAuth(token: string): Interceptor {
     if (PUBLIC_SERVICES.has(req.service.typeName)) return next(req);
     const header = req.header.get("authorization") ?? "";
     const match = /^Bearer\s+(.+)$/i.exec(header.trim());
-    if (!match) throw unauthenticated("TOKEN_MISSING", "authorization: a bearer token is required (header `authorization: Bearer <token>`)");
-    if (!timingSafeEqual(digest(match[1]!), expected)) throw unauthenticated("TOKEN_INVALID", "authorization: the bearer token is not valid");
+    if (!match)
+      throw unauthenticated("TOKEN_MISSING", "authorization: a bearer token is required (header `authorization: Bearer <token>`)");
+    if (!timingSafeEqual(digest(match[1]!), expected))
+      throw unauthenticated("TOKEN_INVALID", "authorization: the bearer token is not valid");
     return next(req);
   };
 }
@@ -35,5 +37,7 @@ function digest(value: string): Buffer {
 }
 
 function unauthenticated(reason: string, message: string): ConnectError {
-  return new ConnectError(message, Code.Unauthenticated, undefined, [{ desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason, domain: ERROR_DOMAIN }) }]);
+  return new ConnectError(message, Code.Unauthenticated, undefined, [
+    { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason, domain: ERROR_DOMAIN }) },
+  ]);
 }

@@ -23,7 +23,14 @@ export interface UnsupportedMediaType {
 const ACCEPTED = {
   unary: ["application/json", "application/proto"],
   streaming: ["application/connect+json", "application/connect+proto"],
-  grpc: ["application/grpc", "application/grpc+proto", "application/grpc+json", "application/grpc-web", "application/grpc-web+proto", "application/grpc-web+json"],
+  grpc: [
+    "application/grpc",
+    "application/grpc+proto",
+    "application/grpc+json",
+    "application/grpc-web",
+    "application/grpc-web+proto",
+    "application/grpc-web+json",
+  ],
 };
 
 /**
@@ -34,7 +41,11 @@ const ACCEPTED = {
  * `application/connect+json`/`+proto` for a streaming one, `application/grpc[+proto|+json]`,
  * `application/grpc-web[+proto|+json]`.
  */
-export function checkContentType(handler: UniversalHandler, method: string | undefined, contentType: string | undefined): UnsupportedMediaType | undefined {
+export function checkContentType(
+  handler: UniversalHandler,
+  method: string | undefined,
+  contentType: string | undefined,
+): UnsupportedMediaType | undefined {
   if (method !== "POST" || handler.supportedContentType(contentType ?? "")) return undefined;
   const unary = handler.method.methodKind === "unary";
   const connect = unary ? ACCEPTED.unary : ACCEPTED.streaming;

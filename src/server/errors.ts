@@ -74,7 +74,8 @@ export function toConnectError(error: unknown, procedure: string): ConnectError 
     if (error instanceof PluginError) log(procedure, error.cause ?? error);
     const errorInfo = create(ErrorInfoSchema, { reason: error.reason, domain: ERROR_DOMAIN, metadata: error.metadata });
     const field = "field" in error && typeof error.field === "string" ? error.field : undefined;
-    const badRequest = field && code !== Code.Internal ? create(BadRequestSchema, { fieldViolations: [{ field, description: error.message }] }) : undefined;
+    const badRequest =
+      field && code !== Code.Internal ? create(BadRequestSchema, { fieldViolations: [{ field, description: error.message }] }) : undefined;
     const details = [{ desc: ErrorInfoSchema, value: errorInfo }, ...(badRequest ? [{ desc: BadRequestSchema, value: badRequest }] : [])];
     return new ConnectError(error.message, code, undefined, details);
   }
@@ -111,7 +112,14 @@ async function* mapStream<T>(messages: AsyncIterable<T>, procedure: string): Asy
 }
 
 /** Node's codes for a write to a response whose client is gone (connect-node `node-error.ts` treats them alike). */
-const CLIENT_GONE = new Set(["ERR_STREAM_DESTROYED", "ERR_STREAM_WRITE_AFTER_END", "ERR_HTTP2_INVALID_STREAM", "ERR_HTTP2_STREAM_CANCEL", "ECONNRESET", "EPIPE"]);
+const CLIENT_GONE = new Set([
+  "ERR_STREAM_DESTROYED",
+  "ERR_STREAM_WRITE_AFTER_END",
+  "ERR_HTTP2_INVALID_STREAM",
+  "ERR_HTTP2_STREAM_CANCEL",
+  "ECONNRESET",
+  "EPIPE",
+]);
 
 /** True when `error` (or a cause of it) is a failed write to a client that disconnected. */
 function isClientGone(error: unknown): boolean {
@@ -164,14 +172,23 @@ export function refineProtocolError(error: ConnectError): ConnectError {
   const size = actual !== undefined ? `${actual} bytes` : `more than ${max} bytes${after ? ` ${after}` : ""}`;
   const metadata: Record<string, string> = { limit: REQUEST_BYTES, max, ...(actual !== undefined ? { actual } : {}) };
   const errorInfo = create(ErrorInfoSchema, { reason: "LIMIT_EXCEEDED", domain: ERROR_DOMAIN, metadata });
-  return new ConnectError(`request message: ${size} exceeds limit ${REQUEST_BYTES} (${max} bytes)`, Code.ResourceExhausted, undefined, [{ desc: ErrorInfoSchema, value: errorInfo }], error);
+  return new ConnectError(
+    `request message: ${size} exceeds limit ${REQUEST_BYTES} (${max} bytes)`,
+    Code.ResourceExhausted,
+    undefined,
+    [{ desc: ErrorInfoSchema, value: errorInfo }],
+    error,
+  );
 }
 
 function withBadRequest(error: ConnectError): ConnectError {
   if (error.code !== Code.InvalidArgument || !(error.cause instanceof ValidationError)) return error;
   const fieldViolations = error.cause.violations.map((v) => ({ field: pathToString(v.field), description: v.message }));
   const metadata = { field: fieldViolations[0]?.field ?? "", rule: error.cause.violations[0]?.ruleId ?? "" };
-  error.details.push({ desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: "INVALID_ARGUMENT", domain: ERROR_DOMAIN, metadata }) });
+  error.details.push({
+    desc: ErrorInfoSchema,
+    value: create(ErrorInfoSchema, { reason: "INVALID_ARGUMENT", domain: ERROR_DOMAIN, metadata }),
+  });
   error.details.push({ desc: BadRequestSchema, value: create(BadRequestSchema, { fieldViolations }) });
   return error;
 }

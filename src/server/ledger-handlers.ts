@@ -2,7 +2,13 @@ import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { AgentSchema, ModelSchema } from "../../gen/ledger/v1/model_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
-import { PromptRequestSchema, type PromptAsyncRequest, type PromptRequest, type PromptStreamRequest, type SessionService } from "../../gen/ledger/v1/service_pb.js";
+import {
+  PromptRequestSchema,
+  type PromptAsyncRequest,
+  type PromptRequest,
+  type PromptStreamRequest,
+  type SessionService,
+} from "../../gen/ledger/v1/service_pb.js";
 import { listAgents, listModels } from "../ledger/catalog.js";
 import { runCommand } from "../ledger/command.js";
 import type { LedgerDeps } from "../ledger/deps.js";

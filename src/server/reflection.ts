@@ -1,4 +1,14 @@
-import { create, createRegistry, fromBinary, toBinary, type DescEnum, type DescFile, type DescMessage, type DescService, type Registry } from "@bufbuild/protobuf";
+import {
+  create,
+  createRegistry,
+  fromBinary,
+  toBinary,
+  type DescEnum,
+  type DescFile,
+  type DescMessage,
+  type DescService,
+  type Registry,
+} from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import { Code, type ServiceImpl } from "@connectrpc/connect";
 import {
@@ -132,7 +142,10 @@ function answer(index: Index, req: ServerReflectionRequest): ServerReflectionRes
   const base = { validHost: req.host, originalRequest: req };
   const found = (file: DescFile | undefined, what: string) =>
     file
-      ? create(ServerReflectionResponseSchema, { ...base, messageResponse: { case: "fileDescriptorResponse", value: { fileDescriptorProto: withImports(file) } } })
+      ? create(ServerReflectionResponseSchema, {
+          ...base,
+          messageResponse: { case: "fileDescriptorResponse", value: { fileDescriptorProto: withImports(file) } },
+        })
       : failure(base, Code.NotFound, `${what} not found`);
   const request = req.messageRequest;
   switch (request.case) {
@@ -160,7 +173,10 @@ function answer(index: Index, req: ServerReflectionRequest): ServerReflectionRes
       for (const desc of index.registry) if (desc.kind === "extension" && desc.extendee.typeName === typeName) numbers.push(desc.number);
       return create(ServerReflectionResponseSchema, {
         ...base,
-        messageResponse: { case: "allExtensionNumbersResponse", value: { baseTypeName: typeName, extensionNumber: numbers.sort((a, b) => a - b) } },
+        messageResponse: {
+          case: "allExtensionNumbersResponse",
+          value: { baseTypeName: typeName, extensionNumber: numbers.sort((a, b) => a - b) },
+        },
       });
     }
     default:
@@ -168,8 +184,15 @@ function answer(index: Index, req: ServerReflectionRequest): ServerReflectionRes
   }
 }
 
-function failure(base: { validHost: string; originalRequest: ServerReflectionRequest }, code: Code, message: string): ServerReflectionResponse {
-  return create(ServerReflectionResponseSchema, { ...base, messageResponse: { case: "errorResponse", value: { errorCode: code, errorMessage: message } } });
+function failure(
+  base: { validHost: string; originalRequest: ServerReflectionRequest },
+  code: Code,
+  message: string,
+): ServerReflectionResponse {
+  return create(ServerReflectionResponseSchema, {
+    ...base,
+    messageResponse: { case: "errorResponse", value: { errorCode: code, errorMessage: message } },
+  });
 }
 
 /** `file` then its transitive imports, each once, as serialized `FileDescriptorProto`s. */

@@ -15,7 +15,10 @@ import { createReflectionHandlers, ServerReflection, ServerReflectionV1Alpha } f
  * `v1alpha`, which describe all four, plus `google.rpc` error details for decoding errors).
  */
 export function createRoutes(deps: LedgerDeps): (router: ConnectRouter) => void {
-  const reflection = createReflectionHandlers([SessionService, Health, ServerReflection, ServerReflectionV1Alpha], [file_google_rpc_error_details, file_google_rpc_status]);
+  const reflection = createReflectionHandlers(
+    [SessionService, Health, ServerReflection, ServerReflectionV1Alpha],
+    [file_google_rpc_error_details, file_google_rpc_status],
+  );
   return (router) => {
     router.service(SessionService, createLedgerHandlers(deps));
     router.service(Health, createHealthHandlers(deps));

@@ -64,7 +64,12 @@ export function createServer(deps: LedgerDeps): LedgerServer {
       observer.setProcedures(handlers.keys());
     },
     // The observer comes first (outermost), so it logs the code errorInterceptor settled on.
-    interceptors: [observer.interceptor, errorInterceptor, ...(deps.config.token ? [bearerAuth(deps.config.token)] : []), createValidateInterceptor()],
+    interceptors: [
+      observer.interceptor,
+      errorInterceptor,
+      ...(deps.config.token ? [bearerAuth(deps.config.token)] : []),
+      createValidateInterceptor(),
+    ],
     contextValues: (req) => observer.contextValues(req),
     readMaxBytes: deps.config.limits.request_bytes,
     shutdownSignal: shutdown.signal,

@@ -44,7 +44,11 @@ export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Pr
 /** Replaces a stored message's data (the position never changes); strings made storable in place. */
 export async function updateMessage(trx: Transaction<DB>, message: Message): Promise<void> {
   const { id } = messageIds(message);
-  await trx.updateTable("message").set({ data: toJsonb(MessageSchema, message) }).where("id", "=", id).execute();
+  await trx
+    .updateTable("message")
+    .set({ data: toJsonb(MessageSchema, message) })
+    .where("id", "=", id)
+    .execute();
 }
 
 /**
@@ -73,7 +77,11 @@ export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promi
 
 /** Replaces a stored part's data (kind and position never change); strings made storable in place. */
 export async function updatePart(trx: Transaction<DB>, part: Part): Promise<void> {
-  await trx.updateTable("part").set({ data: toJsonb(PartSchema, part) }).where("id", "=", part.id).execute();
+  await trx
+    .updateTable("part")
+    .set({ data: toJsonb(PartSchema, part) })
+    .where("id", "=", part.id)
+    .execute();
 }
 
 /** Reads one message row by id, or undefined. */

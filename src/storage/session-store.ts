@@ -66,7 +66,9 @@ export async function listSessions(
   if (options.directory) query = query.where("directory", "=", options.directory);
   if (options.cursor) {
     const { timeUpdated, id } = options.cursor;
-    query = query.where((eb) => eb.or([eb("time_updated", "<", timeUpdated), eb.and([eb("time_updated", "=", timeUpdated), eb("id", "<", id)])]));
+    query = query.where((eb) =>
+      eb.or([eb("time_updated", "<", timeUpdated), eb.and([eb("time_updated", "=", timeUpdated), eb("id", "<", id)])]),
+    );
   }
   return query.orderBy("time_updated", "desc").orderBy("id", "desc").limit(options.limit).execute();
 }
@@ -106,12 +108,27 @@ export async function lockSessionTree(trx: Transaction<DB>, rootId: string): Pro
   const seen = new Set<string>();
   let level = [rootId];
   while (level.length > 0) {
-    const locked = await trx.selectFrom("session").selectAll("session").select(messageCount).where("id", "in", level).orderBy("id").forUpdate().execute();
+    const locked = await trx
+      .selectFrom("session")
+      .selectAll("session")
+      .select(messageCount)
+      .where("id", "in", level)
+      .orderBy("id")
+      .forUpdate()
+      .execute();
     const fresh = locked.filter((r) => !seen.has(r.id));
     for (const row of fresh) seen.add(row.id);
     rows.push(...fresh);
     if (fresh.length === 0) break;
-    const children = await trx.selectFrom("session").select("id").where("parent_id", "in", fresh.map((r) => r.id)).execute();
+    const children = await trx
+      .selectFrom("session")
+      .select("id")
+      .where(
+        "parent_id",
+        "in",
+        fresh.map((r) => r.id),
+      )
+      .execute();
     level = children.map((c) => c.id).filter((id) => !seen.has(id));
   }
   return rows;

@@ -26,8 +26,8 @@ const SPECIAL = "is a special filesystem path (/proc, /sys and /dev are never re
  * devpts, binfmt_misc, fusectl, mqueue, selinuxfs, smackfs.
  */
 const PSEUDO_FS_MAGIC: ReadonlySet<number> = new Set([
-  0x9fa0, 0x62656572, 0x64626720, 0x74726163, 0x73636673, 0x27e0eb, 0x63677270, 0xcafe4a11, 0x62656570,
-  0x6165676c, 0xde5e81e4, 0x1cd1, 0x42494e4d, 0x65735543, 0x19800202, 0xf97cff8c, 0x43415d53,
+  0x9fa0, 0x62656572, 0x64626720, 0x74726163, 0x73636673, 0x27e0eb, 0x63677270, 0xcafe4a11, 0x62656570, 0x6165676c, 0xde5e81e4, 0x1cd1,
+  0x42494e4d, 0x65735543, 0x19800202, 0xf97cff8c, 0x43415d53,
 ]);
 
 /**
@@ -54,7 +54,10 @@ export function checkPathShape(field: string, path: string): void {
   if (path.includes("\0")) throw new InvalidArgumentError(field, `${JSON.stringify(path)} contains a NUL character`);
   const bytes = Buffer.byteLength(path, "utf8");
   if (bytes > MAX_PATH_BYTES) {
-    throw new InvalidArgumentError(field, `path is ${bytes} bytes long, over the ${MAX_PATH_BYTES}-byte limit (starts ${JSON.stringify(path.slice(0, 80))})`);
+    throw new InvalidArgumentError(
+      field,
+      `path is ${bytes} bytes long, over the ${MAX_PATH_BYTES}-byte limit (starts ${JSON.stringify(path.slice(0, 80))})`,
+    );
   }
 }
 
@@ -165,7 +168,8 @@ export async function confinePath(field: string, path: string, roots: string[]):
   const inside = (real: string): boolean => reals.some((root) => isInside(root, real));
   /** Out of the roots: through a link when the path is inside as written, plainly outside otherwise. */
   const escaped = () => (asWritten ? new PathNotAllowedError(field, path, THROUGH_SYMLINK) : new PathNotAllowedError(field, path));
-  const unresolvable = (code: string | undefined) => (asWritten ? new PathNotAllowedError(field, path, `cannot be resolved (${code ?? "error"})`) : new PathNotAllowedError(field, path));
+  const unresolvable = (code: string | undefined) =>
+    asWritten ? new PathNotAllowedError(field, path, `cannot be resolved (${code ?? "error"})`) : new PathNotAllowedError(field, path);
 
   /** The realpath of `candidate`, or undefined when it does not exist. */
   const realOf = async (candidate: string): Promise<string | undefined> => {

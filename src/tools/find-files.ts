@@ -11,8 +11,20 @@ import { ToolInputError } from "./tool-context.js";
  * `.gitignore` files, so this list stands in for them.
  */
 export const SEARCH_IGNORE_PATTERNS: readonly string[] = [
-  ".git/", "node_modules/", ".venv/", ".direnv/", ".cache/", "dist/", "build/", "out/", ".next/",
-  "target/", "coverage/", "tmp/", "temp/", "__pycache__/",
+  ".git/",
+  "node_modules/",
+  ".venv/",
+  ".direnv/",
+  ".cache/",
+  "dist/",
+  "build/",
+  "out/",
+  ".next/",
+  "target/",
+  "coverage/",
+  "tmp/",
+  "temp/",
+  "__pycache__/",
 ];
 
 /** How many files are `stat`ed at once. */
@@ -63,7 +75,9 @@ export function searchGlobs(field: string, pattern: string): string[] {
   const p = pattern.trim().replace(/^(\.\/)+/, "");
   if (p === "") throw new ToolInputError(`${field} is required`);
   if (isAbsolute(p) || /(^|\/)\.\.(\/|$)/.test(p)) {
-    throw new ToolInputError(`${field} must be relative to the search directory and must not contain "..": ${pattern} (put the directory in "path")`);
+    throw new ToolInputError(
+      `${field} must be relative to the search directory and must not contain "..": ${pattern} (put the directory in "path")`,
+    );
   }
   return [p.includes("/") ? p : `**/${p}`];
 }

@@ -24,7 +24,11 @@ export interface GrepInput {
   include?: string;
 }
 
-interface Match { path: string; line: number; text: string }
+interface Match {
+  path: string;
+  line: number;
+  text: string;
+}
 type Searchable = { kind: "text"; text: string } | { kind: "binary" } | { kind: "large" };
 
 /**
@@ -70,9 +74,10 @@ export async function grepTool(input: GrepInput, ctx: ToolContext): Promise<Tool
   const { path } = await resolveToolPath(ctx, "path", input.path);
   const kind = await pathKind(path);
   if (kind === undefined) throw new ToolInputError(`Search path not found: ${input.path ?? ctx.directory}`);
-  const files: FoundFile[] = kind === "directory"
-    ? await newestFirst(path, await findFiles(path, include, SEARCH_IGNORE_GLOBS, ctx.signal), ctx.signal)
-    : await newestFirst(dirname(path), [basename(path)], ctx.signal);
+  const files: FoundFile[] =
+    kind === "directory"
+      ? await newestFirst(path, await findFiles(path, include, SEARCH_IGNORE_GLOBS, ctx.signal), ctx.signal)
+      : await newestFirst(dirname(path), [basename(path)], ctx.signal);
 
   const shown: Match[] = [];
   let total = 0;
@@ -124,7 +129,10 @@ function render(shown: Match[], total: number, truncated: boolean): string[] {
     output.push(`  Line ${match.line}: ${text}`);
   }
   if (truncated) {
-    output.push("", `(Results truncated: showing ${GREP_LIMIT} of ${total} matches (${total - GREP_LIMIT} hidden). Consider using a more specific path or pattern.)`);
+    output.push(
+      "",
+      `(Results truncated: showing ${GREP_LIMIT} of ${total} matches (${total - GREP_LIMIT} hidden). Consider using a more specific path or pattern.)`,
+    );
   }
   return output;
 }
@@ -178,9 +186,10 @@ function compilePattern(pattern: string): RE2JS {
   } catch (err) {
     if (!(err instanceof RE2JSException)) throw err;
     const known = UNSUPPORTED.find(([construct]) => construct.test(pattern));
-    const why = known === undefined
-      ? err.message.replace(/^error parsing regexp: /, "")
-      : `${known[1]}; grep uses RE2 syntax (as ripgrep does), which has no lookaround or backreferences`;
+    const why =
+      known === undefined
+        ? err.message.replace(/^error parsing regexp: /, "")
+        : `${known[1]}; grep uses RE2 syntax (as ripgrep does), which has no lookaround or backreferences`;
     throw new ToolInputError(`Invalid regex pattern ${JSON.stringify(pattern)}: ${why}`);
   }
 }

@@ -8,9 +8,29 @@ import { resolveToolPath, ToolInputError, type ToolContext, type ToolOutput } fr
  * directory), they apply at any depth.
  */
 export const LIST_IGNORE_PATTERNS: readonly string[] = [
-  "node_modules/", "__pycache__/", ".git/", "dist/", "build/", "target/", "vendor/", "bin/", "obj/",
-  ".idea/", ".vscode/", ".zig-cache/", "zig-out", ".coverage", "coverage/", "tmp/", "temp/",
-  ".cache/", "cache/", "logs/", ".venv/", "venv/", "env/",
+  "node_modules/",
+  "__pycache__/",
+  ".git/",
+  "dist/",
+  "build/",
+  "target/",
+  "vendor/",
+  "bin/",
+  "obj/",
+  ".idea/",
+  ".vscode/",
+  ".zig-cache/",
+  "zig-out",
+  ".coverage",
+  "coverage/",
+  "tmp/",
+  "temp/",
+  ".cache/",
+  "cache/",
+  "logs/",
+  ".venv/",
+  "venv/",
+  "env/",
 ];
 
 /** Most files shown in one listing (files). Follows OpenCode ls.ts `LIMIT`. */

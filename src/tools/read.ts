@@ -19,8 +19,12 @@ const LINE_SUFFIX = `... (line truncated to ${READ_MAX_LINE_LENGTH} chars)`;
 const MAX_BYTES_LABEL = `${READ_MAX_BYTES / 1024} KB`;
 /** Sniffed MIME → attachment MIME. APNG is a valid PNG, so it is sent as image/png. */
 const ATTACHMENTS: ReadonlyMap<string, string> = new Map([
-  ["image/png", "image/png"], ["image/apng", "image/png"], ["image/jpeg", "image/jpeg"],
-  ["image/gif", "image/gif"], ["image/webp", "image/webp"], ["application/pdf", "application/pdf"],
+  ["image/png", "image/png"],
+  ["image/apng", "image/png"],
+  ["image/jpeg", "image/jpeg"],
+  ["image/gif", "image/gif"],
+  ["image/webp", "image/webp"],
+  ["application/pdf", "application/pdf"],
 ]);
 
 /**
@@ -102,7 +106,12 @@ async function listDirectory(path: string, offset: number, limit: number): Promi
   return { kind: "directory", output, entries: names.length };
 }
 
-interface Scan { raw: string[]; count: number; cut: boolean; more: boolean }
+interface Scan {
+  raw: string[];
+  count: number;
+  cut: boolean;
+  more: boolean;
+}
 
 /**
  * Streams the file through `decoder`, splitting lines like Node's readline with crlfDelay

@@ -23,7 +23,12 @@ function parts(messageId: string, kinds: PartKind[]) {
 
 function userMsg(id: string, kinds: PartKind[], extra: { noReply?: boolean } = {}): MessageWithParts {
   return create(MessageWithPartsSchema, {
-    message: { kind: { case: "user", value: { id, sessionId: SESSION, agent: "build", model: { providerId: "mock", modelId: "model" }, noReply: extra.noReply ?? false } } },
+    message: {
+      kind: {
+        case: "user",
+        value: { id, sessionId: SESSION, agent: "build", model: { providerId: "mock", modelId: "model" }, noReply: extra.noReply ?? false },
+      },
+    },
     parts: parts(id, kinds),
   });
 }
@@ -57,7 +62,10 @@ function assistantMsg(id: string, parentId: string, kinds: PartKind[], extra: As
   });
 }
 
-const text = (value: string, flags: { synthetic?: boolean; ignored?: boolean; metadata?: JsonObject } = {}): PartKind => ({ case: "text", value: { text: value, ...flags } });
+const text = (value: string, flags: { synthetic?: boolean; ignored?: boolean; metadata?: JsonObject } = {}): PartKind => ({
+  case: "text",
+  value: { text: value, ...flags },
+});
 const file = (url: string, mime: string, filename = ""): PartKind => ({ case: "file", value: { url, mime, filename } });
 const reasoning = (value: string, metadata?: JsonObject): PartKind => ({ case: "reasoning", value: { text: value, metadata } });
 const stepStart: PartKind = { case: "stepStart", value: {} };
@@ -79,7 +87,14 @@ const ids = (history: MessageWithParts[]) => history.map((m) => m.message!.kind.
 
 describe("toModelMessages: user messages", () => {
   it("sends text parts, synthetic included, ignored and empty ones left out", () => {
-    const history = [userMsg("u1", [text("hello"), text("<file>synthetic read</file>", { synthetic: true }), text("not for the model", { ignored: true }), text("")])];
+    const history = [
+      userMsg("u1", [
+        text("hello"),
+        text("<file>synthetic read</file>", { synthetic: true }),
+        text("not for the model", { ignored: true }),
+        text(""),
+      ]),
+    ];
     expect(toModelMessages(history, TEXT_ONLY)).toEqual([
       {
         role: "user",
@@ -114,7 +129,7 @@ describe("toModelMessages: user messages", () => {
     const history = [
       userMsg("u1", [
         text("look"),
-        text("Called the Read tool with the following input: {\"filePath\":\"a.txt\"}", { synthetic: true }),
+        text('Called the Read tool with the following input: {"filePath":"a.txt"}', { synthetic: true }),
         text("1: alpha", { synthetic: true }),
         file("file:///tmp/a.txt", "text/plain", "a.txt"),
         file("file:///tmp/dir", "application/x-directory", "dir"),
@@ -160,7 +175,12 @@ describe("toModelMessages: user messages", () => {
 
   it("sends an http(s) image as a URL", () => {
     const history = [userMsg("u1", [file("https://example.com/cat.jpg", "image/jpeg", "cat.jpg")])];
-    expect(toModelMessages(history, VISION)).toEqual([{ role: "user", content: [{ type: "file", data: new URL("https://example.com/cat.jpg"), mediaType: "image/jpeg", filename: "cat.jpg" }] }]);
+    expect(toModelMessages(history, VISION)).toEqual([
+      {
+        role: "user",
+        content: [{ type: "file", data: new URL("https://example.com/cat.jpg"), mediaType: "image/jpeg", filename: "cat.jpg" }],
+      },
+    ]);
   });
 
   it("sends a PDF as a file only to a model that accepts PDFs, else a notice", () => {
@@ -177,7 +197,9 @@ describe("toModelMessages: user messages", () => {
 
   it("sends a notice for another kind of file", () => {
     const history = [userMsg("u1", [file("data:application/zip;base64,UEsDBA==", "application/zip", "a.zip")])];
-    expect(toModelMessages(history, VISION)).toEqual([{ role: "user", content: [{ type: "text", text: "[Attached file a.zip (application/zip) is not shown to the model]" }] }]);
+    expect(toModelMessages(history, VISION)).toEqual([
+      { role: "user", content: [{ type: "text", text: "[Attached file a.zip (application/zip) is not shown to the model]" }] },
+    ]);
   });
 
   it("leaves out a user message with nothing to send, and subtask parts", () => {
@@ -228,7 +250,10 @@ describe("toModelMessages: assistant messages", () => {
   it("gives an interrupted (running or pending) tool call an error result", () => {
     const history = [
       userMsg("u1", [text("go")]),
-      assistantMsg("a1", "u1", [stepStart, tool("call_1", "grep", "running", { pattern: "x" }), tool("call_2", "list", "pending", {})], { completed: false, finish: "" }),
+      assistantMsg("a1", "u1", [stepStart, tool("call_1", "grep", "running", { pattern: "x" }), tool("call_2", "list", "pending", {})], {
+        completed: false,
+        finish: "",
+      }),
     ];
     expect(toModelMessages(history, TEXT_ONLY).slice(1)).toEqual([
       {
@@ -241,8 +266,18 @@ describe("toModelMessages: assistant messages", () => {
       {
         role: "tool",
         content: [
-          { type: "tool-result", toolCallId: "call_1", toolName: "grep", output: { type: "error-text", value: "Tool execution was interrupted" } },
-          { type: "tool-result", toolCallId: "call_2", toolName: "list", output: { type: "error-text", value: "Tool execution was interrupted" } },
+          {
+            type: "tool-result",
+            toolCallId: "call_1",
+            toolName: "grep",
+            output: { type: "error-text", value: "Tool execution was interrupted" },
+          },
+          {
+            type: "tool-result",
+            toolCallId: "call_2",
+            toolName: "list",
+            output: { type: "error-text", value: "Tool execution was interrupted" },
+          },
         ],
       },
     ]);
@@ -261,9 +296,19 @@ describe("toModelMessages: assistant messages", () => {
     const signature = { mock: { signature: "sig" } };
     const history = [
       userMsg("u1", [text("hi")]),
-      assistantMsg("a1", "u1", [stepStart, reasoning("hmm", signature), tool("call_1", "read", "completed", { filePath: "a" }, "out", { mock: { itemId: "fc_1" } }), stepFinish("tool-calls")], {
-        finish: "tool-calls",
-      }),
+      assistantMsg(
+        "a1",
+        "u1",
+        [
+          stepStart,
+          reasoning("hmm", signature),
+          tool("call_1", "read", "completed", { filePath: "a" }, "out", { mock: { itemId: "fc_1" } }),
+          stepFinish("tool-calls"),
+        ],
+        {
+          finish: "tool-calls",
+        },
+      ),
       assistantMsg("a2", "u1", [stepStart, text("done", { metadata: { mock: { id: "msg_1" } } }), stepFinish("stop")]),
     ];
     const same = toModelMessages(history, TEXT_ONLY);
@@ -271,7 +316,13 @@ describe("toModelMessages: assistant messages", () => {
       role: "assistant",
       content: [
         { type: "reasoning", text: "hmm", providerOptions: signature },
-        { type: "tool-call", toolCallId: "call_1", toolName: "read", input: { filePath: "a" }, providerOptions: { mock: { itemId: "fc_1" } } },
+        {
+          type: "tool-call",
+          toolCallId: "call_1",
+          toolName: "read",
+          input: { filePath: "a" },
+          providerOptions: { mock: { itemId: "fc_1" } },
+        },
       ],
     });
     expect(same[3]).toEqual({ role: "assistant", content: [{ type: "text", text: "done", providerOptions: { mock: { id: "msg_1" } } }] });
@@ -312,7 +363,10 @@ describe("toModelMessages: assistant messages", () => {
   it("skips a step that produced only reasoning (cut off before its answer), signed or not", () => {
     const history = [
       userMsg("u1", [text("think")]),
-      assistantMsg("a1", "u1", [stepStart, reasoning("Let me think"), reasoning("", { mock: { itemId: "rs_1" } })], { error: true, finish: "error" }),
+      assistantMsg("a1", "u1", [stepStart, reasoning("Let me think"), reasoning("", { mock: { itemId: "rs_1" } })], {
+        error: true,
+        finish: "error",
+      }),
       userMsg("u2", [text("again")]),
     ];
     expect(toModelMessages(history, TEXT_ONLY)).toEqual([
@@ -333,18 +387,36 @@ describe("conversationOrder", () => {
       assistantMsg("a2", "u2", [text("answer two")]),
     ];
     expect(ids(conversationOrder(stored))).toEqual(["u1", "a1", "a1b", "u2", "a2"]);
-    expect(toModelMessages(conversationOrder(stored), TEXT_ONLY).map((m) => m.role)).toEqual(["user", "assistant", "tool", "assistant", "user", "assistant"]);
+    expect(toModelMessages(conversationOrder(stored), TEXT_ONLY).map((m) => m.role)).toEqual([
+      "user",
+      "assistant",
+      "tool",
+      "assistant",
+      "user",
+      "assistant",
+    ]);
   });
 
   it("keeps user messages in stored order, each with its answers in stored order", () => {
-    const stored = [userMsg("u1", [text("1")]), userMsg("u2", [text("2")]), assistantMsg("a2", "u2", []), assistantMsg("a1", "u1", []), assistantMsg("a1b", "u1", [])];
+    const stored = [
+      userMsg("u1", [text("1")]),
+      userMsg("u2", [text("2")]),
+      assistantMsg("a2", "u2", []),
+      assistantMsg("a1", "u1", []),
+      assistantMsg("a1b", "u1", []),
+    ];
     expect(ids(conversationOrder(stored))).toEqual(["u1", "a1", "a1b", "u2", "a2"]);
   });
 });
 
 describe("nextWork", () => {
   it("is the first unanswered user message, with the conversation up to it", () => {
-    const stored = [userMsg("u1", [text("1")]), assistantMsg("a1", "u1", [text("one")]), userMsg("u2", [text("2")]), userMsg("u3", [text("3")])];
+    const stored = [
+      userMsg("u1", [text("1")]),
+      assistantMsg("a1", "u1", [text("one")]),
+      userMsg("u2", [text("2")]),
+      userMsg("u3", [text("3")]),
+    ];
     const work = nextWork(stored)!;
     expect(work.user.id).toBe("u2");
     expect(ids(work.conversation)).toEqual(["u1", "a1", "u2"]);
@@ -367,7 +439,10 @@ describe("nextWork", () => {
   it("counts a failed or incomplete (crashed) last step as an answer", () => {
     const failed = [userMsg("u1", [text("1")]), assistantMsg("a1", "u1", [], { finish: "tool-calls", error: true })];
     expect(nextWork(failed)).toBeUndefined();
-    const crashed = [userMsg("u1", [text("1")]), assistantMsg("a1", "u1", [tool("c1", "read", "running", {})], { finish: "", completed: false })];
+    const crashed = [
+      userMsg("u1", [text("1")]),
+      assistantMsg("a1", "u1", [tool("c1", "read", "running", {})], { finish: "", completed: false }),
+    ];
     expect(nextWork(crashed)).toBeUndefined();
     const crashedAfterTools = [userMsg("u1", [text("1")]), assistantMsg("a1", "u1", [], { finish: "tool-calls", completed: false })];
     expect(nextWork(crashedAfterTools)).toBeUndefined();
@@ -386,6 +461,8 @@ describe("nextWork", () => {
 
   it("is undefined when every user message is answered", () => {
     expect(nextWork([])).toBeUndefined();
-    expect(nextWork([userMsg("u1", [text("1")]), assistantMsg("a1", "u1", [text("one")], { finish: "length", error: true })])).toBeUndefined();
+    expect(
+      nextWork([userMsg("u1", [text("1")]), assistantMsg("a1", "u1", [text("one")], { finish: "length", error: true })]),
+    ).toBeUndefined();
   });
 });

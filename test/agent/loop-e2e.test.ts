@@ -24,7 +24,11 @@ beforeAll(async () => {
   t = await startTestLedger({
     model: "local/qwen",
     provider: {
-      local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { qwen: { cost: { input: 1, output: 2 } } } },
+      local: {
+        npm: "@ai-sdk/openai-compatible",
+        options: { baseURL: fake.url, apiKey: "test" },
+        models: { qwen: { cost: { input: 1, output: 2 } } },
+      },
       second: { npm: "@ai-sdk/openai-compatible", options: { baseURL: other.url }, models: { small: {} } },
     },
     retry: { attempts: 2, initial_ms: 10, max_ms: 50 },
@@ -39,7 +43,8 @@ afterAll(async () => {
 });
 
 const newSession = async () => (await t.client.createSession({ directory: t.dir })).session!.id;
-const assistantOf = (m: MessageWithParts | undefined) => (m?.message?.kind.case === "assistant" ? m.message.kind.value : undefined) as AssistantMessage | undefined;
+const assistantOf = (m: MessageWithParts | undefined) =>
+  (m?.message?.kind.case === "assistant" ? m.message.kind.value : undefined) as AssistantMessage | undefined;
 
 async function streamPrompt(sessionId: string, words: string): Promise<SessionEvent[]> {
   const events: SessionEvent[] = [];
@@ -49,7 +54,12 @@ async function streamPrompt(sessionId: string, words: string): Promise<SessionEv
 
 describe("streaming a text answer", () => {
   it("streams deltas that add up to the stored text, each part announced before its first delta", async () => {
-    fake.push({ kind: "stream", chunks: [{ text: "Hello" }, { text: ", " }, { text: "world" }, { text: "!" }], delayMs: 5, usage: { prompt_tokens: 10, completion_tokens: 4 } });
+    fake.push({
+      kind: "stream",
+      chunks: [{ text: "Hello" }, { text: ", " }, { text: "world" }, { text: "!" }],
+      delayMs: 5,
+      usage: { prompt_tokens: 10, completion_tokens: 4 },
+    });
     const sessionId = await newSession();
     const events = await streamPrompt(sessionId, "say hello");
     const kinds = events.map((e) => e.kind.case);
@@ -68,7 +78,9 @@ describe("streaming a text answer", () => {
     expect(a.cost).toBeCloseTo((10 * 1 + 4 * 2) / 1e6);
     expect(answer.parts.map((p) => p.kind.case)).toEqual(["stepStart", "text", "stepFinish"]);
     const textPart = answer.parts[1]!;
-    const deltas = events.filter((e) => e.kind.case === "partDelta" && e.kind.value.partId === textPart.id).map((e) => (e.kind.value as { delta: string }).delta);
+    const deltas = events
+      .filter((e) => e.kind.case === "partDelta" && e.kind.value.partId === textPart.id)
+      .map((e) => (e.kind.value as { delta: string }).delta);
     expect(deltas.join("")).toBe("Hello, world!");
     expect(textPart.kind.value).toMatchObject({ text: "Hello, world!" });
 
@@ -87,7 +99,9 @@ describe("streaming a text answer", () => {
 describe("text snapshots while streaming", () => {
   /** part_updated events of non-synthetic text parts, in order (the user's own text part first). */
   const textUpdates = (events: SessionEvent[]) =>
-    events.filter((e) => e.kind.case === "partUpdated" && e.kind.value.part?.kind.case === "text" && !e.kind.value.part.kind.value.synthetic);
+    events.filter(
+      (e) => e.kind.case === "partUpdated" && e.kind.value.part?.kind.case === "text" && !e.kind.value.part.kind.value.synthetic,
+    );
 
   it("stores the full text while a slow part streams, not only at its end", async () => {
     fake.push({ kind: "stream", chunks: [{ text: "one " }, { text: "two " }, { text: "three" }], delayMs: 150 });
@@ -153,7 +167,12 @@ describe("errors", () => {
     const a = assistantOf(res.message)!;
     expect(a.error?.kind.case).toBe("modelNotFound");
     expect(a.error?.message).toContain("local/qwen");
-    const rows = await t.ledger.deps.db.selectFrom("session_event").select("kind").where("session_id", "=", sessionId).where("kind", "=", "session_error").execute();
+    const rows = await t.ledger.deps.db
+      .selectFrom("session_event")
+      .select("kind")
+      .where("session_id", "=", sessionId)
+      .where("kind", "=", "session_error")
+      .execute();
     expect(rows).toHaveLength(1);
   });
 });
@@ -184,9 +203,15 @@ describe("abort", () => {
 
 describe("one runner per session", () => {
   it("answers two prompts sent at once, each in its own messages", async () => {
-    fake.push({ kind: "stream", chunks: [{ text: "first answer" }], delayMs: 10 }, { kind: "stream", chunks: [{ text: "second answer" }], delayMs: 10 });
+    fake.push(
+      { kind: "stream", chunks: [{ text: "first answer" }], delayMs: 10 },
+      { kind: "stream", chunks: [{ text: "second answer" }], delayMs: 10 },
+    );
     const sessionId = await newSession();
-    const [a, b] = await Promise.all([t.client.prompt({ sessionId, parts: [text("one")] }), t.client.prompt({ sessionId, parts: [text("two")] })]);
+    const [a, b] = await Promise.all([
+      t.client.prompt({ sessionId, parts: [text("one")] }),
+      t.client.prompt({ sessionId, parts: [text("two")] }),
+    ]);
     const { messages } = await t.client.listMessages({ sessionId });
     const users = messages.filter((m) => m.message?.kind.case === "user").map((m) => m.message!.kind.value!.id);
     const answers = messages.filter((m) => assistantOf(m)).map((m) => assistantOf(m)!);
@@ -201,9 +226,15 @@ describe("one runner per session", () => {
 
 describe("subtasks", () => {
   it("runs every subtask part in order in child sessions, then answers", async () => {
-    fake.push({ kind: "stream", chunks: [{ text: "found A" }] }, { kind: "stream", chunks: [{ text: "found B" }] }, { kind: "stream", chunks: [{ text: "summary" }] });
+    fake.push(
+      { kind: "stream", chunks: [{ text: "found A" }] },
+      { kind: "stream", chunks: [{ text: "found B" }] },
+      { kind: "stream", chunks: [{ text: "summary" }] },
+    );
     const sessionId = await newSession();
-    const subtask = (prompt: string) => ({ kind: { case: "subtask" as const, value: { prompt, description: `look ${prompt}`, agent: "explore" } } });
+    const subtask = (prompt: string) => ({
+      kind: { case: "subtask" as const, value: { prompt, description: `look ${prompt}`, agent: "explore" } },
+    });
     const res = await t.client.prompt({ sessionId, parts: [text("investigate"), subtask("A"), subtask("B")] });
     expect(res.message?.parts.find((p) => p.kind.case === "text")?.kind.value).toMatchObject({ text: "summary" });
     const { messages } = await t.client.listMessages({ sessionId });
@@ -211,7 +242,11 @@ describe("subtasks", () => {
     const outputs = messages.slice(1, 3).map((m) => {
       const tool = m.parts.find((p) => p.kind.case === "tool");
       const state = tool?.kind.case === "tool" ? tool.kind.value.state?.status : undefined;
-      return { call: tool?.kind.case === "tool" ? tool.kind.value.callId : "", status: state?.case, output: state?.case === "completed" ? state.value.output : "" };
+      return {
+        call: tool?.kind.case === "tool" ? tool.kind.value.callId : "",
+        status: state?.case,
+        output: state?.case === "completed" ? state.value.output : "",
+      };
     });
     const subtaskIds = messages[0]!.parts.filter((p) => p.kind.case === "subtask").map((p) => p.id);
     expect(outputs.map((o) => [o.call, o.status])).toEqual(subtaskIds.map((id) => [id, "completed"]));
@@ -224,7 +259,10 @@ describe("subtasks", () => {
 
 describe("structured output", () => {
   const format = {
-    kind: { case: "jsonSchema" as const, value: { schema: { type: "object", properties: { answer: { type: "string" } }, required: ["answer"] }, retryCount: 1 } },
+    kind: {
+      case: "jsonSchema" as const,
+      value: { schema: { type: "object", properties: { answer: { type: "string" } }, required: ["answer"] }, retryCount: 1 },
+    },
   };
 
   it("stores JSON matching the schema on the assistant message, retrying an invalid answer", async () => {
@@ -233,8 +271,19 @@ describe("structured output", () => {
     const res = await t.client.prompt({ sessionId, format, parts: [text("the answer?")] });
     const a = assistantOf(res.message)!;
     expect(a.error).toBeUndefined();
-    expect(a.structured?.kind).toEqual({ case: "structValue", value: expect.objectContaining({ fields: { answer: expect.objectContaining({ kind: { case: "stringValue", value: "42" } }) } }) });
-    expect(res.message?.parts.map((p) => p.kind.case)).toEqual(["stepStart", "text", "stepFinish", "retry", "stepStart", "text", "stepFinish"]);
+    expect(a.structured?.kind).toEqual({
+      case: "structValue",
+      value: expect.objectContaining({ fields: { answer: expect.objectContaining({ kind: { case: "stringValue", value: "42" } }) } }),
+    });
+    expect(res.message?.parts.map((p) => p.kind.case)).toEqual([
+      "stepStart",
+      "text",
+      "stepFinish",
+      "retry",
+      "stepStart",
+      "text",
+      "stepFinish",
+    ]);
   });
 
   it("fails with a structured output error after the configured retries", async () => {

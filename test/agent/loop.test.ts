@@ -32,12 +32,18 @@ import { text, type Draft } from "../support/prompt.js";
 const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
 const models: Partial<Record<ModelKey, LanguageModelV3>> = {};
-const configs = { "mock/model": { cost: { input: 1, output: 2 } }, "mock/vision": { modalities: { input: ["text", "image"], output: ["text"] } } };
+const configs = {
+  "mock/model": { cost: { input: 1, output: 2 } },
+  "mock/vision": { modalities: { input: ["text", "image"], output: ["text"] } },
+};
 let t: TestLedger;
 let notes: string;
 
 beforeAll(async () => {
-  t = await startTestLedger({ model: "mock/model", retry: { attempts: 0, initial_ms: 0, max_ms: 0 } }, { models: mockResolver(models, configs) });
+  t = await startTestLedger(
+    { model: "mock/model", retry: { attempts: 0, initial_ms: 0, max_ms: 0 } },
+    { models: mockResolver(models, configs) },
+  );
   await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\nsecond line\n");
   await writeFile(path.join(t.dir, "todo.txt"), "buy milk\n");
   notes = (await readTool({ filePath: "notes.txt" }, { directory: t.dir, roots: [] })).output;
@@ -65,7 +71,8 @@ async function run(ledger: TestLedger, script: LanguageModelV3StreamResult[], re
   return { mock, res, messages, sessionId, userId: messages[0]!.message!.kind.value!.id };
 }
 
-const assistantOf = (m: MessageWithParts | undefined) => (m?.message?.kind.case === "assistant" ? m.message.kind.value : undefined) as AssistantMessage | undefined;
+const assistantOf = (m: MessageWithParts | undefined) =>
+  (m?.message?.kind.case === "assistant" ? m.message.kind.value : undefined) as AssistantMessage | undefined;
 
 /** A part as a compact string: its kind, the tool name and state for tools, the reason for step_finish. */
 function partShape(p: Part): string {
@@ -80,7 +87,14 @@ function shapes(messages: MessageWithParts[]) {
     const kind = m.message!.kind;
     if (kind.case === "user") return { role: "user", parts: m.parts.map(partShape) };
     const a = kind.value!;
-    return { role: "assistant", parentId: a.parentId, finish: a.finish, error: a.error?.kind.case, completed: a.time?.completed !== undefined, parts: m.parts.map(partShape) };
+    return {
+      role: "assistant",
+      parentId: a.parentId,
+      finish: a.finish,
+      error: a.error?.kind.case,
+      completed: a.time?.completed !== undefined,
+      parts: m.parts.map(partShape),
+    };
   });
 }
 
@@ -95,7 +109,10 @@ const systemOf = (call: LanguageModelV3CallOptions) => {
 const conversation = (mock: MockLanguageModelV3, call: number) => mock.doStreamCalls[call]!.prompt.slice(1);
 
 const user = (words: string) => ({ role: "user", content: [{ type: "text", text: words }] });
-const toolCall = (toolCallId: string, toolName: string, input: unknown) => ({ role: "assistant", content: [{ type: "tool-call", toolCallId, toolName, input }] });
+const toolCall = (toolCallId: string, toolName: string, input: unknown) => ({
+  role: "assistant",
+  content: [{ type: "tool-call", toolCallId, toolName, input }],
+});
 const toolResult = (toolCallId: string, toolName: string, output: { type: "text" | "error-text"; value: string }) => ({
   role: "tool",
   content: [{ type: "tool-result", toolCallId, toolName, output }],
@@ -103,10 +120,19 @@ const toolResult = (toolCallId: string, toolName: string, output: { type: "text"
 
 describe("a text answer", () => {
   it("stores one completed assistant message with step_start, text, step_finish, tokens and cost", async () => {
-    const { mock, res, messages, userId } = await run(t, [textReply("Hello there, friend.", usage(8, 5, { cacheRead: 2 }))], { parts: [text("say hello")] });
+    const { mock, res, messages, userId } = await run(t, [textReply("Hello there, friend.", usage(8, 5, { cacheRead: 2 }))], {
+      parts: [text("say hello")],
+    });
     expect(shapes(messages)).toEqual([
       { role: "user", parts: ["text"] },
-      { role: "assistant", parentId: userId, finish: "stop", error: undefined, completed: true, parts: ["stepStart", "text", "stepFinish:stop"] },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "stop",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "text", "stepFinish:stop"],
+      },
     ]);
     const a = assistantOf(messages[1])!;
     expect(a).toMatchObject({ agent: "build", model: { providerId: "mock", modelId: "model" }, path: { cwd: t.dir, root: t.dir } });
@@ -132,21 +158,44 @@ describe("a text answer", () => {
 
 describe("tools", () => {
   it("runs read on a real file, then answers: the second call sees the numbered content", async () => {
-    const { mock, messages, userId } = await run(t, [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("The notes say hello.")], {
-      parts: [text("what do the notes say?")],
-    });
+    const { mock, messages, userId } = await run(
+      t,
+      [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("The notes say hello.")],
+      {
+        parts: [text("what do the notes say?")],
+      },
+    );
     expect(notes).toContain("1: hello from notes\n2: second line");
     expect(shapes(messages)).toEqual([
       { role: "user", parts: ["text"] },
-      { role: "assistant", parentId: userId, finish: "tool-calls", error: undefined, completed: true, parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"] },
-      { role: "assistant", parentId: userId, finish: "stop", error: undefined, completed: true, parts: ["stepStart", "text", "stepFinish:stop"] },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "tool-calls",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"],
+      },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "stop",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "text", "stepFinish:stop"],
+      },
     ]);
     const tool = toolOf(messages[1]!);
     expect(tool.callId).toBe("call_1");
     const state = tool.state!.status;
     expect(state.case).toBe("completed");
     if (state.case !== "completed") return;
-    expect(state.value).toMatchObject({ input: { filePath: "notes.txt" }, output: notes, title: "notes.txt", metadata: { truncated: false, totalLines: 2 } });
+    expect(state.value).toMatchObject({
+      input: { filePath: "notes.txt" },
+      output: notes,
+      title: "notes.txt",
+      metadata: { truncated: false, totalLines: 2 },
+    });
     expect(timestampMs(state.value.timeEnd!)).toBeGreaterThanOrEqual(timestampMs(state.value.timeStart!));
 
     expect(mock.doStreamCalls).toHaveLength(2);
@@ -160,14 +209,39 @@ describe("tools", () => {
   it("takes two tool steps, then answers: three assistant messages, each call sees all earlier results", async () => {
     const { mock, messages, userId } = await run(
       t,
-      [toolCallReply("call_1", "read", { filePath: "notes.txt" }), toolCallReply("call_2", "glob", { pattern: "*.txt" }), textReply("Two text files.")],
+      [
+        toolCallReply("call_1", "read", { filePath: "notes.txt" }),
+        toolCallReply("call_2", "glob", { pattern: "*.txt" }),
+        textReply("Two text files."),
+      ],
       { parts: [text("which text files are there?")] },
     );
     expect(shapes(messages)).toEqual([
       { role: "user", parts: ["text"] },
-      { role: "assistant", parentId: userId, finish: "tool-calls", error: undefined, completed: true, parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"] },
-      { role: "assistant", parentId: userId, finish: "tool-calls", error: undefined, completed: true, parts: ["stepStart", "tool:glob:completed", "stepFinish:tool-calls"] },
-      { role: "assistant", parentId: userId, finish: "stop", error: undefined, completed: true, parts: ["stepStart", "text", "stepFinish:stop"] },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "tool-calls",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"],
+      },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "tool-calls",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "tool:glob:completed", "stepFinish:tool-calls"],
+      },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "stop",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "text", "stepFinish:stop"],
+      },
     ]);
     const glob = toolOf(messages[2]!).state!.status;
     const globOutput = glob.case === "completed" ? glob.value.output : "";
@@ -186,25 +260,61 @@ describe("tools", () => {
   });
 
   it("turns a tool call streamed as tool-input-start/delta/end into one tool part (no extra step_start parts)", async () => {
-    const { messages, userId } = await run(t, [toolCallReply("call_s", "read", { filePath: "notes.txt" }, { streamInput: true }), textReply("done")], {
-      parts: [text("read the notes")],
-    });
+    const { messages, userId } = await run(
+      t,
+      [toolCallReply("call_s", "read", { filePath: "notes.txt" }, { streamInput: true }), textReply("done")],
+      {
+        parts: [text("read the notes")],
+      },
+    );
     expect(shapes(messages)).toEqual([
       { role: "user", parts: ["text"] },
-      { role: "assistant", parentId: userId, finish: "tool-calls", error: undefined, completed: true, parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"] },
-      { role: "assistant", parentId: userId, finish: "stop", error: undefined, completed: true, parts: ["stepStart", "text", "stepFinish:stop"] },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "tool-calls",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"],
+      },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "stop",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "text", "stepFinish:stop"],
+      },
     ]);
   });
 
   it("records a tool the session denies (deprecated tools map) as a tool error the model sees next", async () => {
-    const { mock, messages, userId, sessionId } = await run(t, [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("I may not read files.")], {
-      parts: [text("read the notes")],
-      tools: { read: false },
-    });
+    const { mock, messages, userId, sessionId } = await run(
+      t,
+      [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("I may not read files.")],
+      {
+        parts: [text("read the notes")],
+        tools: { read: false },
+      },
+    );
     expect(shapes(messages)).toEqual([
       { role: "user", parts: ["text"] },
-      { role: "assistant", parentId: userId, finish: "tool-calls", error: undefined, completed: true, parts: ["stepStart", "tool:read:error", "stepFinish:tool-calls"] },
-      { role: "assistant", parentId: userId, finish: "stop", error: undefined, completed: true, parts: ["stepStart", "text", "stepFinish:stop"] },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "tool-calls",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "tool:read:error", "stepFinish:tool-calls"],
+      },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "stop",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "text", "stepFinish:stop"],
+      },
     ]);
     const state = toolOf(messages[1]!).state!.status;
     const error = state.case === "error" ? state.value.error : "";
@@ -221,14 +331,32 @@ describe("tools", () => {
   });
 
   it("lets the read-only plan agent read", async () => {
-    const { mock, messages, userId } = await run(t, [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("Plan: nothing to change.")], {
-      agent: "plan",
-      parts: [text("plan something")],
-    });
+    const { mock, messages, userId } = await run(
+      t,
+      [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("Plan: nothing to change.")],
+      {
+        agent: "plan",
+        parts: [text("plan something")],
+      },
+    );
     expect(shapes(messages)).toEqual([
       { role: "user", parts: ["text"] },
-      { role: "assistant", parentId: userId, finish: "tool-calls", error: undefined, completed: true, parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"] },
-      { role: "assistant", parentId: userId, finish: "stop", error: undefined, completed: true, parts: ["stepStart", "text", "stepFinish:stop"] },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "tool-calls",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"],
+      },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "stop",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "text", "stepFinish:stop"],
+      },
     ]);
     expect(messages.slice(1).map((m) => assistantOf(m)!.agent)).toEqual(["plan", "plan"]);
     const state = toolOf(messages[1]!).state!.status;
@@ -240,10 +368,19 @@ describe("tools", () => {
 
 describe("reasoning and provider metadata", () => {
   it("stores the reasoning part (with start and end time) before the text part", async () => {
-    const { messages, userId } = await run(t, [reasoningReply("Let me think about it.", "Forty-two.", usage(10, 9, { reasoning: 4 }))], { parts: [text("the answer?")] });
+    const { messages, userId } = await run(t, [reasoningReply("Let me think about it.", "Forty-two.", usage(10, 9, { reasoning: 4 }))], {
+      parts: [text("the answer?")],
+    });
     expect(shapes(messages)).toEqual([
       { role: "user", parts: ["text"] },
-      { role: "assistant", parentId: userId, finish: "stop", error: undefined, completed: true, parts: ["stepStart", "reasoning", "text", "stepFinish:stop"] },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "stop",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "reasoning", "text", "stepFinish:stop"],
+      },
     ]);
     const reasoning = messages[1]!.parts[1]!.kind.value as ReasoningPart;
     const answer = messages[1]!.parts[2]!.kind.value as TextPart;
@@ -278,9 +415,16 @@ describe("reasoning and provider metadata", () => {
     await t.client.prompt({ sessionId, model: { providerId: "other", modelId: "model" }, parts: [text("three")] });
     expect(conversation(other, 0).slice(0, 2)).toEqual([
       user("one"),
-      { role: "assistant", content: [{ type: "reasoning", text: "thinking" }, { type: "text", text: "Yes." }] },
+      {
+        role: "assistant",
+        content: [
+          { type: "reasoning", text: "thinking" },
+          { type: "text", text: "Yes." },
+        ],
+      },
     ]);
-    for (const part of (other.doStreamCalls[0]!.prompt[2]!.content as Array<{ providerOptions?: unknown }>)) expect(part.providerOptions).toBeUndefined();
+    for (const part of other.doStreamCalls[0]!.prompt[2]!.content as Array<{ providerOptions?: unknown }>)
+      expect(part.providerOptions).toBeUndefined();
   });
 
   it("keeps a tool call's provider metadata and sends it back with the call", async () => {
@@ -289,17 +433,28 @@ describe("reasoning and provider metadata", () => {
     expect.soft(toolOf(messages[1]!).metadata).toEqual(meta("sig-call"));
     expect(conversation(mock, 1)[1]).toEqual({
       role: "assistant",
-      content: [{ type: "tool-call", toolCallId: "call_1", toolName: "read", input: { filePath: "notes.txt" }, providerOptions: meta("sig-call") }],
+      content: [
+        { type: "tool-call", toolCallId: "call_1", toolName: "read", input: { filePath: "notes.txt" }, providerOptions: meta("sig-call") },
+      ],
     });
   });
 });
 
 describe("stops and errors", () => {
   it("stops at the output token limit: finish length, an output_length error, no further call", async () => {
-    const { mock, messages, userId } = await run(t, [lengthReply("The answer is", usage(3, 4)), textReply("never sent")], { parts: [text("long answer please")] });
+    const { mock, messages, userId } = await run(t, [lengthReply("The answer is", usage(3, 4)), textReply("never sent")], {
+      parts: [text("long answer please")],
+    });
     expect(shapes(messages)).toEqual([
       { role: "user", parts: ["text"] },
-      { role: "assistant", parentId: userId, finish: "length", error: "outputLength", completed: true, parts: ["stepStart", "text", "stepFinish:length"] },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "length",
+        error: "outputLength",
+        completed: true,
+        parts: ["stepStart", "text", "stepFinish:length"],
+      },
     ]);
     expect(textOf(messages[1]!).text).toBe("The answer is");
     expect(assistantOf(messages[1])!.tokens).toMatchObject({ input: 3n, output: 4n });
@@ -317,7 +472,12 @@ describe("stops and errors", () => {
 });
 
 describe("structured output", () => {
-  const format = { kind: { case: "jsonSchema" as const, value: { schema: { type: "object", properties: { answer: { type: "string" } }, required: ["answer"] }, retryCount: 1 } } };
+  const format = {
+    kind: {
+      case: "jsonSchema" as const,
+      value: { schema: { type: "object", properties: { answer: { type: "string" } }, required: ["answer"] }, retryCount: 1 },
+    },
+  };
 
   it("stores the JSON answer on the assistant message and asks the model for JSON", async () => {
     const { mock, messages } = await run(t, [textReply('{"answer":"42"}')], { format, parts: [text("the answer?")] });
@@ -333,7 +493,15 @@ describe("structured output", () => {
     expect(mock.doStreamCalls).toHaveLength(2);
     const a = assistantOf(messages[1])!;
     expect(a.error?.kind).toMatchObject({ case: "structuredOutput", value: { retries: 1 } });
-    expect(messages[1]!.parts.map(partShape)).toEqual(["stepStart", "text", "stepFinish:stop", "retry", "stepStart", "text", "stepFinish:stop"]);
+    expect(messages[1]!.parts.map(partShape)).toEqual([
+      "stepStart",
+      "text",
+      "stepFinish:stop",
+      "retry",
+      "stepStart",
+      "text",
+      "stepFinish:stop",
+    ]);
   });
 });
 
@@ -342,7 +510,13 @@ describe("attachments", () => {
     const { mock } = await run(
       t,
       [textReply("A pixel.")],
-      { model: { providerId: "mock", modelId: "vision" }, parts: [text("what is this?"), { kind: { case: "file", value: { url: `data:image/png;base64,${PNG_1X1}`, mime: "image/png", filename: "dot.png" } } }] },
+      {
+        model: { providerId: "mock", modelId: "vision" },
+        parts: [
+          text("what is this?"),
+          { kind: { case: "file", value: { url: `data:image/png;base64,${PNG_1X1}`, mime: "image/png", filename: "dot.png" } } },
+        ],
+      },
       "mock/vision",
     );
     expect(conversation(mock, 0)).toEqual([
@@ -368,11 +542,29 @@ describe("an agent step limit", () => {
   });
 
   it("sends the last allowed step without tools", async () => {
-    const { mock, messages, userId } = await run(limited, [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("Done.")], { parts: [text("read")] });
+    const { mock, messages, userId } = await run(
+      limited,
+      [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("Done.")],
+      { parts: [text("read")] },
+    );
     expect(shapes(messages)).toEqual([
       { role: "user", parts: ["text"] },
-      { role: "assistant", parentId: userId, finish: "tool-calls", error: undefined, completed: true, parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"] },
-      { role: "assistant", parentId: userId, finish: "stop", error: undefined, completed: true, parts: ["stepStart", "text", "stepFinish:stop"] },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "tool-calls",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"],
+      },
+      {
+        role: "assistant",
+        parentId: userId,
+        finish: "stop",
+        error: undefined,
+        completed: true,
+        parts: ["stepStart", "text", "stepFinish:stop"],
+      },
     ]);
     expect(mock.doStreamCalls).toHaveLength(2);
     expect(toolNames(mock.doStreamCalls[0]!)).toContain("read");
@@ -384,7 +576,11 @@ describe("an agent step limit", () => {
   it("never takes more steps than the limit, even when the model calls a tool on the last one", async () => {
     const { mock, messages } = await run(
       limited,
-      [toolCallReply("call_1", "read", { filePath: "notes.txt" }), toolCallReply("call_2", "read", { filePath: "notes.txt" }), textReply("third step")],
+      [
+        toolCallReply("call_1", "read", { filePath: "notes.txt" }),
+        toolCallReply("call_2", "read", { filePath: "notes.txt" }),
+        textReply("third step"),
+      ],
       { parts: [text("read forever")] },
     );
     expect(mock.doStreamCalls).toHaveLength(2);

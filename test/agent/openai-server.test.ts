@@ -46,7 +46,11 @@ describe("fake OpenAI server with streamText", () => {
     expect(await result.text).toBe("Hello, world");
 
     const finishStep = parts.find((p) => p.type === "finish-step");
-    expect(finishStep).toMatchObject({ finishReason: "stop", rawFinishReason: "stop", usage: { inputTokens: 10, outputTokens: 3, totalTokens: 13 } });
+    expect(finishStep).toMatchObject({
+      finishReason: "stop",
+      rawFinishReason: "stop",
+      usage: { inputTokens: 10, outputTokens: 3, totalTokens: 13 },
+    });
     const finish = parts.at(-1);
     expect(finish).toMatchObject({ type: "finish", finishReason: "stop", totalUsage: { inputTokens: 10, outputTokens: 3 } });
     expect(await result.usage).toMatchObject({ inputTokens: 10, outputTokens: 3, totalTokens: 13 });
@@ -121,7 +125,11 @@ describe("fake OpenAI server with streamText", () => {
     expect(deltas).toHaveLength(2);
     expect(deltas.join("")).toBe(args);
     expect(parts.find((p) => p.type === "tool-input-start")).toMatchObject({ id: "call_1", toolName: "read" });
-    expect(parts.find((p) => p.type === "tool-call")).toMatchObject({ toolCallId: "call_1", toolName: "read", input: { filePath: "/a.txt" } });
+    expect(parts.find((p) => p.type === "tool-call")).toMatchObject({
+      toolCallId: "call_1",
+      toolName: "read",
+      input: { filePath: "/a.txt" },
+    });
     expect(parts.find((p) => p.type === "tool-result")).toMatchObject({
       toolCallId: "call_1",
       toolName: "read",
@@ -214,12 +222,18 @@ describe("fake OpenAI server with streamText", () => {
   });
 
   it("returns a custom error body as given", async () => {
-    fake.push({ kind: "error", status: 400, body: { error: { message: "context too long", type: "invalid_request_error", code: "context_length_exceeded" } } });
+    fake.push({
+      kind: "error",
+      status: 400,
+      body: { error: { message: "context too long", type: "invalid_request_error", code: "context_length_exceeded" } },
+    });
     const parts = await collect(streamText({ model: model(), prompt: "hi", maxRetries: 0, onError: () => {} }).fullStream);
     const part = parts.find((p) => p.type === "error");
     if (part?.type !== "error" || !APICallError.isInstance(part.error)) throw new Error("expected an APICallError part");
     expect(part.error).toMatchObject({ statusCode: 400, isRetryable: false, message: "context too long" });
-    expect(part.error.data).toEqual({ error: { message: "context too long", type: "invalid_request_error", code: "context_length_exceeded" } });
+    expect(part.error.data).toEqual({
+      error: { message: "context too long", type: "invalid_request_error", code: "context_length_exceeded" },
+    });
   });
 
   it("ends a hung stream with an abort part when the caller aborts", async () => {

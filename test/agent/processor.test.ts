@@ -33,7 +33,12 @@ const meta = (value: string) => ({ mock: { signature: value } });
 describe("provider metadata of streamed blocks", () => {
   it("keeps metadata that arrives on a delta (an Anthropic signature), the latest replacing earlier ones", async () => {
     const parts = reasoningParts("thinking", "r1", meta("start"));
-    parts.splice(-1, 1, { type: "reasoning-delta", id: "r1", delta: "", providerMetadata: meta("sig-delta") }, { type: "reasoning-end", id: "r1" });
+    parts.splice(
+      -1,
+      1,
+      { type: "reasoning-delta", id: "r1", delta: "", providerMetadata: meta("sig-delta") },
+      { type: "reasoning-end", id: "r1" },
+    );
     const { mock, messages, sessionId } = await run([reply([...parts, ...textParts("Yes.")], "stop"), textReply("again")], "one");
     expect(messages[1]!.parts.map((p) => p.kind.case)).toEqual(["stepStart", "reasoning", "text", "stepFinish"]);
     expect((messages[1]!.parts[1]!.kind.value as ReasoningPart).metadata).toEqual(meta("sig-delta"));
@@ -48,7 +53,10 @@ describe("provider metadata of streamed blocks", () => {
   });
 
   it("drops the metadata of a block cut off before its end; its text stays", async () => {
-    const cut = reply([...textParts("Partial", "t1", meta("item")).slice(0, -1), { type: "error", error: new Error("stream broke") }], "other");
+    const cut = reply(
+      [...textParts("Partial", "t1", meta("item")).slice(0, -1), { type: "error", error: new Error("stream broke") }],
+      "other",
+    );
     const { messages } = await run([cut], "go");
     expect(assistantOf(messages[1])?.error?.kind.case).toBe("unknown");
     const part = messages[1]!.parts.find((p) => p.kind.case === "text")!.kind.value as TextPart;

@@ -82,7 +82,11 @@ describe("thinking with a tool call, across steps and turns", () => {
       { kind: "text", text: "The notes say hello.", metadata: undefined },
       { kind: "stepFinish" },
     ]);
-    expect(messages[4]!.parts.map(partView)[1]).toEqual({ kind: "reasoning", text: "Nothing else to read.", metadata: signed("Nothing else to read.") });
+    expect(messages[4]!.parts.map(partView)[1]).toEqual({
+      kind: "reasoning",
+      text: "Nothing else to read.",
+      metadata: signed("Nothing else to read."),
+    });
 
     // The step after the tool result: the tool_use turn starts with its signed thinking block.
     expect(sent(before + 1).slice(1)).toEqual([
@@ -168,10 +172,14 @@ describe("a turn that ends in a provider error leaves a usable session", () => {
   it("answers the next prompt after a step aborted in the middle of a thinking block (no signature yet)", async () => {
     const before = claude.requests.length;
     // 150 ms between events: each delta is stored as it arrives (snapshots at most every 100 ms).
-    claude.push({ kind: "stream", blocks: [{ thinking: "Let me think about", cut: true }], delayMs: 150 }, { kind: "stream", blocks: [{ thinking: "Short." }, { text: "Answer." }] });
+    claude.push(
+      { kind: "stream", blocks: [{ thinking: "Let me think about", cut: true }], delayMs: 150 },
+      { kind: "stream", blocks: [{ thinking: "Short." }, { text: "Answer." }] },
+    );
     const sessionId = await newSession();
     const first = t.client.prompt({ sessionId, parts: [text("think hard")] });
-    const thinking = async () => (await storedMessages(t.client, sessionId))[1]?.parts.flatMap((p) => (p.kind.case === "reasoning" ? [p.kind.value.text] : []))[0];
+    const thinking = async () =>
+      (await storedMessages(t.client, sessionId))[1]?.parts.flatMap((p) => (p.kind.case === "reasoning" ? [p.kind.value.text] : []))[0];
     await waitFor("the whole unsigned thinking text", async () => (await thinking()) === "Let me think about");
     expect((await t.client.abort({ sessionId })).aborted).toBe(true);
     expect(assistantOf((await first).message)?.error?.kind.case).toBe("aborted");
@@ -180,8 +188,13 @@ describe("a turn that ends in a provider error leaves a usable session", () => {
 
     const messages = await storedMessages(t.client, sessionId);
     // The unfinished thinking block keeps its text, but no provider state; it is not sent back.
-    expect(messages[1]!.parts.map(partView)).toEqual([{ kind: "stepStart" }, { kind: "reasoning", text: "Let me think about", metadata: undefined }]);
-    expect(sent(before + 1)).toEqual([{ role: "user", content: [expect.objectContaining({ text: "think hard" }), expect.objectContaining({ text: "again, briefly" })] }]);
+    expect(messages[1]!.parts.map(partView)).toEqual([
+      { kind: "stepStart" },
+      { kind: "reasoning", text: "Let me think about", metadata: undefined },
+    ]);
+    expect(sent(before + 1)).toEqual([
+      { role: "user", content: [expect.objectContaining({ text: "think hard" }), expect.objectContaining({ text: "again, briefly" })] },
+    ]);
   });
 });
 
@@ -199,10 +212,11 @@ describe("switching provider", () => {
     expect((await prompt(sessionId, "and you?", { providerId: "local", modelId: "qwen" }))?.error).toBeUndefined();
     const other = local.requests.at(-1)!.body;
     expect(JSON.stringify(other)).not.toContain("sig_");
-    expect((other.messages as Array<{ role: string; reasoning_content?: string }>).filter((m) => m.role === "assistant").map((m) => m.reasoning_content)).toEqual([
-      "Reading.",
-      "Got it.",
-    ]);
+    expect(
+      (other.messages as Array<{ role: string; reasoning_content?: string }>)
+        .filter((m) => m.role === "assistant")
+        .map((m) => m.reasoning_content),
+    ).toEqual(["Reading.", "Got it."]);
 
     expect((await prompt(sessionId, "back to you", { providerId: "claude", modelId: "sonnet" }))?.error).toBeUndefined();
     expect(claude.requests.slice(before).map((r) => r.rejected)).toEqual([undefined, undefined, undefined]);
@@ -216,7 +230,13 @@ describe("the fake enforces the Messages API's rules", () => {
     const res = await fetch(`${claude.url}/messages`, {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ model: "claude-fake", max_tokens: 4096, stream: true, thinking: { type: "enabled", budget_tokens: 2048 }, messages }),
+      body: JSON.stringify({
+        model: "claude-fake",
+        max_tokens: 4096,
+        stream: true,
+        thinking: { type: "enabled", budget_tokens: 2048 },
+        messages,
+      }),
     });
     return [res.status, ((await res.json()) as { error: { message: string } }).error.message];
   };
@@ -225,9 +245,18 @@ describe("the fake enforces the Messages API's rules", () => {
   const result = { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_x", content: "x" }] };
 
   it("rejects a tool loop without its thinking block, a forged signature, and a tool_use without its result", async () => {
-    expect(await post([user, { role: "assistant", content: [use] }, result])).toEqual([400, expect.stringContaining("a final `assistant` message must start with a thinking block")]);
+    expect(await post([user, { role: "assistant", content: [use] }, result])).toEqual([
+      400,
+      expect.stringContaining("a final `assistant` message must start with a thinking block"),
+    ]);
     const forged = { type: "thinking", thinking: "x", signature: "sig_forged" };
-    expect(await post([user, { role: "assistant", content: [forged, use] }, result])).toEqual([400, "messages.1.content.0: Invalid `signature` in `thinking` block"]);
-    expect(await post([user, { role: "assistant", content: [use] }, user])).toEqual([400, expect.stringContaining("`tool_use` ids were found without `tool_result` blocks immediately after: toolu_x")]);
+    expect(await post([user, { role: "assistant", content: [forged, use] }, result])).toEqual([
+      400,
+      "messages.1.content.0: Invalid `signature` in `thinking` block",
+    ]);
+    expect(await post([user, { role: "assistant", content: [use] }, user])).toEqual([
+      400,
+      expect.stringContaining("`tool_use` ids were found without `tool_result` blocks immediately after: toolu_x"),
+    ]);
   });
 });

@@ -17,7 +17,9 @@ beforeAll(async () => {
   deepseek = await startFakeOpenAI({ thinking: true });
   t = await startTestLedger({
     model: "deepseek/reasoner",
-    provider: { deepseek: { npm: "@ai-sdk/openai-compatible", options: { baseURL: deepseek.url, apiKey: "test" }, models: { reasoner: {} } } },
+    provider: {
+      deepseek: { npm: "@ai-sdk/openai-compatible", options: { baseURL: deepseek.url, apiKey: "test" }, models: { reasoner: {} } },
+    },
     retry: { attempts: 0, initial_ms: 0, max_ms: 0 },
   });
   await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\n");
@@ -32,7 +34,10 @@ type Message = { role: string; content?: unknown; reasoning_content?: string; to
 const READ = { id: "call_1", name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) };
 const newSession = async () => (await t.client.createSession({ directory: t.dir })).session!.id;
 const sent = (i: number) => deepseek.requests[i]!.body.messages as Message[];
-const reasoningSent = (i: number) => sent(i).filter((m) => m.role === "assistant").map((m) => m.reasoning_content);
+const reasoningSent = (i: number) =>
+  sent(i)
+    .filter((m) => m.role === "assistant")
+    .map((m) => m.reasoning_content);
 
 async function prompt(sessionId: string, words: string) {
   return assistantOf((await t.client.prompt({ sessionId, parts: [text(words)] })).message);
@@ -67,7 +72,12 @@ describe("reasoning_content across steps and turns", () => {
     ]);
 
     expect(sent(before + 1).slice(2)).toEqual([
-      { role: "assistant", content: null, reasoning_content: "Need the notes.", tool_calls: [{ id: "call_1", type: "function", function: { name: "read", arguments: READ.arguments } }] },
+      {
+        role: "assistant",
+        content: null,
+        reasoning_content: "Need the notes.",
+        tool_calls: [{ id: "call_1", type: "function", function: { name: "read", arguments: READ.arguments } }],
+      },
       { role: "tool", tool_call_id: "call_1", content: expect.stringContaining("1: hello from notes") },
     ]);
     expect(reasoningSent(before + 2)).toEqual(["Need the notes.", "It greets."]);
@@ -84,7 +94,11 @@ describe("reasoning_content across steps and turns", () => {
     expect((await prompt(sessionId, "what do the notes say?"))?.error?.kind.case).toBe("api");
     expect((await prompt(sessionId, "try again"))?.error).toBeUndefined();
     expect(deepseek.requests.slice(before).map((r) => r.rejected)).toEqual([undefined, undefined, undefined]);
-    expect(sent(before + 2).slice(1).map((m) => [m.role, m.reasoning_content])).toEqual([
+    expect(
+      sent(before + 2)
+        .slice(1)
+        .map((m) => [m.role, m.reasoning_content]),
+    ).toEqual([
       ["user", undefined],
       ["assistant", "Read it."],
       ["tool", undefined],
@@ -100,12 +114,18 @@ describe("reasoning_content across steps and turns", () => {
         model: "reasoner",
         messages: [
           { role: "user", content: "hi" },
-          { role: "assistant", content: null, tool_calls: [{ id: "call_9", type: "function", function: { name: "read", arguments: "{}" } }] },
+          {
+            role: "assistant",
+            content: null,
+            tool_calls: [{ id: "call_9", type: "function", function: { name: "read", arguments: "{}" } }],
+          },
           { role: "tool", tool_call_id: "call_9", content: "x" },
         ],
       }),
     });
     expect(res.status).toBe(400);
-    expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/^Missing `reasoning_content` field in the assistant message at message index 1\./);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(
+      /^Missing `reasoning_content` field in the assistant message at message index 1\./,
+    );
   });
 });

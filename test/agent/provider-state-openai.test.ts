@@ -50,7 +50,11 @@ const input = (i: number) => (openai.requests[i]!.body.input as Entry[]).filter(
 const ref = (id: string) => ({ type: "item_reference", id });
 const user = (words: string) => ({ role: "user", content: [{ type: "input_text", text: words }] });
 const call = (callId: string) => ({ type: "function_call", call_id: callId, name: "read", arguments: JSON.stringify(READ.arguments) });
-const output = (callId: string) => ({ type: "function_call_output", call_id: callId, output: expect.stringContaining("1: hello from notes") });
+const output = (callId: string) => ({
+  type: "function_call_output",
+  call_id: callId,
+  output: expect.stringContaining("1: hello from notes"),
+});
 
 async function prompt(sessionId: string, words: string, model?: { providerId: string; modelId: string }) {
   const res = await t.client.prompt({ sessionId, model, parts: [text(words)] });
@@ -89,7 +93,15 @@ describe("reasoning and function calls across steps and turns", () => {
     ]);
 
     expect(input(before + 1)).toEqual([user("what do the notes say?"), ref(rs1!), call("call_1"), output("call_1")]);
-    expect(input(before + 2)).toEqual([user("what do the notes say?"), ref(rs1!), call("call_1"), output("call_1"), ref(rs2!), ref(msg1!), user("anything else?")]);
+    expect(input(before + 2)).toEqual([
+      user("what do the notes say?"),
+      ref(rs1!),
+      call("call_1"),
+      output("call_1"),
+      ref(rs2!),
+      ref(msg1!),
+      user("anything else?"),
+    ]);
   });
 
   it("with store: false, sends each reasoning item back inline with the encrypted content it was given", async () => {
@@ -114,9 +126,18 @@ describe("reasoning and function calls across steps and turns", () => {
       { kind: "reasoning", text: "Need the notes.", metadata: { openai: { itemId: rs1!.id, reasoningEncryptedContent: rs1!.encrypted } } },
       { kind: "tool", callId: "call_2", tool: "read", status: "completed", metadata: { openai: { itemId: fc1!.id } } },
     ]);
-    expect(messages[2]!.parts.map(partView)[1]).toEqual({ kind: "reasoning", text: "", metadata: { openai: { itemId: rs2!.id, reasoningEncryptedContent: rs2!.encrypted } } });
+    expect(messages[2]!.parts.map(partView)[1]).toEqual({
+      kind: "reasoning",
+      text: "",
+      metadata: { openai: { itemId: rs2!.id, reasoningEncryptedContent: rs2!.encrypted } },
+    });
 
-    const reasoning = (item: typeof rs1, summary: string[]) => ({ type: "reasoning", id: item!.id, encrypted_content: item!.encrypted, summary: summary.map((s) => ({ type: "summary_text", text: s })) });
+    const reasoning = (item: typeof rs1, summary: string[]) => ({
+      type: "reasoning",
+      id: item!.id,
+      encrypted_content: item!.encrypted,
+      summary: summary.map((s) => ({ type: "summary_text", text: s })),
+    });
     expect(input(before + 2)).toEqual([
       user("read the notes"),
       reasoning(rs1, ["Need the notes."]),
@@ -135,11 +156,20 @@ describe("a turn that ends in a provider error leaves a usable session", () => {
     const first = openai.issued.length;
     openai.push(
       { kind: "stream", items: [{ reasoning: [] }, { functionCall: { callId: "call_3", ...READ } }] },
-      { kind: "stream", items: [{ reasoning: ["Hmm."] }, { fail: { code: "server_error", message: "The server had an error while processing your request." } }] },
+      {
+        kind: "stream",
+        items: [
+          { reasoning: ["Hmm."] },
+          { fail: { code: "server_error", message: "The server had an error while processing your request." } },
+        ],
+      },
       { kind: "stream", items: [{ reasoning: [] }, { text: "Hello." }] },
     );
     const sessionId = await newSession();
-    expect((await prompt(sessionId, "what do the notes say?"))?.error).toMatchObject({ message: "The server had an error while processing your request.", kind: { case: "unknown" } });
+    expect((await prompt(sessionId, "what do the notes say?"))?.error).toMatchObject({
+      message: "The server had an error while processing your request.",
+      kind: { case: "unknown" },
+    });
     expect((await prompt(sessionId, "try again"))?.error).toBeUndefined();
     expect(openai.requests.slice(before).map((r) => r.rejected)).toEqual([undefined, undefined, undefined]);
     const [rs1] = openai.issued.slice(first).map((i) => i.id);
@@ -149,10 +179,15 @@ describe("a turn that ends in a provider error leaves a usable session", () => {
 
   it("answers the next prompt after a step aborted once its reasoning item was done", async () => {
     const before = openai.requests.length;
-    openai.push({ kind: "stream", items: [{ reasoning: ["Thinking it over."] }, { hang: true }] }, { kind: "stream", items: [{ reasoning: [] }, { text: "Short answer." }] });
+    openai.push(
+      { kind: "stream", items: [{ reasoning: ["Thinking it over."] }, { hang: true }] },
+      { kind: "stream", items: [{ reasoning: [] }, { text: "Short answer." }] },
+    );
     const sessionId = await newSession();
     const first = t.client.prompt({ sessionId, parts: [text("think")] });
-    await waitFor("the finished reasoning part", async () => (await storedMessages(t.client, sessionId))[1]?.parts.some((p) => p.kind.case === "reasoning" && p.kind.value.time?.end));
+    await waitFor("the finished reasoning part", async () =>
+      (await storedMessages(t.client, sessionId))[1]?.parts.some((p) => p.kind.case === "reasoning" && p.kind.value.time?.end),
+    );
     expect((await t.client.abort({ sessionId })).aborted).toBe(true);
     expect(assistantOf((await first).message)?.error?.kind.case).toBe("aborted");
     expect((await prompt(sessionId, "just answer"))?.error).toBeUndefined();
@@ -163,32 +198,45 @@ describe("a turn that ends in a provider error leaves a usable session", () => {
 
 describe("switching provider", () => {
   it("sends an OpenAI turn to another provider without item ids", async () => {
-    openai.push({ kind: "stream", items: [{ reasoning: ["Reading."] }, { functionCall: { callId: "call_4", ...READ } }] }, { kind: "stream", items: [{ reasoning: [] }, { text: "Hello." }] });
+    openai.push(
+      { kind: "stream", items: [{ reasoning: ["Reading."] }, { functionCall: { callId: "call_4", ...READ } }] },
+      { kind: "stream", items: [{ reasoning: [] }, { text: "Hello." }] },
+    );
     local.push({ kind: "stream", chunks: [{ text: "Local answer." }] });
     const sessionId = await newSession();
     expect((await prompt(sessionId, "read the notes"))?.error).toBeUndefined();
     expect((await prompt(sessionId, "and you?", { providerId: "local", modelId: "qwen" }))?.error).toBeUndefined();
     const sent = JSON.stringify(local.requests.at(-1)!.body);
     expect(sent).not.toMatch(/rs_fake|fc_fake|msg_fake|itemId/);
-    expect((local.requests.at(-1)!.body.messages as Array<{ role: string; reasoning_content?: string }>).filter((m) => m.role === "assistant").map((m) => m.reasoning_content)).toEqual([
-      "Reading.",
-      undefined,
-    ]);
+    expect(
+      (local.requests.at(-1)!.body.messages as Array<{ role: string; reasoning_content?: string }>)
+        .filter((m) => m.role === "assistant")
+        .map((m) => m.reasoning_content),
+    ).toEqual(["Reading.", undefined]);
   });
 });
 
 describe("the fake enforces the Responses API's rules", () => {
-  const post = (body: unknown) => fetch(`${openai.url}/responses`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const post = (body: unknown) =>
+    fetch(`${openai.url}/responses`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
 
   it("rejects a reference to an unknown item, a lone reasoning item, and a function call without output", async () => {
     const unknown = await post({ model: "gpt-5", input: [ref("rs_nope")] });
-    expect([unknown.status, ((await unknown.json()) as { error: { message: string } }).error.message]).toEqual([404, expect.stringMatching(/^Item with id 'rs_nope' not found\./)]);
+    expect([unknown.status, ((await unknown.json()) as { error: { message: string } }).error.message]).toEqual([
+      404,
+      expect.stringMatching(/^Item with id 'rs_nope' not found\./),
+    ]);
     openai.push({ kind: "stream", items: [{ reasoning: [] }, { text: "Hi." }] });
     await (await post({ model: "gpt-5", stream: true, input: [user("hi")] })).text();
     const rs = openai.issued.at(-2)!;
     const lone = await post({ model: "gpt-5", input: [user("hi"), ref(rs.id)] });
-    expect(((await lone.json()) as { error: { message: string } }).error.message).toBe(`Item '${rs.id}' of type 'reasoning' was provided without its required following item.`);
+    expect(((await lone.json()) as { error: { message: string } }).error.message).toBe(
+      `Item '${rs.id}' of type 'reasoning' was provided without its required following item.`,
+    );
     const dangling = await post({ model: "gpt-5", input: [user("hi"), call("call_x")] });
-    expect([dangling.status, ((await dangling.json()) as { error: { message: string } }).error.message]).toEqual([400, "No tool output found for function call call_x."]);
+    expect([dangling.status, ((await dangling.json()) as { error: { message: string } }).error.message]).toEqual([
+      400,
+      "No tool output found for function call call_x.",
+    ]);
   });
 });

@@ -6,7 +6,9 @@ import { createModelResolver, ModelUnavailableError } from "../../src/agent/prov
 // (constructor, toString, __proto__) are unknown models, not crashes.
 
 const config = buildConfig(
-  configFileSchema.parse({ provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: "http://127.0.0.1:9/v1" }, models: { qwen: {} } } } }),
+  configFileSchema.parse({
+    provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: "http://127.0.0.1:9/v1" }, models: { qwen: {} } } },
+  }),
   "ledger.json",
   "/",
 );

@@ -31,8 +31,10 @@ afterAll(async () => {
   await fake?.close();
 });
 
-const assistantOf = (m: MessageWithParts | undefined) => (m?.message?.kind.case === "assistant" ? m.message.kind.value : undefined) as AssistantMessage | undefined;
-const retries = (m: MessageWithParts | undefined) => (m?.parts ?? []).flatMap((p) => (p.kind.case === "retry" ? [p.kind.value as RetryPart] : []));
+const assistantOf = (m: MessageWithParts | undefined) =>
+  (m?.message?.kind.case === "assistant" ? m.message.kind.value : undefined) as AssistantMessage | undefined;
+const retries = (m: MessageWithParts | undefined) =>
+  (m?.parts ?? []).flatMap((p) => (p.kind.case === "retry" ? [p.kind.value as RetryPart] : []));
 
 async function timedPrompt(model?: { providerId: string; modelId: string }) {
   const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
@@ -62,7 +64,11 @@ describe("retries", () => {
       expect(waits.every((w) => w.ms <= 300 + 5)).toBe(true);
       expect(waits.reduce((sum, w) => sum + w.ms, 0)).toBeLessThanOrEqual(BUDGET_MS + 5);
     } finally {
-      fake.setFallback({ kind: "error", status: 500, body: { error: { message: "fake OpenAI: no scripted reply queued", type: "server_error", code: "no_script" } } });
+      fake.setFallback({
+        kind: "error",
+        status: 500,
+        body: { error: { message: "fake OpenAI: no scripted reply queued", type: "server_error", code: "no_script" } },
+      });
     }
   });
 
@@ -93,7 +99,10 @@ describe("retries", () => {
     expect(assistantOf(refused.res.message)!.error?.kind.value).toMatchObject({ statusCode: 500 });
     expect(retries(refused.res.message)).toEqual([]);
 
-    fake.push({ kind: "error", status: 400, headers: { "x-should-retry": "true", "retry-after-ms": "20" } }, { kind: "stream", chunks: [{ text: "second time lucky" }] });
+    fake.push(
+      { kind: "error", status: 400, headers: { "x-should-retry": "true", "retry-after-ms": "20" } },
+      { kind: "stream", chunks: [{ text: "second time lucky" }] },
+    );
     const retried = await timedPrompt();
     expect(assistantOf(retried.res.message)!.error).toBeUndefined();
     expect(retries(retried.res.message).map((p) => p.attempt)).toEqual([1]);
@@ -104,7 +113,13 @@ describe("retries", () => {
 
 /** Each stored `session_status` retry event: its attempt and the wait it announced (`next` − the event's time, ms). */
 async function retryWaits(sessionId: string): Promise<Array<{ attempt: number; ms: number }>> {
-  const rows = await t.ledger.deps.db.selectFrom("session_event").select("data").where("session_id", "=", sessionId).where("kind", "=", "session_status").orderBy("seq").execute();
+  const rows = await t.ledger.deps.db
+    .selectFrom("session_event")
+    .select("data")
+    .where("session_id", "=", sessionId)
+    .where("kind", "=", "session_status")
+    .orderBy("seq")
+    .execute();
   return rows.flatMap((row) => {
     const event = row.data as { time: string; sessionStatus?: { retry?: { attempt: number; next: string } } };
     const retry = event.sessionStatus?.retry;

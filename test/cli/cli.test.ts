@@ -121,7 +121,12 @@ describe("ledger prompt / messages / sessions", () => {
       const printed = parsePromptOutput(run.stdout);
       expect(printed.sessionId).toBeDefined();
       expect(printed.messageId).toBeDefined();
-      expect(printed.parts.map((p) => [p.n, p.kind])).toEqual([[1, "text"], [2, "text"], [3, "text"], [4, "file"]]);
+      expect(printed.parts.map((p) => [p.n, p.kind])).toEqual([
+        [1, "text"],
+        [2, "text"],
+        [3, "text"],
+        [4, "file"],
+      ]);
       expect(printed.parts[0].rest).toBe("explain this project");
       expect(printed.parts[1].rest).toMatch(/^\[synthetic\] Called the Read tool/);
       expect(printed.parts[2].rest).toMatch(/^\[synthetic\] /);
@@ -137,7 +142,10 @@ describe("ledger prompt / messages / sessions", () => {
       expect(user.sessionId).not.toBe(printed.sessionId);
       expect(user.agent).toBe("build");
       expect(stored.parts.map((p) => (p.text ? `text${p.text.synthetic ? "(synthetic)" : ""}` : p.file ? "file" : "?"))).toEqual([
-        "text", "text(synthetic)", "text(synthetic)", "file",
+        "text",
+        "text(synthetic)",
+        "text(synthetic)",
+        "file",
       ]);
       expect(stored.parts[0].text?.text).toBe("explain this project");
       expect(stored.parts[2].text?.text).toContain("demo-project");
@@ -205,7 +213,9 @@ describe("ledger --version", () => {
   it(
     "prints the package version and exits 0",
     async () => {
-      const { version } = JSON.parse(await readFile(path.resolve(import.meta.dirname, "../../package.json"), "utf8")) as { version: string };
+      const { version } = JSON.parse(await readFile(path.resolve(import.meta.dirname, "../../package.json"), "utf8")) as {
+        version: string;
+      };
       for (const flag of ["--version", "-V"]) {
         const run = await ledger(flag);
         expectOk(run);
@@ -335,7 +345,9 @@ describe("ledger serve", () => {
         const port = new URL(url).port;
         const busyPort = await ledger("serve", "--port", port, "--db", path.join(dir, "other-serve-db"));
         expect(busyPort.code, busyPort.stderr).toBe(1);
-        expect(busyPort.stderr).toContain(`error: port ${port} on 127.0.0.1 is already in use (another "ledger serve"?): pass --port with a free port, or --port 0 to pick one\n`);
+        expect(busyPort.stderr).toContain(
+          `error: port ${port} on 127.0.0.1 is already in use (another "ledger serve"?): pass --port with a free port, or --port 0 to pick one\n`,
+        );
         expect(busyPort.stderr).not.toContain("EADDRINUSE");
         expect(busyPort.stdout).toBe("");
 
@@ -349,7 +361,9 @@ describe("ledger serve", () => {
           const lockedServe = await ledger("serve", "--port", "0", "--db", serveDb);
           expect(lockedServe.code).toBe(1);
           expect(lockedServe.stderr).toContain(`the embedded database ${serveDb} is in use`);
-          expect(lockedServe.stderr).toContain("Pass --db with another directory, or run every server on one Postgres database with DATABASE_URL=");
+          expect(lockedServe.stderr).toContain(
+            "Pass --db with another directory, or run every server on one Postgres database with DATABASE_URL=",
+          );
           expect(lockedServe.stderr).not.toContain("--url");
           expect(lockedServe.stdout).toBe("");
         }
@@ -395,7 +409,9 @@ describe("a model server that refuses connections", () => {
       const config = {
         model: "local/qwen",
         retry: { initial_ms: 200, max_total_ms: 1000 },
-        provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: `http://127.0.0.1:${port}/v1` }, models: { qwen: {} } } },
+        provider: {
+          local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: `http://127.0.0.1:${port}/v1` }, models: { qwen: {} } },
+        },
       };
       await writeFile(path.join(project, "ledger.json"), JSON.stringify(config));
       const child = start(["prompt", "hi", ...dbArgs()], project);
@@ -406,7 +422,9 @@ describe("a model server that refuses connections", () => {
       expect(run.code, run.stderr).toBe(1);
       const notices = run.stderr.split("\n").filter((l) => l.startsWith("retrying in "));
       expect(notices.length, run.stderr).toBeGreaterThanOrEqual(2);
-      notices.forEach((line, i) => expect(line).toBe(`retrying in 1s (attempt ${i + 1}): Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}`));
+      notices.forEach((line, i) =>
+        expect(line).toBe(`retrying in 1s (attempt ${i + 1}): Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}`),
+      );
       expect(run.stderr).toContain(`error: api: Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}\n`);
       // 200 + 400 + the 400 ms left of the budget, then the exit (closing the in-process server).
       expect(gaveUpAfter).toBeLessThan(1000 + 4000);
@@ -430,7 +448,9 @@ describe("ledger prompt with a model (streamed)", () => {
     const config = {
       model: "local/qwen",
       retry: { attempts: 2, initial_ms: 10, max_ms: 50 },
-      provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url }, models: { qwen: { cost: { input: 1, output: 2 } } } } },
+      provider: {
+        local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url }, models: { qwen: { cost: { input: 1, output: 2 } } } },
+      },
     };
     await writeFile(path.join(project, "ledger.json"), JSON.stringify(config, null, 2));
   });
@@ -453,7 +473,12 @@ describe("ledger prompt with a model (streamed)", () => {
         },
         {
           kind: "stream",
-          chunks: [{ reasoning: "The file holds a greeting." }, { text: "The notes " }, { text: "contain a greeting" }, { text: ": hi there." }],
+          chunks: [
+            { reasoning: "The file holds a greeting." },
+            { text: "The notes " },
+            { text: "contain a greeting" },
+            { text: ": hi there." },
+          ],
           delayMs: 20,
           usage: { prompt_tokens: 1200, completion_tokens: 30 },
         },

@@ -14,16 +14,37 @@ describe("formatMessage", () => {
       message: {
         kind: {
           case: "assistant",
-          value: { id: MSG, sessionId: SES, agent: "build", model: { providerId: "local", modelId: "qwen" }, error: { message: "boom\nmore", kind: { case: "api", value: { statusCode: 500 } } } },
+          value: {
+            id: MSG,
+            sessionId: SES,
+            agent: "build",
+            model: { providerId: "local", modelId: "qwen" },
+            error: { message: "boom\nmore", kind: { case: "api", value: { statusCode: 500 } } },
+          },
         },
       },
       parts: [
-        { id: "prt_1", kind: { case: "tool", value: { tool: "grep", state: { status: { case: "error", value: { input: { pattern: "TODO" }, error: "denied by permission\nstack" } } } } } },
+        {
+          id: "prt_1",
+          kind: {
+            case: "tool",
+            value: {
+              tool: "grep",
+              state: { status: { case: "error", value: { input: { pattern: "TODO" }, error: "denied by permission\nstack" } } },
+            },
+          },
+        },
         { id: "prt_2", kind: { case: "tool", value: { tool: "list", state: { status: { case: "running", value: {} } } } } },
         { id: "prt_3", kind: { case: "patch", value: { hash: "abc123", files: ["a.ts", "b.ts"] } } },
         { id: "prt_4", kind: { case: "snapshot", value: { snapshot: "snap1" } } },
         { id: "prt_5", kind: { case: "compaction", value: { auto: true, overflow: true } } },
-        { id: "prt_6", kind: { case: "stepFinish", value: { reason: "length", cost: 0.00001, tokens: { input: 5n, output: 7n, reasoning: 2n, cache: { read: 1n, write: 3n } } } } },
+        {
+          id: "prt_6",
+          kind: {
+            case: "stepFinish",
+            value: { reason: "length", cost: 0.00001, tokens: { input: 5n, output: 7n, reasoning: 2n, cache: { read: 1n, write: 3n } } },
+          },
+        },
         { id: "prt_7", kind: { case: "reasoning", value: { text: "first\nsecond" } } },
       ],
     });

@@ -16,7 +16,10 @@ const A2 = "msg_01M8N5N64AYAFYM716YNCVWCW2";
 type Kind = MessageInitShape<typeof SessionEventSchema>["kind"];
 const event = (kind: Kind): SessionEvent => create(SessionEventSchema, { sessionId: SES, kind });
 
-function assistant(id: string, done?: { input?: bigint; output?: bigint; cost?: number; error?: MessageInitShape<typeof MessageErrorSchema> }): SessionEvent {
+function assistant(
+  id: string,
+  done?: { input?: bigint; output?: bigint; cost?: number; error?: MessageInitShape<typeof MessageErrorSchema> },
+): SessionEvent {
   return event({
     case: "messageUpdated",
     value: {
@@ -28,7 +31,9 @@ function assistant(id: string, done?: { input?: bigint; output?: bigint; cost?: 
             sessionId: SES,
             parentId: USER,
             time: { created: timestampNow(), completed: done ? timestampNow() : undefined },
-            tokens: done ? { input: done.input ?? 0n, output: done.output ?? 0n, reasoning: 0n, cache: { read: 0n, write: 0n } } : undefined,
+            tokens: done
+              ? { input: done.input ?? 0n, output: done.output ?? 0n, reasoning: 0n, cache: { read: 0n, write: 0n } }
+              : undefined,
             cost: done?.cost ?? 0,
             error: done?.error,
           },
@@ -39,7 +44,8 @@ function assistant(id: string, done?: { input?: bigint; output?: bigint; cost?: 
 }
 const part = (id: string, messageId: string, kind: MessageInitShape<typeof PartSchema>["kind"]) =>
   event({ case: "partUpdated", value: { part: { id, sessionId: SES, messageId, kind } } });
-const delta = (partId: string, messageId: string, text: string) => event({ case: "partDelta", value: { messageId, partId, field: "text", delta: text } });
+const delta = (partId: string, messageId: string, text: string) =>
+  event({ case: "partDelta", value: { messageId, partId, field: "text", delta: text } });
 
 function render(events: SessionEvent[]) {
   let out = "";
@@ -67,12 +73,35 @@ describe("PromptRenderer", () => {
       delta("prt_r", A1, "let me look"),
       part("prt_r", A1, { case: "reasoning", value: { text: "let me look", time: { end: timestampNow() } } }),
       part("prt_t1", A1, { case: "tool", value: { callId: "c1", tool: "read", state: { status: { case: "pending", value: {} } } } }),
-      part("prt_t1", A1, { case: "tool", value: { callId: "c1", tool: "read", state: { status: { case: "running", value: { input: { filePath: "notes.txt" } } } } } }),
-      part("prt_t1", A1, { case: "tool", value: { callId: "c1", tool: "read", state: { status: { case: "running", value: { input: { filePath: "notes.txt" } } } } } }),
-      part("prt_t1", A1, { case: "tool", value: { callId: "c1", tool: "read", state: { status: { case: "completed", value: { input: { filePath: "notes.txt" }, output: "1: hello" } } } } }),
-      part("prt_t2", A1, { case: "tool", value: { callId: "c2", tool: "grep", state: { status: { case: "error", value: { input: { pattern: "x" }, error: "bad regex\nmore" } } } } }),
+      part("prt_t1", A1, {
+        case: "tool",
+        value: { callId: "c1", tool: "read", state: { status: { case: "running", value: { input: { filePath: "notes.txt" } } } } },
+      }),
+      part("prt_t1", A1, {
+        case: "tool",
+        value: { callId: "c1", tool: "read", state: { status: { case: "running", value: { input: { filePath: "notes.txt" } } } } },
+      }),
+      part("prt_t1", A1, {
+        case: "tool",
+        value: {
+          callId: "c1",
+          tool: "read",
+          state: { status: { case: "completed", value: { input: { filePath: "notes.txt" }, output: "1: hello" } } },
+        },
+      }),
+      part("prt_t2", A1, {
+        case: "tool",
+        value: {
+          callId: "c2",
+          tool: "grep",
+          state: { status: { case: "error", value: { input: { pattern: "x" }, error: "bad regex\nmore" } } },
+        },
+      }),
       assistant(A1, { input: 100n, output: 10n, cost: 0.001 }),
-      event({ case: "sessionStatus", value: { status: { case: "retry", value: { attempt: 1, message: "Rate limit", next: timestampFromMs(Date.now() + 1500) } } } }),
+      event({
+        case: "sessionStatus",
+        value: { status: { case: "retry", value: { attempt: 1, message: "Rate limit", next: timestampFromMs(Date.now() + 1500) } } },
+      }),
       assistant(A2),
       part("prt_x", A2, { case: "text", value: { text: "" } }),
       delta("prt_x", A2, "Hello, "),
@@ -101,7 +130,10 @@ describe("PromptRenderer", () => {
   it("ends with the assistant's error: exit 1, or 130 when aborted; a session error of the run is not repeated", () => {
     const failed = render([
       assistant(A1),
-      event({ case: "sessionError", value: { messageId: A1, error: { message: "401 nope", kind: { case: "providerAuth", value: { providerId: "local" } } } } }),
+      event({
+        case: "sessionError",
+        value: { messageId: A1, error: { message: "401 nope", kind: { case: "providerAuth", value: { providerId: "local" } } } },
+      }),
       assistant(A1, { error: { message: "401 nope", kind: { case: "providerAuth", value: { providerId: "local" } } } }),
     ]);
     expect(failed.outcome.exitCode).toBe(EXIT_FAILED);
@@ -120,7 +152,10 @@ describe("PromptRenderer", () => {
   });
 
   it("does not count a message whose model is not configured as a step (no model was called, /metrics counts none)", () => {
-    const notFound = { message: "model fake/nope is not configured; configured models: local/qwen", kind: { case: "modelNotFound" as const, value: { providerId: "fake", modelId: "nope", available: ["local/qwen"] } } };
+    const notFound = {
+      message: "model fake/nope is not configured; configured models: local/qwen",
+      kind: { case: "modelNotFound" as const, value: { providerId: "fake", modelId: "nope", available: ["local/qwen"] } },
+    };
     const { out, err, outcome } = render([
       assistant(A1),
       event({ case: "sessionError", value: { messageId: A1, error: notFound } }),
@@ -133,7 +168,10 @@ describe("PromptRenderer", () => {
 
   it("warns about errors of the prompt itself and fails when the stream ends without an answer", () => {
     const { err, outcome } = render([
-      event({ case: "sessionError", value: { messageId: USER, error: { message: "File not found: x", kind: { case: "fileRead", value: { path: "x" } } } } }),
+      event({
+        case: "sessionError",
+        value: { messageId: USER, error: { message: "File not found: x", kind: { case: "fileRead", value: { path: "x" } } } },
+      }),
     ]);
     expect(err).toBe("warning: File not found: x\nerror: the stream ended before the model answered\n");
     expect(outcome.exitCode).toBe(EXIT_FAILED);

@@ -24,8 +24,12 @@ const ID = "[0-9A-HJKMNP-TV-Z]{26}";
 /** Why the Python client cannot run here, or undefined when it can. */
 function missingTools(): string | undefined {
   const python = spawnSync(PYTHON, ["-c", "import grpc, google.protobuf"], { encoding: "utf8" });
-  if (python.status !== 0) return `${PYTHON} cannot import grpc and google.protobuf (apt-get install python3-grpcio python3-protobuf): ${python.stderr || python.error}`.trim();
-  for (const [tool, pkg] of [["protoc", "protobuf-compiler"], ["grpc_python_plugin", "protobuf-compiler-grpc"]]) {
+  if (python.status !== 0)
+    return `${PYTHON} cannot import grpc and google.protobuf (apt-get install python3-grpcio python3-protobuf): ${python.stderr || python.error}`.trim();
+  for (const [tool, pkg] of [
+    ["protoc", "protobuf-compiler"],
+    ["grpc_python_plugin", "protobuf-compiler-grpc"],
+  ]) {
     if (spawnSync("sh", ["-c", `command -v ${tool}`]).status !== 0) return `${tool} not found (apt-get install ${pkg})`;
   }
   return undefined;
@@ -56,7 +60,19 @@ function finished(child: ChildProcess): Promise<Run> {
 /** The environment of every child: no database, config, token or proxy from the outer one. */
 function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env = { ...process.env };
-  for (const name of ["DATABASE_URL", "LEDGER_CONFIG", "LEDGER_TOKEN", "LEDGER_ADDR", "http_proxy", "https_proxy", "grpc_proxy", "HTTP_PROXY", "HTTPS_PROXY", "GRPC_PROXY"]) delete env[name];
+  for (const name of [
+    "DATABASE_URL",
+    "LEDGER_CONFIG",
+    "LEDGER_TOKEN",
+    "LEDGER_ADDR",
+    "http_proxy",
+    "https_proxy",
+    "grpc_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "GRPC_PROXY",
+  ])
+    delete env[name];
   return { ...env, ...extra };
 }
 
@@ -67,7 +83,11 @@ interface Served {
 }
 
 async function serve(cwd: string, env: Record<string, string> = {}): Promise<Served> {
-  const child = spawn(process.execPath, [BIN, "serve", "--port", "0", "--db", path.join(cwd, "db")], { cwd, env: cleanEnv(env), stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [BIN, "serve", "--port", "0", "--db", path.join(cwd, "db")], {
+    cwd,
+    env: cleanEnv(env),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   const exited = finished(child);
   const addr = await new Promise<string>((resolve, reject) => {
     let seen = "";
@@ -141,7 +161,17 @@ describe.skipIf(Boolean(missing) && !required)("clients/python example.py agains
   it(
     "--no-reply: creates a session and prints the stored events of the prompt with a file",
     async () => {
-      const run = await example(["--url", server!.addr, "--dir", project, "--file", notes, "--text", "what is in notes.txt?", "--no-reply"]);
+      const run = await example([
+        "--url",
+        server!.addr,
+        "--dir",
+        project,
+        "--file",
+        notes,
+        "--text",
+        "what is in notes.txt?",
+        "--no-reply",
+      ]);
       expect(run.code, `exit code; stderr:\n${run.stderr}\nstdout:\n${run.stdout}`).toBe(0);
       expect(run.stdout).toMatch(new RegExp(`^session ses_${ID} ${project}\n`));
 
@@ -155,7 +185,9 @@ describe.skipIf(Boolean(missing) && !required)("clients/python example.py agains
       const parts = events.filter((e) => e.kind === "part_updated").map((e) => e.summary);
       expect(parts).toHaveLength(4);
       expect(parts[0]).toMatch(new RegExp(`^prt_${ID} text what is in notes\\.txt\\?$`));
-      expect(parts[1]).toMatch(new RegExp(`^prt_${ID} text \\[synthetic\\] Called the Read tool with the following input: \\{"filePath":"${notes}"\\}$`));
+      expect(parts[1]).toMatch(
+        new RegExp(`^prt_${ID} text \\[synthetic\\] Called the Read tool with the following input: \\{"filePath":"${notes}"\\}$`),
+      );
       expect(parts[2]).toMatch(new RegExp(`^prt_${ID} text \\[synthetic\\] <path>${notes}</path>`));
       expect(parts[3]).toBe(`${parts[3]!.split(" ")[0]} file text/plain notes.txt ${pathToFileURL(notes).href}`);
       expect(events.map((e) => e.kind)).toContain("prompted");
@@ -179,7 +211,9 @@ describe.skipIf(Boolean(missing) && !required)("clients/python example.py agains
   it(
     "an RPC error: exit 1 with the status code, message and decoded ErrorInfo / BadRequest",
     async () => {
-      const run = await example(["--url", server!.addr, "--dir", "/nonexistent", "--file", notes, "--no-reply"], { LEDGER_ADDR: "ignored:1" });
+      const run = await example(["--url", server!.addr, "--dir", "/nonexistent", "--file", notes, "--no-reply"], {
+        LEDGER_ADDR: "ignored:1",
+      });
       expect(run.code).toBe(1);
       expect(run.stderr).toMatch(/^error: INVALID_ARGUMENT: directory: /m);
       expect(run.stderr).toMatch(/^ {2}ErrorInfo reason=INVALID_ARGUMENT domain=\S+ .*field=directory/m);
@@ -227,16 +261,29 @@ describe.skipIf(Boolean(missing) && !required)("clients/python example.py agains
     it(
       "streams the reply: part_delta lines, the finished assistant message, then session_status idle",
       async () => {
-        fake.push({ kind: "stream", chunks: [{ text: "The notes " }, { text: "say hello." }], delayMs: 20, usage: { prompt_tokens: 100, completion_tokens: 5 } });
+        fake.push({
+          kind: "stream",
+          chunks: [{ text: "The notes " }, { text: "say hello." }],
+          delayMs: 20,
+          usage: { prompt_tokens: 100, completion_tokens: 5 },
+        });
         const file = path.join(modelProject, "notes.txt");
-        const run = await example(["--url", modelServer!.addr, "--dir", modelProject, "--file", file, "--text", "summarize notes.txt"], { LEDGER_TOKEN: TOKEN });
+        const run = await example(["--url", modelServer!.addr, "--dir", modelProject, "--file", file, "--text", "summarize notes.txt"], {
+          LEDGER_TOKEN: TOKEN,
+        });
         expect(run.code, `exit code; stderr:\n${run.stderr}\nstdout:\n${run.stdout}`).toBe(0);
         expect(run.stderr).toBe("");
 
         const events = eventLines(run.stdout);
         const kinds = events.map((e) => e.kind);
         expect(events.find((e) => e.kind === "prompted")?.summary).toMatch(/ no_reply=false$/);
-        expect(events.filter((e) => e.kind === "part_updated").map((e) => e.summary).slice(0, 4).at(-1)).toMatch(/ file text\/plain notes\.txt file:\/\//);
+        expect(
+          events
+            .filter((e) => e.kind === "part_updated")
+            .map((e) => e.summary)
+            .slice(0, 4)
+            .at(-1),
+        ).toMatch(/ file text\/plain notes\.txt file:\/\//);
         const deltas = events.filter((e) => e.kind === "part_delta").map((e) => e.summary);
         expect(deltas.length).toBeGreaterThan(0);
         expect(deltas.join("\n")).toContain('"The notes "');

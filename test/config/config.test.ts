@@ -6,7 +6,10 @@ describe("parseModelRef", () => {
   it('splits "provider/model" at the first slash (the model id may contain more)', () => {
     expect(parseModelRef("local/qwen")).toEqual({ providerId: "local", modelId: "qwen" });
     expect(parseModelRef("ollama/qwen2.5-coder:7b")).toEqual({ providerId: "ollama", modelId: "qwen2.5-coder:7b" });
-    expect(parseModelRef("openrouter/anthropic/claude-sonnet-4")).toEqual({ providerId: "openrouter", modelId: "anthropic/claude-sonnet-4" });
+    expect(parseModelRef("openrouter/anthropic/claude-sonnet-4")).toEqual({
+      providerId: "openrouter",
+      modelId: "anthropic/claude-sonnet-4",
+    });
   });
 
   const bad: Array<[string, string]> = [

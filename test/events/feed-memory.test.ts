@@ -43,8 +43,18 @@ let lastSeq: bigint;
 
 beforeAll(async () => {
   dir = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-feed-memory-")));
-  const engine = TEST_ENGINE === "postgres" ? { databaseUrl: (database = await createTestDatabase("postgres")).url } : { serveArgs: ["--db", path.join(dir, "db")] };
-  server = await startReplica({ name: "replayer", cwd: dir, timeoutMs: START_MS, nodeArgs: [`--max-old-space-size=${HEAP_MB}`], env: { LEDGER_LOG_LEVEL: "info" }, ...engine });
+  const engine =
+    TEST_ENGINE === "postgres"
+      ? { databaseUrl: (database = await createTestDatabase("postgres")).url }
+      : { serveArgs: ["--db", path.join(dir, "db")] };
+  server = await startReplica({
+    name: "replayer",
+    cwd: dir,
+    timeoutMs: START_MS,
+    nodeArgs: [`--max-old-space-size=${HEAP_MB}`],
+    env: { LEDGER_LOG_LEVEL: "info" },
+    ...engine,
+  });
   sessionId = (await server.grpc.createSession({ directory: dir })).session!.id;
   // Random text, so TOAST compression cannot shrink what the server stores and reads back;
   // a few prompts in flight at once (they still commit one after the other).
@@ -67,29 +77,40 @@ afterAll(async () => {
 
 describe(`WatchSession{after_seq: 0} on ${PROMPTS} stored prompts of ${TEXT_CHARS} chars, server heap ${HEAP_MB} MB`, () => {
   for (const watchers of [8, 32]) {
-    it(`${watchers} watchers that read nothing: the server holds one message per stream, not the backlog`, async () => {
-      const result = await scenario(watchers, 0);
-      expect({ alive: result.alive, canceled: result.canceled }).toEqual({ alive: true, canceled: watchers });
-      expect(result.growthMb).toBeLessThanOrEqual(stalledBoundMb(watchers));
-    }, READ_MS);
+    it(
+      `${watchers} watchers that read nothing: the server holds one message per stream, not the backlog`,
+      async () => {
+        const result = await scenario(watchers, 0);
+        expect({ alive: result.alive, canceled: result.canceled }).toEqual({ alive: true, canceled: watchers });
+        expect(result.growthMb).toBeLessThanOrEqual(stalledBoundMb(watchers));
+      },
+      READ_MS,
+    );
   }
 
   for (const [watchers, readers] of [
     [8, 8],
     [32, READERS_OF_32],
   ] as const) {
-    const who = readers === watchers ? `${watchers} watchers that read everything` : `${watchers} watchers, ${readers} reading everything and ${watchers - readers} nothing`;
-    it(`${who}: the server survives and each reader gets every event in order`, async () => {
-      const result = await scenario(watchers, readers);
-      expect({ alive: result.alive, canceled: result.canceled }).toEqual({ alive: true, canceled: watchers });
-      for (const watch of result.readers) {
-        expect(watch.seqs).toEqual(range(1, Number(lastSeq)));
-        expect(watch.fullTexts).toBe(PROMPTS);
-      }
-      // No RSS bound with readers: at full read speed the peak is set by the transport's copies
-      // of the messages in flight and by garbage collection, not by the replay's pages; the
-      // issue's 64 MB does not hold here (peaks of +60 to +180 MB for 8 readers, measured).
-    }, READ_MS);
+    const who =
+      readers === watchers
+        ? `${watchers} watchers that read everything`
+        : `${watchers} watchers, ${readers} reading everything and ${watchers - readers} nothing`;
+    it(
+      `${who}: the server survives and each reader gets every event in order`,
+      async () => {
+        const result = await scenario(watchers, readers);
+        expect({ alive: result.alive, canceled: result.canceled }).toEqual({ alive: true, canceled: watchers });
+        for (const watch of result.readers) {
+          expect(watch.seqs).toEqual(range(1, Number(lastSeq)));
+          expect(watch.fullTexts).toBe(PROMPTS);
+        }
+        // No RSS bound with readers: at full read speed the peak is set by the transport's copies
+        // of the messages in flight and by garbage collection, not by the replay's pages; the
+        // issue's 64 MB does not hold here (peaks of +60 to +180 MB for 8 readers, measured).
+      },
+      READ_MS,
+    );
   }
 });
 
@@ -131,10 +152,19 @@ async function scenario(watchers: number, readers: number): Promise<Outcome> {
     await alive(stalled(watches.slice(readers)));
     const peak = memory(server.pid).peakMb;
     const growthMb = Math.round((peak - before) * 10) / 10;
-    report(`${TEST_ENGINE}: ${watchers} watchers, ${readers} reading: RSS ${before.toFixed(0)} MB before, peak ${peak.toFixed(0)} MB (+${growthMb} MB)`);
+    report(
+      `${TEST_ENGINE}: ${watchers} watchers, ${readers} reading: RSS ${before.toFixed(0)} MB before, peak ${peak.toFixed(0)} MB (+${growthMb} MB)`,
+    );
     for (const w of watches) w.close();
-    await alive(waitFor(`the server to end the ${watchers} cancelled calls`, () => canceledCalls() - canceledBefore >= watchers, CANCEL_MS));
-    return { alive: !server.hasExited() && (await answers()), growthMb, readers: watches.slice(0, readers), canceled: canceledCalls() - canceledBefore };
+    await alive(
+      waitFor(`the server to end the ${watchers} cancelled calls`, () => canceledCalls() - canceledBefore >= watchers, CANCEL_MS),
+    );
+    return {
+      alive: !server.hasExited() && (await answers()),
+      growthMb,
+      readers: watches.slice(0, readers),
+      canceled: canceledCalls() - canceledBefore,
+    };
   } finally {
     for (const w of watches) w.close();
   }
@@ -187,7 +217,9 @@ async function logEnd(id: string): Promise<bigint> {
 
 /** WatchSession calls the server logged as ended `canceled` so far. */
 function canceledCalls(): number {
-  return server.stderr().match(/"procedure":"\/ledger\.v1\.SessionService\/WatchSession","protocol":"grpc","code":"canceled"/g)?.length ?? 0;
+  return (
+    server.stderr().match(/"procedure":"\/ledger\.v1\.SessionService\/WatchSession","protocol":"grpc","code":"canceled"/g)?.length ?? 0
+  );
 }
 
 /** The child's RSS once it has not moved by more than 1 MB for half a second, MB. */

@@ -36,7 +36,8 @@ async function events(sessionId: string): Promise<SessionEvent[]> {
   const out: SessionEvent[] = [];
   const controller = new AbortController();
   const { session } = await t.client.getSession({ sessionId });
-  const last = (await t.ledger.deps.db.selectFrom("session").select("last_seq").where("id", "=", session!.id).executeTakeFirstOrThrow()).last_seq;
+  const last = (await t.ledger.deps.db.selectFrom("session").select("last_seq").where("id", "=", session!.id).executeTakeFirstOrThrow())
+    .last_seq;
   if (Number(last) === 0) return out;
   for await (const res of t.client.watchSession({ sessionId, afterSeq: 0n }, { signal: controller.signal })) {
     out.push(res.event!);
@@ -52,14 +53,17 @@ async function nothingWritten(sessionId: string, seqBefore: number): Promise<voi
   expect((await events(sessionId)).length).toBe(seqBefore);
 }
 
-const userAgent = (message: MessageWithParts | undefined) => (message?.message?.kind.case === "user" ? message.message.kind.value.agent : undefined);
+const userAgent = (message: MessageWithParts | undefined) =>
+  message?.message?.kind.case === "user" ? message.message.kind.value.agent : undefined;
 
 describe("agents named inside a prompt must exist and be subagents", () => {
   it("an agent mention naming no agent → NOT_FOUND on parts[1].agent.name with the visible agents; nothing written", async () => {
     const sessionId = await newSession();
     const error = await connectFailure(t.client.prompt({ sessionId, noReply: true, parts: [text("go"), mention("nope")] }));
     expect(error.code).toBe(Code.NotFound);
-    expect(error.rawMessage).toBe('parts[1].agent.name: agent "nope" not found; available agents: build, plan, general, explore, both, reviewer');
+    expect(error.rawMessage).toBe(
+      'parts[1].agent.name: agent "nope" not found; available agents: build, plan, general, explore, both, reviewer',
+    );
     const [info] = error.findDetails(ErrorInfoSchema);
     expect([info?.reason, info?.metadata.available]).toEqual(["AGENT_NOT_FOUND", "build,plan,general,explore,both,reviewer"]);
     expect(error.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["parts[1].agent.name"]);
@@ -70,29 +74,44 @@ describe("agents named inside a prompt must exist and be subagents", () => {
     const sessionId = await newSession();
     const error = await connectFailure(t.client.prompt({ sessionId, noReply: true, parts: [subtask("ghost")] }));
     expect(error.code).toBe(Code.NotFound);
-    expect(error.rawMessage).toMatch(/^parts\[0\]\.subtask\.agent: agent "ghost" not found; available agents: build, plan, general, explore, both, reviewer$/);
+    expect(error.rawMessage).toMatch(
+      /^parts\[0\]\.subtask\.agent: agent "ghost" not found; available agents: build, plan, general, explore, both, reviewer$/,
+    );
     await nothingWritten(sessionId, 1);
   });
 
   it("a mention or subtask of a primary-only agent → INVALID_ARGUMENT saying it is not a subagent; nothing written", async () => {
     const sessionId = await newSession();
     const viaMention = await connectFailure(t.client.prompt({ sessionId, noReply: true, parts: [text("go"), mention("build")] }));
-    expect([viaMention.code, viaMention.rawMessage]).toEqual([Code.InvalidArgument, 'parts[1].agent.name: agent "build" is a primary agent, not a subagent; delegate to one of: general, explore, both']);
+    expect([viaMention.code, viaMention.rawMessage]).toEqual([
+      Code.InvalidArgument,
+      'parts[1].agent.name: agent "build" is a primary agent, not a subagent; delegate to one of: general, explore, both',
+    ]);
     const viaSubtask = await connectFailure(t.client.promptAsync({ sessionId, noReply: true, parts: [subtask("reviewer")] }));
-    expect([viaSubtask.code, viaSubtask.rawMessage]).toEqual([Code.InvalidArgument, 'parts[0].subtask.agent: agent "reviewer" is a primary agent, not a subagent; delegate to one of: general, explore, both']);
+    expect([viaSubtask.code, viaSubtask.rawMessage]).toEqual([
+      Code.InvalidArgument,
+      'parts[0].subtask.agent: agent "reviewer" is a primary agent, not a subagent; delegate to one of: general, explore, both',
+    ]);
     await nothingWritten(sessionId, 1);
   });
 
   it("subagents, agents of mode all and hidden subagents may be named", async () => {
     const sessionId = await newSession();
-    const res = await t.client.prompt({ sessionId, noReply: true, parts: [text("go"), mention("explore"), mention("both"), subtask("secret")] });
+    const res = await t.client.prompt({
+      sessionId,
+      noReply: true,
+      parts: [text("go"), mention("explore"), mention("both"), subtask("secret")],
+    });
     expect(res.message!.parts.map((p) => p.kind.case)).toEqual(["text", "agent", "text", "agent", "text", "subtask"]);
   });
 
   it("a subtask command whose agent is primary-only → INVALID_ARGUMENT on command.agent", async () => {
     const sessionId = await newSession();
     const error = await connectFailure(t.client.command({ sessionId, command: "delegate", arguments: "files", noReply: true }));
-    expect([error.code, error.rawMessage]).toEqual([Code.InvalidArgument, 'command.agent: agent "build" is a primary agent, not a subagent; delegate to one of: general, explore, both']);
+    expect([error.code, error.rawMessage]).toEqual([
+      Code.InvalidArgument,
+      'command.agent: agent "build" is a primary agent, not a subagent; delegate to one of: general, explore, both',
+    ]);
     await nothingWritten(sessionId, 1);
   });
 });
@@ -107,7 +126,9 @@ describe("the session keeps its agent", () => {
     const commanded = await t.client.command({ sessionId, command: "plain", arguments: "four", noReply: true });
     expect([first.message, second.message, commanded.message].map(userAgent)).toEqual(["plan", "plan", "plan"]);
     const streamedUser = streamed.find((e) => e.kind.case === "messageUpdated")!;
-    expect(streamedUser.kind.case === "messageUpdated" && userAgent({ message: streamedUser.kind.value.message } as MessageWithParts)).toBe("plan");
+    expect(streamedUser.kind.case === "messageUpdated" && userAgent({ message: streamedUser.kind.value.message } as MessageWithParts)).toBe(
+      "plan",
+    );
     expect((await t.client.getSession({ sessionId })).session!.agent).toBe("plan");
     expect((await events(sessionId)).filter((e) => e.kind.case === "agentSwitched")).toEqual([]);
   });
@@ -118,7 +139,9 @@ describe("the session keeps its agent", () => {
     const after = await t.client.prompt({ sessionId, noReply: true, parts: [text("keep")] });
     expect(userAgent(after.message)).toBe("build");
     expect((await t.client.getSession({ sessionId })).session!.agent).toBe("build");
-    const switched = (await events(sessionId)).filter((e) => e.kind.case === "agentSwitched").map((e) => (e.kind.case === "agentSwitched" ? [e.kind.value.previous, e.kind.value.current] : []));
+    const switched = (await events(sessionId))
+      .filter((e) => e.kind.case === "agentSwitched")
+      .map((e) => (e.kind.case === "agentSwitched" ? [e.kind.value.previous, e.kind.value.current] : []));
     expect(switched).toEqual([["plan", "build"]]);
   });
 
@@ -144,11 +167,13 @@ describe("the session keeps its agent", () => {
     agents.delete("reviewer");
     try {
       const error = await connectFailure(t.client.prompt({ sessionId, noReply: true, parts: [text("hi")] }));
-      expect([error.code, error.rawMessage]).toEqual([Code.NotFound, 'session.agent: agent "reviewer" not found; available agents: build, plan, general, explore, both']);
+      expect([error.code, error.rawMessage]).toEqual([
+        Code.NotFound,
+        'session.agent: agent "reviewer" not found; available agents: build, plan, general, explore, both',
+      ]);
       expect((await t.client.prompt({ sessionId, noReply: true, agent: "plan", parts: [text("with an agent")] })).message).toBeDefined();
     } finally {
       agents.set("reviewer", reviewer);
     }
   });
 });
-

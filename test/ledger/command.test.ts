@@ -13,7 +13,11 @@ let t: TestLedger;
 beforeAll(async () => {
   t = await startTestLedger({
     command: {
-      review: { template: "Review $1 for $2 ($ARGUMENTS). Notes in @notes.txt, not in @missing.txt.", description: "review a file", agent: "plan" },
+      review: {
+        template: "Review $1 for $2 ($ARGUMENTS). Notes in @notes.txt, not in @missing.txt.",
+        description: "review a file",
+        agent: "plan",
+      },
       count: { template: "Count the files under $1", description: "count files", agent: "explore", subtask: true },
     },
   });
@@ -23,13 +27,21 @@ beforeAll(async () => {
 afterAll(() => t?.close());
 
 async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
-  const error = await promise.then(() => undefined, (e: unknown) => e);
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(error).toBeInstanceOf(ConnectError);
   return error as ConnectError;
 }
 
 async function eventKinds(sessionId: string) {
-  return t.ledger.deps.db.selectFrom("session_event").select(["seq", "kind", "data"]).where("session_id", "=", sessionId).orderBy("seq").execute();
+  return t.ledger.deps.db
+    .selectFrom("session_event")
+    .select(["seq", "kind", "data"])
+    .where("session_id", "=", sessionId)
+    .orderBy("seq")
+    .execute();
 }
 
 describe("expandTemplate", () => {
@@ -44,14 +56,28 @@ describe("expandTemplate", () => {
 describe("Command", () => {
   it("stores the expanded template, its file references and the extra parts, with the command event", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const res = await t.client.command({ sessionId, command: "review", arguments: `src/app.ts "error handling"`, noReply: true, parts: [text("and be brief")] });
+    const res = await t.client.command({
+      sessionId,
+      command: "review",
+      arguments: `src/app.ts "error handling"`,
+      noReply: true,
+      parts: [text("and be brief")],
+    });
     const message = res.message!;
     const user = message.message!.kind;
     expect(user.case === "user" && user.value.agent).toBe("plan");
     const notes = path.join(t.dir, "notes.txt");
     const shapes = message.parts.map(shape);
-    expect(shapes[0]).toEqual({ kind: "text", synthetic: false, text: `Review src/app.ts for error handling (src/app.ts "error handling"). Notes in @notes.txt, not in @missing.txt.` });
-    expect(shapes[1]).toEqual({ kind: "text", synthetic: true, text: `Called the Read tool with the following input: ${JSON.stringify({ filePath: notes })}` });
+    expect(shapes[0]).toEqual({
+      kind: "text",
+      synthetic: false,
+      text: `Review src/app.ts for error handling (src/app.ts "error handling"). Notes in @notes.txt, not in @missing.txt.`,
+    });
+    expect(shapes[1]).toEqual({
+      kind: "text",
+      synthetic: true,
+      text: `Called the Read tool with the following input: ${JSON.stringify({ filePath: notes })}`,
+    });
     expect(shapes[2]).toMatchObject({ kind: "text", synthetic: true });
     expect(String(shapes[2]!.text)).toContain("1: first note");
     expect(shapes[3]).toEqual({ kind: "file", mime: "text/plain", filename: "notes.txt", url: pathToFileURL(notes).href });
@@ -60,7 +86,9 @@ describe("Command", () => {
 
     const events = await eventKinds(sessionId);
     const command = events.find((e) => e.kind === "command");
-    expect(command?.data).toMatchObject({ command: { command: "review", arguments: `src/app.ts "error handling"`, messageId: user.value!.id } });
+    expect(command?.data).toMatchObject({
+      command: { command: "review", arguments: `src/app.ts "error handling"`, messageId: user.value!.id },
+    });
     // In the prompt's transaction, right before `prompted`.
     expect(events[events.indexOf(command!) + 1]?.kind).toBe("prompted");
 
@@ -99,7 +127,10 @@ describe("Command", () => {
     const error = await rejection(t.client.command({ sessionId, command: "deploy", arguments: "", noReply: true }));
     expect(error.code).toBe(Code.NotFound);
     expect(error.rawMessage).toContain("review, count");
-    expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "COMMAND_NOT_FOUND", metadata: { command: "deploy", available: "review,count" } });
+    expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({
+      reason: "COMMAND_NOT_FOUND",
+      metadata: { command: "deploy", available: "review,count" },
+    });
     expect(await eventKinds(sessionId)).toEqual(before);
   });
 });

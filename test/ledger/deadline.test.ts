@@ -21,11 +21,18 @@ let t: TestLedger;
 let grpc: GrpcLedger;
 
 /** A reply that takes about 1.2 s: six words, 200 ms apart. */
-const SLOW = { kind: "stream" as const, chunks: ["one ", "two ", "three ", "four ", "five ", "six"].map((w) => ({ text: w })), delayMs: 200 };
+const SLOW = {
+  kind: "stream" as const,
+  chunks: ["one ", "two ", "three ", "four ", "five ", "six"].map((w) => ({ text: w })),
+  delayMs: 200,
+};
 
 beforeAll(async () => {
   fake = await startFakeOpenAI();
-  t = await startTestLedger({ model: "main/m", provider: { main: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } } });
+  t = await startTestLedger({
+    model: "main/m",
+    provider: { main: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } },
+  });
   grpc = grpcLedgerClient(t.ledger.url);
 });
 afterAll(async () => {
@@ -41,7 +48,9 @@ function runContinues(error: ConnectError): Record<string, string> {
   expect(error.code).toBe(Code.DeadlineExceeded);
   const [info] = error.findDetails(ErrorInfoSchema);
   expect(info?.reason).toBe("RUN_CONTINUES");
-  expect(error.rawMessage).toMatch(/the prompt is stored and its run goes on: follow it with WatchSession\(session_id=ses_\w+, after_seq=\d+\)/);
+  expect(error.rawMessage).toMatch(
+    /the prompt is stored and its run goes on: follow it with WatchSession\(session_id=ses_\w+, after_seq=\d+\)/,
+  );
   return info!.metadata;
 }
 
@@ -51,8 +60,15 @@ const url = (method: string) => `${t.ledger.url}/ledger.v1.SessionService/${meth
 
 /** A unary Connect JSON call with `connect-timeout-ms`; the HTTP status and the error it answered. */
 async function rawUnary(method: string, body: object, timeoutMs: number): Promise<{ status: number; error: ConnectError }> {
-  const res = await fetch(url(method), { method: "POST", headers: { "content-type": "application/json", "connect-timeout-ms": String(timeoutMs) }, body: JSON.stringify(body) });
-  return { status: res.status, error: errorFromJsonBytes(new Uint8Array(await res.arrayBuffer()), undefined, new ConnectError("not an error body", Code.Unknown)) };
+  const res = await fetch(url(method), {
+    method: "POST",
+    headers: { "content-type": "application/json", "connect-timeout-ms": String(timeoutMs) },
+    body: JSON.stringify(body),
+  });
+  return {
+    status: res.status,
+    error: errorFromJsonBytes(new Uint8Array(await res.arrayBuffer()), undefined, new ConnectError("not an error body", Code.Unknown)),
+  };
 }
 
 /** A server-streaming Connect JSON call with `connect-timeout-ms`: its messages and its end-stream error. */
@@ -65,7 +81,7 @@ async function rawStream(method: string, body: object, timeoutMs: number): Promi
   });
   const bytes = new Uint8Array(await res.arrayBuffer());
   const events: SessionEvent[] = [];
-  for (let at = 0; at < bytes.length; ) {
+  for (let at = 0; at < bytes.length;) {
     const flags = bytes[at]!;
     const length = new DataView(bytes.buffer, bytes.byteOffset + at + 1, 4).getUint32(0);
     const payload = bytes.subarray(at + 5, at + 5 + length);
@@ -137,7 +153,11 @@ describe("a client deadline while waiting for the model", () => {
     const sessionId = await newSession();
     fake.push(SLOW);
     const error = await new Promise<ServiceError | null>((resolve) => {
-      const prompt = grpc.prompt!.bind(grpc) as unknown as (request: object, options: { deadline: number }, callback: (error: ServiceError | null) => void) => void;
+      const prompt = grpc.prompt!.bind(grpc) as unknown as (
+        request: object,
+        options: { deadline: number },
+        callback: (error: ServiceError | null) => void,
+      ) => void;
       prompt({ sessionId, parts: [{ text: { text: "slow grpc" } }] }, { deadline: Date.now() + 400 }, resolve);
     });
     expect(error?.code).toBe(4);

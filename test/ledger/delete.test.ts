@@ -149,7 +149,10 @@ describe("DeleteSession while the loop runs in this process", () => {
 
     await waitFor("the child's model request to be aborted", () => fake.requests[before + 1]!.end === "aborted");
     await Promise.race([Promise.all([childWatcher.done, parentWatcher.done]), sleep(5_000)]);
-    for (const [name, w, id] of [["parent", parentWatcher, parentId], ["child", childWatcher, childId]] as const) {
+    for (const [name, w, id] of [
+      ["parent", parentWatcher, parentId],
+      ["child", childWatcher, childId],
+    ] as const) {
       expect(w.ended(), name).toBe(true);
       expect(w.failure(), name).toBeUndefined();
       const last = w.events.at(-1)!;

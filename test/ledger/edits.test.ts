@@ -16,7 +16,10 @@ let t: TestLedger;
 let fake: FakeOpenAI;
 beforeAll(async () => {
   fake = await startFakeOpenAI();
-  t = await startTestLedger({ model: "fake/m", provider: { fake: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } } });
+  t = await startTestLedger({
+    model: "fake/m",
+    provider: { fake: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } },
+  });
 });
 afterAll(async () => {
   await t?.close();
@@ -37,15 +40,30 @@ async function twoMessages(): Promise<{ sessionId: string; sent: [MessageWithPar
 async function rows(sessionId: string): Promise<Array<[string, Array<[string, string]>]>> {
   const db = t.ledger.deps.db;
   const messages = await db.selectFrom("message").select(["id"]).where("session_id", "=", sessionId).orderBy("position").execute();
-  const parts = await db.selectFrom("part").select(["id", "message_id", "kind"]).where("session_id", "=", sessionId).orderBy("position").execute();
+  const parts = await db
+    .selectFrom("part")
+    .select(["id", "message_id", "kind"])
+    .where("session_id", "=", sessionId)
+    .orderBy("position")
+    .execute();
   return messages.map((m) => [m.id, parts.filter((p) => p.message_id === m.id).map((p) => [p.id, p.kind] as [string, string])]);
 }
 
 /** The stored events after `afterSeq` as [kind, ids...]. */
 async function eventsAfter(sessionId: string, afterSeq: number): Promise<unknown[][]> {
-  const events = await t.ledger.deps.db.selectFrom("session_event").select(["kind", "data"]).where("session_id", "=", sessionId).where("seq", ">", afterSeq).orderBy("seq").execute();
+  const events = await t.ledger.deps.db
+    .selectFrom("session_event")
+    .select(["kind", "data"])
+    .where("session_id", "=", sessionId)
+    .where("seq", ">", afterSeq)
+    .orderBy("seq")
+    .execute();
   return events.map((e) => {
-    const data = e.data as { messageRemoved?: { messageId: string }; partRemoved?: { messageId: string; partId: string }; partUpdated?: { part: { id: string; text?: { text: string } } } };
+    const data = e.data as {
+      messageRemoved?: { messageId: string };
+      partRemoved?: { messageId: string; partId: string };
+      partUpdated?: { part: { id: string; text?: { text: string } } };
+    };
     if (data.messageRemoved) return [e.kind, data.messageRemoved.messageId];
     if (data.partRemoved) return [e.kind, data.partRemoved.messageId, data.partRemoved.partId];
     if (data.partUpdated) return [e.kind, data.partUpdated.part.id, data.partUpdated.part.text?.text];
@@ -106,15 +124,27 @@ describe("DeleteMessage / DeletePart / UpdatePart", () => {
     const before = await rows(sessionId);
     const notFound = (reason: string) => ({ code: Code.NotFound, reason });
     expect(await failure(t.client.deleteMessage({ sessionId, messageId: newId("msg") }))).toMatchObject(notFound("MESSAGE_NOT_FOUND"));
-    expect(await failure(t.client.deleteMessage({ sessionId, messageId: idOf(other.sent[0]) }))).toMatchObject(notFound("MESSAGE_NOT_FOUND"));
-    expect(await failure(t.client.deleteMessage({ sessionId: newId("ses"), messageId: idOf(m1) }))).toMatchObject(notFound("SESSION_NOT_FOUND"));
-    expect(await failure(t.client.deletePart({ sessionId, messageId: idOf(m1), partId: newId("prt") }))).toMatchObject(notFound("PART_NOT_FOUND"));
-    expect(await failure(t.client.deletePart({ sessionId, messageId: idOf(m1), partId: m2.parts[0]!.id }))).toMatchObject(notFound("PART_NOT_FOUND"));
-    expect(await failure(t.client.deletePart({ sessionId, messageId: newId("msg"), partId: m1.parts[0]!.id }))).toMatchObject(notFound("MESSAGE_NOT_FOUND"));
+    expect(await failure(t.client.deleteMessage({ sessionId, messageId: idOf(other.sent[0]) }))).toMatchObject(
+      notFound("MESSAGE_NOT_FOUND"),
+    );
+    expect(await failure(t.client.deleteMessage({ sessionId: newId("ses"), messageId: idOf(m1) }))).toMatchObject(
+      notFound("SESSION_NOT_FOUND"),
+    );
+    expect(await failure(t.client.deletePart({ sessionId, messageId: idOf(m1), partId: newId("prt") }))).toMatchObject(
+      notFound("PART_NOT_FOUND"),
+    );
+    expect(await failure(t.client.deletePart({ sessionId, messageId: idOf(m1), partId: m2.parts[0]!.id }))).toMatchObject(
+      notFound("PART_NOT_FOUND"),
+    );
+    expect(await failure(t.client.deletePart({ sessionId, messageId: newId("msg"), partId: m1.parts[0]!.id }))).toMatchObject(
+      notFound("MESSAGE_NOT_FOUND"),
+    );
     const ghost = create(PartSchema, { ...m1.parts[0]!, id: newId("prt") });
     expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: ghost }))).toMatchObject(notFound("PART_NOT_FOUND"));
     const elsewhere = create(PartSchema, { ...other.sent[0].parts[0]!, sessionId, messageId: idOf(m1) });
-    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: elsewhere }))).toMatchObject(notFound("PART_NOT_FOUND"));
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: elsewhere }))).toMatchObject(
+      notFound("PART_NOT_FOUND"),
+    );
     expect(await rows(sessionId)).toEqual(before);
   });
 
@@ -123,7 +153,12 @@ describe("DeleteMessage / DeletePart / UpdatePart", () => {
     const [m1, m2] = sent;
     const base = m1.parts[0]!;
     const invalid = (field: string) => ({ code: Code.InvalidArgument, reason: "INVALID_ARGUMENT", field });
-    const asFile = create(PartSchema, { id: base.id, sessionId, messageId: idOf(m1), kind: { case: "file", value: { mime: "text/plain", url: "data:text/plain,x" } } });
+    const asFile = create(PartSchema, {
+      id: base.id,
+      sessionId,
+      messageId: idOf(m1),
+      kind: { case: "file", value: { mime: "text/plain", url: "data:text/plain,x" } },
+    });
     expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: asFile }))).toMatchObject(invalid("part.kind"));
     const noKind = create(PartSchema, { id: base.id, sessionId, messageId: idOf(m1) });
     expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: noKind }))).toMatchObject(invalid("part.kind"));
@@ -132,7 +167,9 @@ describe("DeleteMessage / DeletePart / UpdatePart", () => {
     expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: moved }))).toMatchObject(invalid("part.message_id"));
     expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m2), part: moved }))).toMatchObject(invalid("part.message_id"));
     const otherSession = create(PartSchema, { ...base, sessionId: newId("ses") });
-    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: otherSession }))).toMatchObject(invalid("part.session_id"));
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1), part: otherSession }))).toMatchObject(
+      invalid("part.session_id"),
+    );
     expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1) }))).toMatchObject({ code: Code.InvalidArgument });
     expect((await t.client.getMessage({ sessionId, messageId: idOf(m1) })).message!.parts.map(partText)).toEqual(["one a", "one b"]);
   });
@@ -162,12 +199,16 @@ describe("ListChildren / GetStatus", () => {
   it("lists the sessions created with parent_id, newest first; a fork is not a child", async () => {
     const parent = (await t.client.createSession({ directory: t.dir, title: "parent" })).session!.id;
     const children = [];
-    for (const title of ["c1", "c2", "c3"]) children.push((await t.client.createSession({ directory: t.dir, title, parentId: parent })).session!);
+    for (const title of ["c1", "c2", "c3"])
+      children.push((await t.client.createSession({ directory: t.dir, title, parentId: parent })).session!);
     await t.client.forkSession({ sessionId: parent });
     const listed = (await t.client.listChildren({ sessionId: parent })).sessions;
     expect(listed.map((s) => [s.id, s.title, s.parentId])).toEqual([...children].reverse().map((s) => [s.id, s.title, parent]));
     expect((await t.client.listChildren({ sessionId: children[0]!.id })).sessions).toEqual([]);
-    expect(await failure(t.client.listChildren({ sessionId: newId("ses") }))).toMatchObject({ code: Code.NotFound, reason: "SESSION_NOT_FOUND" });
+    expect(await failure(t.client.listChildren({ sessionId: newId("ses") }))).toMatchObject({
+      code: Code.NotFound,
+      reason: "SESSION_NOT_FOUND",
+    });
   });
 
   it("GetStatus leaves out idle sessions and those that never ran", async () => {

@@ -68,11 +68,26 @@ describe("a session directory reached through a symlink", () => {
   it("still refuses an escape through a link inside the project, by either spelling", async () => {
     const { session } = await t.client.createSession({ directory: link });
     for (const dir of [link, real]) {
-      const error = await connectFailure(t.client.prompt({ sessionId: session!.id, noReply: true, parts: [text("x"), file(pathToFileURL(path.join(dir, "src", "out", "secret.txt")).href)] }));
+      const error = await connectFailure(
+        t.client.prompt({
+          sessionId: session!.id,
+          noReply: true,
+          parts: [text("x"), file(pathToFileURL(path.join(dir, "src", "out", "secret.txt")).href)],
+        }),
+      );
       expect(error.code).toBe(Code.PermissionDenied);
     }
-    const plain = await connectFailure(t.client.prompt({ sessionId: session!.id, noReply: true, parts: [text("x"), file(pathToFileURL(path.join(outside, "secret.txt")).href)] }));
-    expect([plain.code, plain.rawMessage]).toEqual([Code.PermissionDenied, `parts[1].file.url: ${path.join(outside, "secret.txt")} is outside the session directory and the configured roots`]);
+    const plain = await connectFailure(
+      t.client.prompt({
+        sessionId: session!.id,
+        noReply: true,
+        parts: [text("x"), file(pathToFileURL(path.join(outside, "secret.txt")).href)],
+      }),
+    );
+    expect([plain.code, plain.rawMessage]).toEqual([
+      Code.PermissionDenied,
+      `parts[1].file.url: ${path.join(outside, "secret.txt")} is outside the session directory and the configured roots`,
+    ]);
   });
 
   it("a configured root that is a link accepts both spellings of its files", async () => {
@@ -80,7 +95,11 @@ describe("a session directory reached through a symlink", () => {
     const res = await t.client.prompt({
       sessionId: session!.id,
       noReply: true,
-      parts: [text("docs"), file(pathToFileURL(path.join(base, "docs", "guide.md")).href), file(pathToFileURL(path.join(base, "docs real", "guide.md")).href)],
+      parts: [
+        text("docs"),
+        file(pathToFileURL(path.join(base, "docs", "guide.md")).href),
+        file(pathToFileURL(path.join(base, "docs real", "guide.md")).href),
+      ],
     });
     expect(res.message!.parts.filter((p) => p.kind.case === "text" && p.kind.value.synthetic).map((p) => shape(p).text)).toEqual([
       read(path.join(base, "docs real", "guide.md")),

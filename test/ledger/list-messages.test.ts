@@ -25,7 +25,10 @@ async function sevenMessages(): Promise<{ sessionId: string; sent: MessageWithPa
 }
 
 /** Every page of a listing as the first text of each message, page by page. */
-async function pages(sessionId: string, request: { pageSize: number; newestFirst?: boolean; includeReverted?: boolean }): Promise<string[][]> {
+async function pages(
+  sessionId: string,
+  request: { pageSize: number; newestFirst?: boolean; includeReverted?: boolean },
+): Promise<string[][]> {
   const out: string[][] = [];
   let pageToken = "";
   do {
@@ -55,12 +58,19 @@ describe("ListMessages order", () => {
     const { sessionId } = await sevenMessages();
     const oldest = await t.client.listMessages({ sessionId, pageSize: 2 });
     const newest = await t.client.listMessages({ sessionId, pageSize: 2, newestFirst: true });
-    expect(await failure(t.client.listMessages({ sessionId, pageSize: 2, newestFirst: true, pageToken: oldest.nextPageToken }))).toMatchObject({
+    expect(
+      await failure(t.client.listMessages({ sessionId, pageSize: 2, newestFirst: true, pageToken: oldest.nextPageToken })),
+    ).toMatchObject({
       code: Code.InvalidArgument,
       field: "page_token",
     });
-    expect(await failure(t.client.listMessages({ sessionId, pageSize: 2, pageToken: newest.nextPageToken }))).toMatchObject({ code: Code.InvalidArgument, field: "page_token" });
-    const message = await t.client.listMessages({ sessionId, pageSize: 2, pageToken: newest.nextPageToken }).catch((error: Error) => error.message);
+    expect(await failure(t.client.listMessages({ sessionId, pageSize: 2, pageToken: newest.nextPageToken }))).toMatchObject({
+      code: Code.InvalidArgument,
+      field: "page_token",
+    });
+    const message = await t.client
+      .listMessages({ sessionId, pageSize: 2, pageToken: newest.nextPageToken })
+      .catch((error: Error) => error.message);
     expect(message).toContain("page_token: continues a listing with newest_first = true; send the same newest_first");
     const forged = await t.client.listMessages({ sessionId, pageToken: "bm90LWEtdG9rZW4" }).catch((error: Error) => error.message);
     expect(forged).toContain("page_token: is not a page token issued by this service");
@@ -70,6 +80,9 @@ describe("ListMessages order", () => {
     const { sessionId, sent } = await sevenMessages();
     await t.client.revert({ sessionId, messageId: sent[4]!.message!.kind.value!.id });
     expect(await pages(sessionId, { pageSize: 3, newestFirst: true })).toEqual([["m4", "m3", "m2"], ["m1"]]);
-    expect(await pages(sessionId, { pageSize: 4, newestFirst: true, includeReverted: true })).toEqual([["m7", "m6", "m5", "m4"], ["m3", "m2", "m1"]]);
+    expect(await pages(sessionId, { pageSize: 4, newestFirst: true, includeReverted: true })).toEqual([
+      ["m7", "m6", "m5", "m4"],
+      ["m3", "m2", "m1"],
+    ]);
   });
 });

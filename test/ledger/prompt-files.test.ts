@@ -48,7 +48,11 @@ describe("file: URLs", () => {
     const filePath = path.join(t.dir, "my dir", "a.txt");
     expect(parts.map(shape)).toEqual([
       { kind: "text", synthetic: true, text: call({ filePath }) },
-      { kind: "text", synthetic: true, text: `<path>${filePath}</path>\n<type>file</type>\n<content>\n1: hello\n\n(End of file - total 1 lines)\n</content>` },
+      {
+        kind: "text",
+        synthetic: true,
+        text: `<path>${filePath}</path>\n<type>file</type>\n<content>\n1: hello\n\n(End of file - total 1 lines)\n</content>`,
+      },
       { kind: "file", mime: "text/plain", filename: "a.txt", url: url("my dir/a.txt") },
     ]);
   });
@@ -77,7 +81,12 @@ describe("file: URLs", () => {
       { kind: "text", synthetic: true, text: call({ filePath: missing }) },
       { kind: "text", synthetic: true, text: `Read tool failed to read ${missing} with the following error: File not found: ${missing}` },
     ]);
-    const events = await t.ledger.deps.db.selectFrom("session_event").select(["kind", "data"]).where("session_id", "=", sessionId).where("kind", "=", "session_error").execute();
+    const events = await t.ledger.deps.db
+      .selectFrom("session_event")
+      .select(["kind", "data"])
+      .where("session_id", "=", sessionId)
+      .where("kind", "=", "session_error")
+      .execute();
     expect(events).toHaveLength(1);
   });
 
@@ -88,9 +97,16 @@ describe("file: URLs", () => {
       { kind: "text", synthetic: true, text: call({ filePath: missing }) },
       { kind: "text", synthetic: true, text: `Read tool failed to read ${missing} with the following error: File not found: ${missing}` },
     ]);
-    const rows = await t.ledger.deps.db.selectFrom("session_event").select("data").where("session_id", "=", sessionId).where("kind", "=", "session_error").execute();
+    const rows = await t.ledger.deps.db
+      .selectFrom("session_event")
+      .select("data")
+      .where("session_id", "=", sessionId)
+      .where("kind", "=", "session_error")
+      .execute();
     expect(rows.map((r) => r.data)).toEqual([
-      expect.objectContaining({ sessionError: expect.objectContaining({ error: { message: `File not found: ${missing}`, fileRead: { path: missing } } }) }),
+      expect.objectContaining({
+        sessionError: expect.objectContaining({ error: { message: `File not found: ${missing}`, fileRead: { path: missing } } }),
+      }),
     ]);
   });
 
@@ -100,7 +116,11 @@ describe("file: URLs", () => {
     const dirPath = path.join(t.dir, "folder");
     expect(parts.map(shape)).toEqual([
       { kind: "text", synthetic: true, text: call({ filePath: dirPath }) },
-      { kind: "text", synthetic: true, text: `<path>${dirPath}</path>\n<type>directory</type>\n<entries>\nb.txt\nsub/\n\n(2 entries)\n</entries>` },
+      {
+        kind: "text",
+        synthetic: true,
+        text: `<path>${dirPath}</path>\n<type>directory</type>\n<entries>\nb.txt\nsub/\n\n(2 entries)\n</entries>`,
+      },
       { kind: "file", mime: "application/x-directory", filename: "folder", url: dirUrl },
     ]);
   });
@@ -118,7 +138,11 @@ describe("file: URLs", () => {
     const { parts } = await stored([file(url("bytes.bin.txt"), "application/octet-stream")]);
     expect(parts.map(shape)).toEqual([
       { kind: "text", synthetic: true, text: call({ filePath }) },
-      { kind: "text", synthetic: true, text: `Read tool failed to read ${filePath} with the following error: Cannot read binary file: ${filePath}` },
+      {
+        kind: "text",
+        synthetic: true,
+        text: `Read tool failed to read ${filePath} with the following error: Cannot read binary file: ${filePath}`,
+      },
     ]);
   });
 
@@ -173,7 +197,9 @@ describe("data: URLs", () => {
 
   it("decodes base64 wrapped every 76 characters", async () => {
     const body = "The quick brown fox jumps over the lazy dog. ".repeat(20);
-    const wrapped = Buffer.from(body).toString("base64").replace(/(.{76})/g, "$1\r\n");
+    const wrapped = Buffer.from(body)
+      .toString("base64")
+      .replace(/(.{76})/g, "$1\r\n");
     const { parts } = await stored([file(`data:text/plain;base64,${wrapped}`, "text/plain", "fox.txt")]);
     expect(partText(parts[1])).toBe(body);
   });
@@ -190,7 +216,9 @@ describe("file names", () => {
   it("a filename given as a full path is stored as its basename for every kind of file", async () => {
     await writeFile(path.join(t.dir, "spec.pdf"), "%PDF-1.7\n1 0 obj\n<<>>\nendobj\ntrailer\n<<>>\n%%EOF\n");
     await writeFile(path.join(t.dir, "pixel.png"), PNG_1X1);
-    const named = (draft: ReturnType<typeof file>, filename: string) => ({ kind: { case: "file" as const, value: { ...(draft.kind!.value as object), filename } } });
+    const named = (draft: ReturnType<typeof file>, filename: string) => ({
+      kind: { case: "file" as const, value: { ...(draft.kind!.value as object), filename } },
+    });
     const { parts } = await stored([
       named(file(url("spec.pdf"), "application/pdf"), "/home/me/docs/spec.pdf"),
       named(file(url("ten.txt")), "/home/me/ten.txt"),
@@ -202,6 +230,15 @@ describe("file names", () => {
       named(file(url("ten.txt")), "docs/ten.txt"),
     ]);
     // A relative name is kept: it names the file as the prompt text does (e.g. a reference's alias path).
-    expect(parts.filter((p) => p.kind.case === "file").map((p) => shape(p).filename)).toEqual(["spec.pdf", "ten.txt", "pixel.png", "folder", "hi.txt", "dot.png", "b.md", "docs/ten.txt"]);
+    expect(parts.filter((p) => p.kind.case === "file").map((p) => shape(p).filename)).toEqual([
+      "spec.pdf",
+      "ten.txt",
+      "pixel.png",
+      "folder",
+      "hi.txt",
+      "dot.png",
+      "b.md",
+      "docs/ten.txt",
+    ]);
   });
 });

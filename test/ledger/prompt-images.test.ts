@@ -108,7 +108,10 @@ describe("images are normalized before they are stored", () => {
   });
 
   it("stores the real mime: a GIF over 2000 px becomes a PNG, a PNG sent as octet-stream is an image/png", async () => {
-    const parts = await stored([file(url("photo.gif"), "image/gif"), file(toDataUrl("application/octet-stream", smallPng), "application/octet-stream")]);
+    const parts = await stored([
+      file(url("photo.gif"), "image/gif"),
+      file(toDataUrl("application/octet-stream", smallPng), "application/octet-stream"),
+    ]);
     expect(await image(parts[1])).toMatchObject({ mime: "image/png", filename: "photo.gif", format: "png", width: 2000, height: 133 });
     expect(await image(parts[2])).toMatchObject({ mime: "image/png", format: "png", width: 64, height: 48 });
   });
@@ -121,7 +124,10 @@ describe("images are normalized before they are stored", () => {
 
   it("leaves a PDF file as read", async () => {
     const parts = await stored([file(url("doc.pdf"), "application/pdf")]);
-    expect(parts[1]!.kind).toMatchObject({ case: "file", value: { mime: "application/pdf", url: expect.stringMatching(/^data:application\/pdf;base64,/) } });
+    expect(parts[1]!.kind).toMatchObject({
+      case: "file",
+      value: { mime: "application/pdf", url: expect.stringMatching(/^data:application\/pdf;base64,/) },
+    });
   });
 });
 
@@ -150,8 +156,14 @@ describe("broken images are refused at admission with nothing stored", () => {
 
   it("a later prompt in the same session is not poisoned by a refused image", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    await expect(t.client.prompt({ sessionId, noReply: true, parts: [text("x"), file(toDataUrl("image/png", truncatedPng), "image/png")] })).rejects.toThrow(ConnectError);
-    const ok = await t.client.prompt({ sessionId, noReply: true, parts: [text("again"), file(toDataUrl("image/png", smallPng), "image/png")] });
+    await expect(
+      t.client.prompt({ sessionId, noReply: true, parts: [text("x"), file(toDataUrl("image/png", truncatedPng), "image/png")] }),
+    ).rejects.toThrow(ConnectError);
+    const ok = await t.client.prompt({
+      sessionId,
+      noReply: true,
+      parts: [text("again"), file(toDataUrl("image/png", smallPng), "image/png")],
+    });
     expect((await t.client.listMessages({ sessionId })).messages).toEqual([ok.message]);
   });
 
@@ -183,12 +195,18 @@ describe("limits.image_pixels", () => {
       await writeFile(path.join(small.dir, "ok.png"), await solid(2000, 2000).png().toBuffer());
       const draft = file(pathToFileURL(path.join(small.dir, "square.png")).href, "image/png");
       const sessionId = (await small.client.createSession({ directory: small.dir })).session!.id;
-      const error = await small.client.prompt({ sessionId, noReply: true, parts: [text("x"), draft] }).catch((e: unknown) => ConnectError.from(e));
+      const error = await small.client
+        .prompt({ sessionId, noReply: true, parts: [text("x"), draft] })
+        .catch((e: unknown) => ConnectError.from(e));
       expect(error).toBeInstanceOf(ConnectError);
       expect((error as ConnectError).code).toBe(Code.ResourceExhausted);
       expect((error as ConnectError).rawMessage).toBe("parts[1].file.url: 9000000 pixels exceeds limit image_pixels (4000000 pixels)");
       expect((await small.client.listMessages({ sessionId })).messages).toEqual([]);
-      const ok = await small.client.prompt({ sessionId, noReply: true, parts: [text("x"), file(pathToFileURL(path.join(small.dir, "ok.png")).href, "image/png")] });
+      const ok = await small.client.prompt({
+        sessionId,
+        noReply: true,
+        parts: [text("x"), file(pathToFileURL(path.join(small.dir, "ok.png")).href, "image/png")],
+      });
       expect(ok.message?.parts).toHaveLength(3);
     } finally {
       await small.close();

@@ -31,21 +31,37 @@ afterAll(() => t?.close());
 async function tables(sessionId: string) {
   const db = t.ledger.deps.db;
   const session = await db.selectFrom("session").selectAll().where("id", "=", sessionId).executeTakeFirstOrThrow();
-  const messages = await db.selectFrom("message").select(["id", "position", "role"]).where("session_id", "=", sessionId).orderBy("position").execute();
-  const parts = await db.selectFrom("part").select(["id", "message_id", "position", "kind"]).where("session_id", "=", sessionId).orderBy("position").execute();
+  const messages = await db
+    .selectFrom("message")
+    .select(["id", "position", "role"])
+    .where("session_id", "=", sessionId)
+    .orderBy("position")
+    .execute();
+  const parts = await db
+    .selectFrom("part")
+    .select(["id", "message_id", "position", "kind"])
+    .where("session_id", "=", sessionId)
+    .orderBy("position")
+    .execute();
   const events = await db.selectFrom("session_event").select(["seq", "kind"]).where("session_id", "=", sessionId).orderBy("seq").execute();
   return { session, messages, parts, events };
 }
 
 async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
-  const error = await promise.then(() => undefined, (e: unknown) => e);
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(error).toBeInstanceOf(ConnectError);
   return error as ConnectError;
 }
 
 describe("stored shape", () => {
   it("stores text + file draft as message, parts and events in server order", async () => {
-    const { sessionId, message } = await promptOnce(t.client, t.dir, [text("explain this project"), file(pathToFileURL(path.join(t.dir, "README.md")).href)]);
+    const { sessionId, message } = await promptOnce(t.client, t.dir, [
+      text("explain this project"),
+      file(pathToFileURL(path.join(t.dir, "README.md")).href),
+    ]);
     const user = message.message!.kind;
     expect(user.case).toBe("user");
     expect(user.value!.id).toMatch(/^msg_[0-9A-HJKMNP-TV-Z]{26}$/);
@@ -77,17 +93,29 @@ describe("stored shape", () => {
       [10, "session_updated"],
     ]);
     expect(Number(rows.session.last_seq)).toBe(10);
-    const touched = await t.ledger.deps.db.selectFrom("session_event").select("data").where("session_id", "=", sessionId).where("seq", "=", 10).executeTakeFirstOrThrow();
+    const touched = await t.ledger.deps.db
+      .selectFrom("session_event")
+      .select("data")
+      .where("session_id", "=", sessionId)
+      .where("seq", "=", 10)
+      .executeTakeFirstOrThrow();
     expect(touched.data).toMatchObject({ sessionUpdated: { session: { messageCount: 1 } } });
     expect(Number(rows.session.last_position)).toBe(5);
   });
 
   it("stores an agent mention as the agent part plus a synthetic task hint", async () => {
-    const { message } = await promptOnce(t.client, t.dir, [text("find the config"), { kind: { case: "agent", value: { name: "explore" } } }]);
+    const { message } = await promptOnce(t.client, t.dir, [
+      text("find the config"),
+      { kind: { case: "agent", value: { name: "explore" } } },
+    ]);
     expect(message.parts.map(shape)).toEqual([
       { kind: "text", synthetic: false, text: "find the config" },
       { kind: "agent", name: "explore" },
-      { kind: "text", synthetic: true, text: " Use the above message and context to generate a prompt and call the task tool with subagent: explore" },
+      {
+        kind: "text",
+        synthetic: true,
+        text: " Use the above message and context to generate a prompt and call the task tool with subagent: explore",
+      },
     ]);
   });
 
@@ -105,11 +133,25 @@ describe("stored shape", () => {
   it("answers an MCP resource with the failure text while MCP is not configured", async () => {
     const { message } = await promptOnce(t.client, t.dir, [
       text("read it"),
-      { kind: { case: "file", value: { mime: "text/plain", filename: "doc", url: "file:///doc", source: { kind: { case: "resource", value: { clientName: "docs", uri: "docs://readme" } } } } } },
+      {
+        kind: {
+          case: "file",
+          value: {
+            mime: "text/plain",
+            filename: "doc",
+            url: "file:///doc",
+            source: { kind: { case: "resource", value: { clientName: "docs", uri: "docs://readme" } } },
+          },
+        },
+      },
     ]);
     expect(message.parts.slice(1).map(shape)).toEqual([
       { kind: "text", synthetic: true, text: "Reading MCP resource: doc (docs://readme)" },
-      { kind: "text", synthetic: true, text: 'Failed to read MCP resource doc: MCP server "docs" is not configured (no MCP servers are configured)' },
+      {
+        kind: "text",
+        synthetic: true,
+        text: 'Failed to read MCP resource doc: MCP server "docs" is not configured (no MCP servers are configured)',
+      },
     ]);
   });
 
@@ -117,7 +159,11 @@ describe("stored shape", () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     const partId = newId("prt");
     for (let i = 0; i < 5; i++) {
-      await t.client.prompt({ sessionId, noReply: true, parts: [i === 0 ? { kind: { case: "text", value: { id: partId, text: "0" } } } : text(String(i))] });
+      await t.client.prompt({
+        sessionId,
+        noReply: true,
+        parts: [i === 0 ? { kind: { case: "text", value: { id: partId, text: "0" } } } : text(String(i))],
+      });
     }
     const first = await t.client.listMessages({ sessionId, pageSize: 2 });
     const second = await t.client.listMessages({ sessionId, pageSize: 2, pageToken: first.nextPageToken });
@@ -151,7 +197,13 @@ describe("atomicity", () => {
     const taken = message.parts[0]!.id;
     const before = await tables(sessionId);
     const error = await rejection(
-      t.client.prompt({ sessionId, noReply: true, agent: "plan", model: { providerId: "a", modelId: "b" }, parts: [text("ok"), { kind: { case: "text", value: { id: taken, text: "dup" } } }] }),
+      t.client.prompt({
+        sessionId,
+        noReply: true,
+        agent: "plan",
+        model: { providerId: "a", modelId: "b" },
+        parts: [text("ok"), { kind: { case: "text", value: { id: taken, text: "dup" } } }],
+      }),
     );
     expect(error.code).toBe(Code.AlreadyExists);
     expect(error.rawMessage).toContain("parts[1].id");
@@ -186,7 +238,9 @@ describe("idempotency key (message_id)", () => {
   it("stores one message when the same prompt races itself", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     const messageId = newId("msg");
-    const results = await Promise.all(Array.from({ length: 8 }, () => t.client.prompt({ sessionId, messageId, noReply: true, parts: [text("race")] })));
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () => t.client.prompt({ sessionId, messageId, noReply: true, parts: [text("race")] })),
+    );
     for (const r of results) expect(r.message).toEqual(results[0]!.message);
     expect((await tables(sessionId)).messages).toHaveLength(1);
   });
@@ -204,7 +258,10 @@ describe("errors", () => {
     const before = await tables(sessionId);
     const error = await rejection(t.client.prompt({ sessionId, noReply: true, agent: "nobody", parts: [text("x")] }));
     expect(error.code).toBe(Code.NotFound);
-    expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "AGENT_NOT_FOUND", metadata: { agent: "nobody", available: "build,plan,general,explore" } });
+    expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({
+      reason: "AGENT_NOT_FOUND",
+      metadata: { agent: "nobody", available: "build,plan,general,explore" },
+    });
     expect(await tables(sessionId)).toEqual(before);
   });
 

@@ -36,7 +36,10 @@ const call = (input: Record<string, unknown>) => `Called the Read tool with the 
 describe("configured references", () => {
   it("reads a file inside a reference outside the session directory, with a leading reference note", async () => {
     const filePath = path.join(refDir, "guide", "intro.md");
-    const { sessionId, message } = await promptOnce(t.client, t.dir, [text("look"), file(pathToFileURL(filePath).href, "text/plain", "docs/guide/intro.md")]);
+    const { sessionId, message } = await promptOnce(t.client, t.dir, [
+      text("look"),
+      file(pathToFileURL(filePath).href, "text/plain", "docs/guide/intro.md"),
+    ]);
     const parts = message.parts.slice(1);
     expect(parts.map(shape)).toEqual([
       {
@@ -51,7 +54,11 @@ describe("configured references", () => {
         ].join("\n"),
       },
       { kind: "text", synthetic: true, text: call({ filePath }) },
-      { kind: "text", synthetic: true, text: `<path>${filePath}</path>\n<type>file</type>\n<content>\n1: # Intro\n\n(End of file - total 1 lines)\n</content>` },
+      {
+        kind: "text",
+        synthetic: true,
+        text: `<path>${filePath}</path>\n<type>file</type>\n<content>\n1: # Intro\n\n(End of file - total 1 lines)\n</content>`,
+      },
       { kind: "file", mime: "text/plain", filename: "docs/guide/intro.md", url: pathToFileURL(filePath).href },
     ]);
     const note = parts[0]!;
@@ -80,13 +87,17 @@ describe("configured references", () => {
 
   it("adds no note for a file in the session directory", async () => {
     await writeFile(path.join(t.dir, "local.txt"), "here\n");
-    const { message } = await promptOnce(t.client, t.dir, [file(pathToFileURL(path.join(t.dir, "local.txt")).href, "text/plain", "docs/local.txt")]);
+    const { message } = await promptOnce(t.client, t.dir, [
+      file(pathToFileURL(path.join(t.dir, "local.txt")).href, "text/plain", "docs/local.txt"),
+    ]);
     expect(message.parts.map((p) => p.kind.case)).toEqual(["text", "text", "file"]);
     expect(message.parts[0]!.kind.case === "text" && message.parts[0]!.kind.value.text).toMatch(/^Called the Read tool/);
   });
 
   it("still refuses a file outside the session directory and every reference", async () => {
-    const error = await promptOnce(t.client, t.dir, [file(pathToFileURL(path.join(outside, "secret.txt")).href, "text/plain", "docs/secret.txt")]).then(
+    const error = await promptOnce(t.client, t.dir, [
+      file(pathToFileURL(path.join(outside, "secret.txt")).href, "text/plain", "docs/secret.txt"),
+    ]).then(
       () => undefined,
       (e: unknown) => ConnectError.from(e),
     );
@@ -96,7 +107,11 @@ describe("configured references", () => {
 
 describe("reference config", () => {
   it("resolves reference paths against the config directory and adds them to the allowed roots", () => {
-    const config = buildConfig(configFileSchema.parse({ roots: ["shared"], reference: { docs: "../docs", abs: "/srv/ref" } }), undefined, "/etc/ledger");
+    const config = buildConfig(
+      configFileSchema.parse({ roots: ["shared"], reference: { docs: "../docs", abs: "/srv/ref" } }),
+      undefined,
+      "/etc/ledger",
+    );
     expect(config.references).toEqual({ docs: "/etc/docs", abs: "/srv/ref" });
     expect(allowedRoots(config)).toEqual(["/etc/ledger/shared", "/etc/docs", "/srv/ref"]);
   });

@@ -15,7 +15,10 @@ let t: TestLedger;
 let fake: FakeOpenAI;
 beforeAll(async () => {
   fake = await startFakeOpenAI();
-  t = await startTestLedger({ model: "fake/m", provider: { fake: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } } });
+  t = await startTestLedger({
+    model: "fake/m",
+    provider: { fake: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } },
+  });
 });
 afterAll(async () => {
   await t?.close();
@@ -38,13 +41,24 @@ async function threeMessages(): Promise<{ sessionId: string; sent: MessageWithPa
 async function rows(sessionId: string): Promise<Array<[string, Array<[string, string]>]>> {
   const db = t.ledger.deps.db;
   const messages = await db.selectFrom("message").select(["id"]).where("session_id", "=", sessionId).orderBy("position").execute();
-  const parts = await db.selectFrom("part").select(["id", "message_id", "kind"]).where("session_id", "=", sessionId).orderBy("position").execute();
+  const parts = await db
+    .selectFrom("part")
+    .select(["id", "message_id", "kind"])
+    .where("session_id", "=", sessionId)
+    .orderBy("position")
+    .execute();
   return messages.map((m) => [m.id, parts.filter((p) => p.message_id === m.id).map((p) => [p.id, p.kind] as [string, string])]);
 }
 
 /** The stored events after `afterSeq` as [kind, message id, part id?]. */
 async function eventsAfter(sessionId: string, afterSeq: number): Promise<unknown[][]> {
-  const events = await t.ledger.deps.db.selectFrom("session_event").select(["kind", "data"]).where("session_id", "=", sessionId).where("seq", ">", afterSeq).orderBy("seq").execute();
+  const events = await t.ledger.deps.db
+    .selectFrom("session_event")
+    .select(["kind", "data"])
+    .where("session_id", "=", sessionId)
+    .where("seq", ">", afterSeq)
+    .orderBy("seq")
+    .execute();
   return events.map((e) => {
     const data = e.data as { messageRemoved?: { messageId: string }; partRemoved?: { messageId: string; partId: string } };
     if (data.messageRemoved) return [e.kind, data.messageRemoved.messageId];
@@ -150,11 +164,26 @@ describe("Revert / Unrevert", () => {
   it("unknown message or part → NOT_FOUND, nothing marked", async () => {
     const { sessionId, sent } = await threeMessages();
     const other = await threeMessages();
-    expect(await failure(t.client.revert({ sessionId, messageId: newId("msg") }))).toMatchObject({ code: Code.NotFound, reason: "MESSAGE_NOT_FOUND" });
-    expect(await failure(t.client.revert({ sessionId, messageId: idOf(other.sent[0]!) }))).toMatchObject({ code: Code.NotFound, reason: "MESSAGE_NOT_FOUND" });
-    expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[0]!), partId: newId("prt") }))).toMatchObject({ code: Code.NotFound, reason: "PART_NOT_FOUND" });
-    expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[0]!), partId: sent[1]!.parts[0]!.id }))).toMatchObject({ code: Code.NotFound, reason: "PART_NOT_FOUND" });
-    expect(await failure(t.client.revert({ sessionId: newId("ses"), messageId: idOf(sent[0]!) }))).toMatchObject({ code: Code.NotFound, reason: "SESSION_NOT_FOUND" });
+    expect(await failure(t.client.revert({ sessionId, messageId: newId("msg") }))).toMatchObject({
+      code: Code.NotFound,
+      reason: "MESSAGE_NOT_FOUND",
+    });
+    expect(await failure(t.client.revert({ sessionId, messageId: idOf(other.sent[0]!) }))).toMatchObject({
+      code: Code.NotFound,
+      reason: "MESSAGE_NOT_FOUND",
+    });
+    expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[0]!), partId: newId("prt") }))).toMatchObject({
+      code: Code.NotFound,
+      reason: "PART_NOT_FOUND",
+    });
+    expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[0]!), partId: sent[1]!.parts[0]!.id }))).toMatchObject({
+      code: Code.NotFound,
+      reason: "PART_NOT_FOUND",
+    });
+    expect(await failure(t.client.revert({ sessionId: newId("ses"), messageId: idOf(sent[0]!) }))).toMatchObject({
+      code: Code.NotFound,
+      reason: "SESSION_NOT_FOUND",
+    });
     expect(await failure(t.client.revert({ sessionId, messageId: "msg_bad" }))).toMatchObject({ code: Code.InvalidArgument });
     expect((await t.client.getSession({ sessionId })).session!.revert).toBeUndefined();
   });
@@ -163,7 +192,10 @@ describe("Revert / Unrevert", () => {
     const { sessionId, sent } = await threeMessages();
     const stop = await hangLoop(t, fake, sessionId);
     try {
-      expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[1]!) }))).toMatchObject({ code: Code.FailedPrecondition, reason: "SESSION_BUSY" });
+      expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[1]!) }))).toMatchObject({
+        code: Code.FailedPrecondition,
+        reason: "SESSION_BUSY",
+      });
       expect(await failure(t.client.unrevert({ sessionId }))).toMatchObject({ code: Code.FailedPrecondition, reason: "SESSION_BUSY" });
     } finally {
       await stop();
@@ -181,7 +213,13 @@ describe("Revert / Unrevert", () => {
     await t.client.deleteMessage({ sessionId, messageId: m2 });
     expect((await t.client.getSession({ sessionId })).session!.revert).toMatchObject({ messageId: m3, partId: "" });
     expect(await listed(sessionId)).toEqual([[m1, ["one"]]]);
-    expect((await eventsAfter(sessionId, seq)).map((e) => e[0])).toEqual(["session_updated", "message_removed", "part_removed", "part_removed", "part_removed"]);
+    expect((await eventsAfter(sessionId, seq)).map((e) => e[0])).toEqual([
+      "session_updated",
+      "message_removed",
+      "part_removed",
+      "part_removed",
+      "part_removed",
+    ]);
     await t.client.prompt({ sessionId, noReply: true, parts: [text("four")] });
     expect((await listed(sessionId)).map(([, texts]) => texts)).toEqual([["one"], ["four"]]);
     expect((await rows(sessionId)).map(([id]) => id)).not.toContain(m3);

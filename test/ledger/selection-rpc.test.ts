@@ -30,7 +30,11 @@ afterAll(async () => {
   await fake?.close();
 });
 beforeEach(() => {
-  fake.setFallback({ kind: "error", status: 500, body: { error: { message: "fake OpenAI: no scripted reply queued", type: "server_error", code: "no_script" } } });
+  fake.setFallback({
+    kind: "error",
+    status: 500,
+    body: { error: { message: "fake OpenAI: no scripted reply queued", type: "server_error", code: "no_script" } },
+  });
 });
 
 async function newSession(model?: { providerId: string; modelId: string }): Promise<string> {
@@ -38,7 +42,10 @@ async function newSession(model?: { providerId: string; modelId: string }): Prom
 }
 
 async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
-  const error = await promise.then(() => undefined, (e: unknown) => e);
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(error).toBeInstanceOf(ConnectError);
   return error as ConnectError;
 }
@@ -50,7 +57,12 @@ function assistantOf(message: MessageWithParts | undefined): AssistantMessage {
 }
 
 async function eventKinds(sessionId: string): Promise<string[]> {
-  const rows = await t.ledger.deps.db.selectFrom("session_event").select("kind").where("session_id", "=", sessionId).orderBy("seq").execute();
+  const rows = await t.ledger.deps.db
+    .selectFrom("session_event")
+    .select("kind")
+    .where("session_id", "=", sessionId)
+    .orderBy("seq")
+    .execute();
   return rows.map((r) => r.kind);
 }
 
@@ -149,7 +161,9 @@ describe("the session's last model is skipped when it is not configured", () => 
     fake.push({ kind: "stream", chunks: [{ text: "fine" }] });
     await t.client.prompt({ sessionId, parts: [text("one")] });
     const requests = fake.requests.length;
-    const failed = assistantOf((await t.client.prompt({ sessionId, model: { providerId: "fake", modelId: "nope" }, parts: [text("two")] })).message);
+    const failed = assistantOf(
+      (await t.client.prompt({ sessionId, model: { providerId: "fake", modelId: "nope" }, parts: [text("two")] })).message,
+    );
     expect(failed.error?.kind.case).toBe("modelNotFound");
     expect(failed.error?.message).toContain("local/qwen");
     expect(show(failed.model)).toBe("fake/nope");

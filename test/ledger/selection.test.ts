@@ -28,7 +28,15 @@ const ref = (s: string) => ({ providerId: s.split("/")[0]!, modelId: s.split("/"
 const show = (m: { providerId: string; modelId: string } | undefined) => (m ? `${m.providerId}/${m.modelId}` : undefined);
 
 describe("agent, model and variant precedence", () => {
-  const cases: Array<{ name: string; agent?: string; input?: string; session?: string; variant?: string; model: string; wantVariant?: string }> = [
+  const cases: Array<{
+    name: string;
+    agent?: string;
+    input?: string;
+    session?: string;
+    variant?: string;
+    model: string;
+    wantVariant?: string;
+  }> = [
     { name: "config default when nothing else", model: "cfg/default" },
     { name: "session's last model over config", session: "other/m", model: "other/m" },
     { name: "agent's model over session", agent: "thinker", session: "other/m", model: "agentp/own", wantVariant: "high" },
@@ -39,7 +47,13 @@ describe("agent, model and variant precedence", () => {
     { name: "build has no model or variant", agent: "build", session: "other/m", model: "other/m" },
     { name: "session's last model skipped when its provider is not configured", session: "ghost/m", model: "cfg/default" },
     { name: "session's last model skipped when its provider lacks it", session: "other/nope", model: "cfg/default" },
-    { name: "unconfigured last model skipped for the agent's own model too", agent: "thinker", session: "ghost/m", model: "agentp/own", wantVariant: "high" },
+    {
+      name: "unconfigured last model skipped for the agent's own model too",
+      agent: "thinker",
+      session: "ghost/m",
+      model: "agentp/own",
+      wantVariant: "high",
+    },
     { name: "an unknown input model is kept (it ends in model_not_found)", input: "ghost/m", session: "other/m", model: "ghost/m" },
     { name: "an agent's unknown model is kept", agent: "ghostly", session: "other/m", model: "ghost/own" },
   ];
@@ -59,7 +73,15 @@ describe("agent, model and variant precedence", () => {
     try {
       resolveAgent(config, "ghost");
     } catch (error) {
-      expect((error as AgentNotFoundError).available).toEqual(["build", "plan", "general", "explore", "thinker", "wrongvariant", "ghostly"]);
+      expect((error as AgentNotFoundError).available).toEqual([
+        "build",
+        "plan",
+        "general",
+        "explore",
+        "thinker",
+        "wrongvariant",
+        "ghostly",
+      ]);
     }
   });
 

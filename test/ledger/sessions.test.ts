@@ -33,21 +33,32 @@ describe("session CRUD", () => {
   });
 
   it("requires a directory: INVALID_ARGUMENT naming it and saying what is expected, nothing stored", async () => {
-    const before = await t.ledger.deps.db.selectFrom("session").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow();
+    const before = await t.ledger.deps.db
+      .selectFrom("session")
+      .select((eb) => eb.fn.countAll().as("n"))
+      .executeTakeFirstOrThrow();
     for (const directory of [undefined, "", "   "]) {
       const error = await connectFailure(t.client.createSession({ directory, title: "no directory" }));
       expect(error.code).toBe(Code.InvalidArgument);
-      expect(error.rawMessage).toBe("directory: is required: the absolute path of an existing project directory on the server (the ledger CLI sends its working directory)");
+      expect(error.rawMessage).toBe(
+        "directory: is required: the absolute path of an existing project directory on the server (the ledger CLI sends its working directory)",
+      );
       expect(error.findDetails(ErrorInfoSchema)[0]?.metadata.field).toBe("directory");
       expect(error.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["directory"]);
     }
-    const after = await t.ledger.deps.db.selectFrom("session").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow();
+    const after = await t.ledger.deps.db
+      .selectFrom("session")
+      .select((eb) => eb.fn.countAll().as("n"))
+      .executeTakeFirstOrThrow();
     expect(Number(after.n)).toBe(Number(before.n));
   });
 
   it("refuses a relative directory (the server's working directory is not the client's)", async () => {
     const error = await connectFailure(t.client.createSession({ directory: "src" }));
-    expect([error.code, error.rawMessage]).toEqual([Code.InvalidArgument, `directory: "src" is relative: send the absolute path of the project directory (the server's working directory is not the client's)`]);
+    expect([error.code, error.rawMessage]).toEqual([
+      Code.InvalidArgument,
+      `directory: "src" is relative: send the absolute path of the project directory (the server's working directory is not the client's)`,
+    ]);
   });
 
   it("refuses a directory that does not exist and an unknown parent", async () => {
@@ -57,16 +68,27 @@ describe("session CRUD", () => {
   });
 
   it("refuses a malformed model on CreateSession and on a subtask draft with INVALID_ARGUMENT naming the field, storing nothing", async () => {
-    const before = await t.ledger.deps.db.selectFrom("session").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow();
+    const before = await t.ledger.deps.db
+      .selectFrom("session")
+      .select((eb) => eb.fn.countAll().as("n"))
+      .executeTakeFirstOrThrow();
     const refused = await failure(t.client.createSession({ directory: t.dir, model: { providerId: "", modelId: "x" } }));
     expect(refused).toMatchObject({ code: Code.InvalidArgument, field: "model.provider_id" });
     const slash = await failure(t.client.createSession({ directory: t.dir, model: { providerId: "a/b", modelId: "x" } }));
     expect(slash).toMatchObject({ code: Code.InvalidArgument, field: "model.provider_id" });
-    const after = await t.ledger.deps.db.selectFrom("session").select((eb) => eb.fn.countAll().as("n")).executeTakeFirstOrThrow();
+    const after = await t.ledger.deps.db
+      .selectFrom("session")
+      .select((eb) => eb.fn.countAll().as("n"))
+      .executeTakeFirstOrThrow();
     expect(Number(after.n)).toBe(Number(before.n));
 
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const subtask = { kind: { case: "subtask" as const, value: { prompt: "look", description: "d", agent: "explore", model: { providerId: "a", modelId: " " } } } };
+    const subtask = {
+      kind: {
+        case: "subtask" as const,
+        value: { prompt: "look", description: "d", agent: "explore", model: { providerId: "a", modelId: " " } },
+      },
+    };
     expect(await failure(t.client.prompt({ sessionId, noReply: true, parts: [text("go"), subtask] }))).toMatchObject({
       code: Code.InvalidArgument,
       field: "parts[1].subtask.model.model_id",
@@ -108,7 +130,8 @@ describe("ForkSession", () => {
   it("copies the messages before the given one with new ids, in order", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir, title: "origin" })).session!.id;
     const sent = [];
-    for (const word of ["one", "two", "three"]) sent.push((await t.client.prompt({ sessionId, noReply: true, parts: [text(word)] })).message!);
+    for (const word of ["one", "two", "three"])
+      sent.push((await t.client.prompt({ sessionId, noReply: true, parts: [text(word)] })).message!);
     const cut = sent[2]!.message!.kind.value!.id;
     const { session: fork } = await t.client.forkSession({ sessionId, messageId: cut });
     expect(fork!.title).toBe("origin (fork)");
@@ -127,7 +150,13 @@ describe("ForkSession", () => {
 describe("model selection end to end", () => {
   it("keeps the session's last model and records model switches", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const first = await t.client.prompt({ sessionId, noReply: true, model: { providerId: "b", modelId: "two" }, variant: "high", parts: [text("1")] });
+    const first = await t.client.prompt({
+      sessionId,
+      noReply: true,
+      model: { providerId: "b", modelId: "two" },
+      variant: "high",
+      parts: [text("1")],
+    });
     const second = await t.client.prompt({ sessionId, noReply: true, parts: [text("2")] });
     const user = (m: typeof first.message) => (m!.message!.kind.case === "user" ? m!.message!.kind.value : undefined);
     expect(user(first.message)?.model).toMatchObject({ providerId: "b", modelId: "two" });
@@ -136,7 +165,12 @@ describe("model selection end to end", () => {
     expect(user(second.message)?.variant).toBeUndefined();
     const session = (await t.client.getSession({ sessionId })).session!;
     expect(session.model).toMatchObject({ providerId: "b", modelId: "two" });
-    const kinds = await t.ledger.deps.db.selectFrom("session_event").select("kind").where("session_id", "=", sessionId).where("kind", "=", "model_switched").execute();
+    const kinds = await t.ledger.deps.db
+      .selectFrom("session_event")
+      .select("kind")
+      .where("session_id", "=", sessionId)
+      .where("kind", "=", "model_switched")
+      .execute();
     expect(kinds).toHaveLength(1);
   });
 

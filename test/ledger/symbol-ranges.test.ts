@@ -23,7 +23,19 @@ const TS = [
   "",
 ].join("\n");
 
-const PY = ["import os", "", "", "class Shape:", "    def area(self):", "        return 0", "", "", "def main():", "    print(Shape().area())", ""].join("\n");
+const PY = [
+  "import os",
+  "",
+  "",
+  "class Shape:",
+  "    def area(self):",
+  "        return 0",
+  "",
+  "",
+  "def main():",
+  "    print(Shape().area())",
+  "",
+].join("\n");
 
 let t: TestLedger;
 beforeAll(async () => {
@@ -34,7 +46,8 @@ beforeAll(async () => {
 afterAll(() => t?.close());
 
 const call = (input: Record<string, unknown>) => `Called the Read tool with the following input: ${JSON.stringify(input)}`;
-const read = (filePath: string, lines: string, footer: string) => `<path>${filePath}</path>\n<type>file</type>\n<content>\n${lines}\n\n${footer}\n</content>`;
+const read = (filePath: string, lines: string, footer: string) =>
+  `<path>${filePath}</path>\n<type>file</type>\n<content>\n${lines}\n\n${footer}\n</content>`;
 
 async function stored(name: string, line: number) {
   const url = `${pathToFileURL(path.join(t.dir, name)).href}?start=${line}&end=${line}`;
@@ -58,7 +71,11 @@ describe("symbol ranges through Prompt", () => {
       {
         kind: "text",
         synthetic: true,
-        text: read(filePath, "3: export function greet(name: string): string {\n4:   return join('hello', name);\n5: }", "(Showing lines 3-5 of 11. Use offset=6 to continue.)"),
+        text: read(
+          filePath,
+          "3: export function greet(name: string): string {\n4:   return join('hello', name);\n5: }",
+          "(Showing lines 3-5 of 11. Use offset=6 to continue.)",
+        ),
       },
       { kind: "file", mime: "text/plain", filename: "greet.ts", url },
     ]);
@@ -72,7 +89,11 @@ describe("symbol ranges through Prompt", () => {
     expect(parts[2]).toEqual({
       kind: "text",
       synthetic: true,
-      text: read(filePath, "8:   hello(who: string): string {\n9:     return greet(who);\n10:   }", "(Showing lines 8-10 of 11. Use offset=11 to continue.)"),
+      text: read(
+        filePath,
+        "8:   hello(who: string): string {\n9:     return greet(who);\n10:   }",
+        "(Showing lines 8-10 of 11. Use offset=11 to continue.)",
+      ),
     });
     expect(metadata).toEqual({ symbol: { name: "hello", kind: "method", start: 8, end: 10 } });
   });
@@ -84,7 +105,11 @@ describe("symbol ranges through Prompt", () => {
     expect(shape.parts[2]).toEqual({
       kind: "text",
       synthetic: true,
-      text: read(filePath, "4: class Shape:\n5:     def area(self):\n6:         return 0", "(Showing lines 4-6 of 10. Use offset=7 to continue.)"),
+      text: read(
+        filePath,
+        "4: class Shape:\n5:     def area(self):\n6:         return 0",
+        "(Showing lines 4-6 of 10. Use offset=7 to continue.)",
+      ),
     });
     expect(shape.metadata).toEqual({ symbol: { name: "Shape", kind: "class", start: 4, end: 6 } });
 
@@ -116,7 +141,10 @@ describe("symbol ranges through Prompt", () => {
       const filePath = path.join(limited.dir, "greet.ts");
       const url = (line: number) => `${pathToFileURL(filePath).href}?start=${line}&end=${line}`;
       const { message } = await promptOnce(limited.client, limited.dir, [text("look"), file(url(3)), file(url(8))]);
-      const texts = message.parts.map(shape).filter((p) => p.kind === "text").map((p) => p.text);
+      const texts = message.parts
+        .map(shape)
+        .filter((p) => p.kind === "text")
+        .map((p) => p.text);
       expect(texts).toContain(call({ filePath, offset: 3, limit: 3 }));
       expect(texts).toContain(call({ filePath, offset: 8, limit: 1 }));
     } finally {

@@ -28,7 +28,11 @@ afterAll(() => t?.close());
 
 /** Posts a raw Connect JSON body; returns the HTTP status and the parsed answer. */
 async function post(method: string, body: string): Promise<{ status: number; json: JsonObject }> {
-  const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/${method}`, { method: "POST", headers: { "content-type": "application/json" }, body });
+  const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/${method}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body,
+  });
   return { status: res.status, json: (await res.json()) as JsonObject };
 }
 
@@ -41,7 +45,9 @@ async function promptJson(partsJson: string, extra = ""): Promise<JsonObject> {
   const id = ((answered.message as JsonObject).user as JsonObject).id as string;
   const stored = await t.client.getMessage({ sessionId, messageId: id });
   // The answer is exactly what a later read returns.
-  expect(toJson(MessageWithPartsSchema, fromJson(MessageWithPartsSchema, answered))).toEqual(toJson(MessageWithPartsSchema, stored.message!));
+  expect(toJson(MessageWithPartsSchema, fromJson(MessageWithPartsSchema, answered))).toEqual(
+    toJson(MessageWithPartsSchema, stored.message!),
+  );
   return answered;
 }
 
@@ -72,7 +78,9 @@ describe("bad strings in structured fields are stored as U+FFFD (Connect JSON, a
   });
 
   it("nested lists and objects inside metadata, keys and values at every depth", async () => {
-    const message = await promptJson(String.raw`{"text":{"text":"n","metadata":{"l":[["\u0000",{"k\ud800":["\udc00",1,true,null]}]],"o":{"\u0000":{"\u0000\u0000":"\ud83d\ude00"}}}}}`);
+    const message = await promptJson(
+      String.raw`{"text":{"text":"n","metadata":{"l":[["\u0000",{"k\ud800":["\udc00",1,true,null]}]],"o":{"\u0000":{"\u0000\u0000":"\ud83d\ude00"}}}}}`,
+    );
     expect(firstPart(message).text).toEqual({
       text: "n",
       metadata: { l: [[R, { [`k${R}`]: [R, 1, true, null] }]], o: { [R]: { [R + R]: "\u{1F600}" } } },
@@ -85,13 +93,27 @@ describe("bad strings in structured fields are stored as U+FFFD (Connect JSON, a
       String.raw`"system":"s\u0000","variant":"v\u0000","format":{"jsonSchema":{"schema":{"type":"object","propert\ud800ies":{}}}},`,
     );
     const parts = message.parts as JsonObject[];
-    expect(parts.map((p) => p.text ?? p.file)).toEqual([{ text: `a${R}b${R}c` }, { mime: `text/pl${R}ain`, filename: `n${R}.txt`, url: `https://example.com/${R}` }]);
-    expect(user(message)).toMatchObject({ system: `s${R}`, variant: `v${R}`, format: { jsonSchema: { schema: { type: "object", [`propert${R}ies`]: {} } } } });
+    expect(parts.map((p) => p.text ?? p.file)).toEqual([
+      { text: `a${R}b${R}c` },
+      { mime: `text/pl${R}ain`, filename: `n${R}.txt`, url: `https://example.com/${R}` },
+    ]);
+    expect(user(message)).toMatchObject({
+      system: `s${R}`,
+      variant: `v${R}`,
+      format: { jsonSchema: { schema: { type: "object", [`propert${R}ies`]: {} } } },
+    });
   });
 
   it("a lone surrogate in a typed string field is refused while decoding (proto strings are UTF-8): INVALID_ARGUMENT naming the field", async () => {
-    const { status, json } = await post("Prompt", String.raw`{"sessionId":"${sessionId}","noReply":true,"variant":"v\ud800","parts":[{"text":{"text":"x"}}]}`);
-    expect([status, json.code, json.message]).toEqual([400, "invalid_argument", "cannot decode field ledger.v1.PromptRequest.variant from JSON: expected string: invalid UTF8"]);
+    const { status, json } = await post(
+      "Prompt",
+      String.raw`{"sessionId":"${sessionId}","noReply":true,"variant":"v\ud800","parts":[{"text":{"text":"x"}}]}`,
+    );
+    expect([status, json.code, json.message]).toEqual([
+      400,
+      "invalid_argument",
+      "cannot decode field ledger.v1.PromptRequest.variant from JSON: expected string: invalid UTF8",
+    ]);
   });
 
   it("a subtask draft's prompt and description", async () => {
@@ -102,8 +124,15 @@ describe("bad strings in structured fields are stored as U+FFFD (Connect JSON, a
 
 describe("numbers JSON cannot hold", () => {
   it("NaN and ±Infinity inside a Struct, sent over the binary protocol, are stored as null (JSON.stringify's rule); a double field keeps NaN", async () => {
-    const binary = createClient(SessionService, createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true }));
-    const res = await binary.prompt({ sessionId, noReply: true, parts: [{ kind: { case: "text", value: { text: "n", metadata: { n: NaN, i: -Infinity, l: [Infinity, 1.5], o: { z: NaN } } } } }] });
+    const binary = createClient(
+      SessionService,
+      createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true }),
+    );
+    const res = await binary.prompt({
+      sessionId,
+      noReply: true,
+      parts: [{ kind: { case: "text", value: { text: "n", metadata: { n: NaN, i: -Infinity, l: [Infinity, 1.5], o: { z: NaN } } } } }],
+    });
     const part = res.message!.parts[0]!;
     expect(part.kind.case === "text" && part.kind.value.metadata).toEqual({ n: null, i: null, l: [null, 1.5], o: { z: null } });
     const stored = await binary.getMessage({ sessionId, messageId: res.message!.message!.kind.value!.id });
@@ -138,14 +167,20 @@ describe("sessions, parts and commands follow the same rule", () => {
   it("UpdatePart with a part id that is not a part id → INVALID_ARGUMENT on part.id", async () => {
     const message = await promptJson(String.raw`{"text":{"text":"x"}}`);
     const messageId = user(message).id as string;
-    const { status, json } = await post("UpdatePart", String.raw`{"sessionId":"${sessionId}","messageId":"${messageId}","part":{"id":"prt_\u0000","sessionId":"${sessionId}","messageId":"${messageId}","text":{"text":"e"}}}`);
+    const { status, json } = await post(
+      "UpdatePart",
+      String.raw`{"sessionId":"${sessionId}","messageId":"${messageId}","part":{"id":"prt_\u0000","sessionId":"${sessionId}","messageId":"${messageId}","text":{"text":"e"}}}`,
+    );
     expect(status).toBe(400);
     expect(json.code).toBe("invalid_argument");
     expect(json.message).toMatch(/^part\.id: .* is not a part id: expected prt_ followed by 26 Crockford base32 characters/);
   });
 
   it("Command arguments", async () => {
-    const { status, json } = await post("Command", String.raw`{"sessionId":"${sessionId}","command":"echo","arguments":"a\u0000b","noReply":true}`);
+    const { status, json } = await post(
+      "Command",
+      String.raw`{"sessionId":"${sessionId}","command":"echo","arguments":"a\u0000b","noReply":true}`,
+    );
     expect(status).toBe(200);
     expect(((json.message as JsonObject).parts as JsonObject[])[0]!.text).toEqual({ text: `Echo: a${R}b` });
   });
@@ -155,7 +190,11 @@ describe("sessions, parts and commands follow the same rule", () => {
     expect([listed.status, listed.json.code]).toEqual([400, "invalid_argument"]);
     const token = Buffer.from(JSON.stringify({ t: new Date().toISOString(), id: "ses_\u0000" })).toString("base64url");
     const paged = await post("ListSessions", JSON.stringify({ pageToken: token }));
-    expect([paged.status, paged.json.code, paged.json.message]).toEqual([400, "invalid_argument", "page_token: is not a page token issued by this service"]);
+    expect([paged.status, paged.json.code, paged.json.message]).toEqual([
+      400,
+      "invalid_argument",
+      "page_token: is not a page token issued by this service",
+    ]);
   });
 });
 

@@ -42,7 +42,11 @@ beforeAll(async () => {
   const provider = (url: string) => ({ npm: "@ai-sdk/openai-compatible", options: { baseURL: url, apiKey: "test" }, models: { m: {} } });
   t = await startTestLedger({
     model: "main/m",
-    provider: Object.fromEntries([["main", provider(main.url)], ["spare", provider(spare.url)], ...lanes.map((f, i) => [`lane${i}`, provider(f.url)])]),
+    provider: Object.fromEntries([
+      ["main", provider(main.url)],
+      ["spare", provider(spare.url)],
+      ...lanes.map((f, i) => [`lane${i}`, provider(f.url)]),
+    ]),
     retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
   });
   await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\n");
@@ -64,13 +68,22 @@ const newSession = async () => (await t.client.createSession({ directory: t.dir 
 
 /** The session row's `last_seq` and `pruned_seq`. */
 async function bounds(sessionId: string): Promise<{ lastSeq: bigint; prunedSeq: bigint }> {
-  const row = await t.ledger.deps.db.selectFrom("session").select(["last_seq", "pruned_seq"]).where("id", "=", sessionId).executeTakeFirstOrThrow();
+  const row = await t.ledger.deps.db
+    .selectFrom("session")
+    .select(["last_seq", "pruned_seq"])
+    .where("id", "=", sessionId)
+    .executeTakeFirstOrThrow();
   return { lastSeq: BigInt(row.last_seq), prunedSeq: BigInt(row.pruned_seq) };
 }
 
 /** The seqs of the session's `session_event` rows, ascending. */
 async function storedSeqs(sessionId: string): Promise<number[]> {
-  const rows = await t.ledger.deps.db.selectFrom("session_event").select("seq").where("session_id", "=", sessionId).orderBy("seq").execute();
+  const rows = await t.ledger.deps.db
+    .selectFrom("session_event")
+    .select("seq")
+    .where("session_id", "=", sessionId)
+    .orderBy("seq")
+    .execute();
   return rows.map((r) => Number(r.seq));
 }
 
@@ -175,7 +188,17 @@ class ClientState {
   readonly stored: number[] = [];
   /** Every text a part had after applying a delta (must each be a prefix of the final text). */
   readonly intermediate = new Map<string, string[]>();
-  readonly stats = { applied: 0, overlapped: 0, skipped: 0, gaps: 0, unknownPart: 0, deltaAhead: 0, duplicates: 0, seqGaps: 0, unsynced: 0 };
+  readonly stats = {
+    applied: 0,
+    overlapped: 0,
+    skipped: 0,
+    gaps: 0,
+    unknownPart: 0,
+    deltaAhead: 0,
+    duplicates: 0,
+    seqGaps: 0,
+    unsynced: 0,
+  };
   /**
    * Parts that had a delta applied exactly on this attachment: the stream is then live for them,
    * so every later delta must apply exactly too (a snapshot in between only catches up). A
@@ -209,7 +232,8 @@ class ClientState {
         this.messages.set(messageId(message), message);
         if (!this.partOrder.has(messageId(message))) this.partOrder.set(messageId(message), []);
         const a = assistantOf(message);
-        if (a && a.time?.completed && (a.error !== undefined || a.finish !== "tool-calls") && (!this.userId || a.parentId === this.userId)) this.answered = true;
+        if (a && a.time?.completed && (a.error !== undefined || a.finish !== "tool-calls") && (!this.userId || a.parentId === this.userId))
+          this.answered = true;
         break;
       }
       case "messageRemoved":
@@ -231,7 +255,11 @@ class ClientState {
         const { messageId: owner, partId } = event.kind.value;
         this.parts.delete(partId);
         const order = this.partOrder.get(owner);
-        if (order) this.partOrder.set(owner, order.filter((id) => id !== partId));
+        if (order)
+          this.partOrder.set(
+            owner,
+            order.filter((id) => id !== partId),
+          );
         break;
       }
       case "sessionStatus":
@@ -362,7 +390,14 @@ describe("disconnect at random points and re-attach", () => {
     }
     return {
       replies: [
-        { kind: "stream", chunks: [{ text: "Let me read. " }, { toolCall: { id: `call_${n}`, name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) } }], delayMs: 5 },
+        {
+          kind: "stream",
+          chunks: [
+            { text: "Let me read. " },
+            { toolCall: { id: `call_${n}`, name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) } },
+          ],
+          delayMs: 5,
+        },
         { kind: "stream", chunks, delayMs: CHUNK_DELAY_MS },
       ],
       answer: chunks.map((c) => ("text" in c ? c.text : "")).join(""),
@@ -425,18 +460,31 @@ describe("disconnect at random points and re-attach", () => {
     expect(client.length, seed).toBe(server.length);
     client.forEach((c, i) => {
       const s = server[i]!;
-      expect(equals(MessageSchema, c.message, s.message!), `${seed}: message ${i} ${JSON.stringify(toJson(MessageSchema, c.message))} vs ${JSON.stringify(toJson(MessageSchema, s.message!))}`).toBe(true);
+      expect(
+        equals(MessageSchema, c.message, s.message!),
+        `${seed}: message ${i} ${JSON.stringify(toJson(MessageSchema, c.message))} vs ${JSON.stringify(toJson(MessageSchema, s.message!))}`,
+      ).toBe(true);
       c.parts.forEach((p, j) => {
-        expect(equals(PartSchema, p, s.parts[j]!), `${seed}: part ${p.id} ${JSON.stringify(toJson(PartSchema, p))} vs ${JSON.stringify(toJson(PartSchema, s.parts[j]!))}`).toBe(true);
+        expect(
+          equals(PartSchema, p, s.parts[j]!),
+          `${seed}: part ${p.id} ${JSON.stringify(toJson(PartSchema, p))} vs ${JSON.stringify(toJson(PartSchema, s.parts[j]!))}`,
+        ).toBe(true);
       });
     });
     // The answer is the scripted one: tool step, then the streamed text.
-    expect(server.map((m) => m.message?.kind.case), seed).toEqual(["user", "assistant", "assistant"]);
-    expect(server[1]!.parts.find((p) => p.kind.case === "tool")?.kind.value, seed).toMatchObject({ callId: `call_${n}`, state: { status: { case: "completed" } } });
+    expect(
+      server.map((m) => m.message?.kind.case),
+      seed,
+    ).toEqual(["user", "assistant", "assistant"]);
+    expect(server[1]!.parts.find((p) => p.kind.case === "tool")?.kind.value, seed).toMatchObject({
+      callId: `call_${n}`,
+      state: { status: { case: "completed" } },
+    });
     expect(server[2]!.parts.find((p) => p.kind.case === "text")?.kind.value, seed).toMatchObject({ text: answer });
     // Every text a part had while streaming was a prefix of its final text.
     const finalText = new Map(server.flatMap((m) => m.parts.map((p) => [p.id, textOf(p) ?? ""] as const)));
-    for (const [id, texts] of state.intermediate) for (const x of texts) expect(finalText.get(id)!.startsWith(x), `${seed}: part ${id} had ${JSON.stringify(x)}`).toBe(true);
+    for (const [id, texts] of state.intermediate)
+      for (const x of texts) expect(finalText.get(id)!.startsWith(x), `${seed}: part ${id} had ${JSON.stringify(x)}`).toBe(true);
 
     // Stored seqs: each once, no gap across attachments, exactly the table's.
     expect(state.stats.duplicates, seed).toBe(0);
@@ -447,7 +495,10 @@ describe("disconnect at random points and re-attach", () => {
     expect(state.stored, seed).toEqual(range(Number(initial) + 1, Number(state.lastSeq)));
     const { lastSeq } = await bounds(sessionId);
     expect(state.lastSeq, seed).toBe(lastSeq);
-    expect((await storedSeqs(sessionId)).filter((s) => s > Number(initial)), seed).toEqual(state.stored);
+    expect(
+      (await storedSeqs(sessionId)).filter((s) => s > Number(initial)),
+      seed,
+    ).toEqual(state.stored);
     return { sessionId, attachments, stats: state.stats };
   }
 
@@ -476,7 +527,11 @@ describe("disconnect at random points and re-attach", () => {
       expect(attempts.count).toBeGreaterThanOrEqual(SOAK_ITERATIONS);
       // No stream outlives its client: every cut subscription was released on the server.
       const ids = new Set(results.map((r) => r.sessionId));
-      await waitFor(() => t.ledger.deps.bus.watchedSessions().every((id) => !ids.has(id)), "the server to drop the cut streams' subscriptions", 5000);
+      await waitFor(
+        () => t.ledger.deps.bus.watchedSessions().every((id) => !ids.has(id)),
+        "the server to drop the cut streams' subscriptions",
+        5000,
+      );
       process.stdout.write(
         `soak (seed ${SOAK_SEED}): ${attempts.count} attachments over ${results.length} sessions in ${Date.now() - started} ms; deltas ${JSON.stringify(total)}\n`,
       );
@@ -505,7 +560,13 @@ describe("stale and ahead cursors", () => {
     expect(info).toMatchObject({
       reason: "CURSOR_EXPIRED",
       domain: "ledger.v1",
-      metadata: { field: "after_seq", after_seq: "0", pruned_seq: String(after.prunedSeq), last_seq: String(after.lastSeq), action: "reload with ListMessages" },
+      metadata: {
+        field: "after_seq",
+        after_seq: "0",
+        pruned_seq: String(after.prunedSeq),
+        last_seq: String(after.lastSeq),
+        action: "reload with ListMessages",
+      },
     });
     expect(expired.rawMessage).toContain("ListMessages");
     // One below the pruned seq is expired too.
@@ -522,11 +583,16 @@ describe("stale and ahead cursors", () => {
     await reader.reach(lastSeq);
     await reader.stop();
     expect(reader.events.map((e) => Number(e.seq))).toEqual(range(Number(after.lastSeq) + 1, Number(lastSeq)));
-    expect(reader.events.find((e) => e.kind.case === "prompted")?.kind.value).toMatchObject({ messageId: messageId(next.message!.message) });
+    expect(reader.events.find((e) => e.kind.case === "prompted")?.kind.value).toMatchObject({
+      messageId: messageId(next.message!.message),
+    });
 
     const ahead = await failure(t.client.watchSession({ sessionId, afterSeq: lastSeq + 1n }));
     expect(ahead.code).toBe(Code.OutOfRange);
-    expect(ahead.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "CURSOR_AHEAD", metadata: { after_seq: String(lastSeq + 1n), last_seq: String(lastSeq) } });
+    expect(ahead.findDetails(ErrorInfoSchema)[0]).toMatchObject({
+      reason: "CURSOR_AHEAD",
+      metadata: { after_seq: String(lastSeq + 1n), last_seq: String(lastSeq) },
+    });
   });
 });
 
@@ -549,7 +615,8 @@ describe("cursor pruned during the replay", () => {
         await sql`lock table session_event in access exclusive mode`.execute(trx);
         done = (async () => {
           try {
-            for await (const res of t.client.watchSession({ sessionId, afterSeq: 0n }, { signal: controller.signal })) events.push(res.event!);
+            for await (const res of t.client.watchSession({ sessionId, afterSeq: 0n }, { signal: controller.signal }))
+              events.push(res.event!);
           } catch (error) {
             if (!controller.signal.aborted) failed = ConnectError.from(error);
           }
@@ -557,7 +624,9 @@ describe("cursor pruned during the replay", () => {
         await waitFor(async () => {
           const waiting = await sql<{ n: number }>`
             select count(*)::int as n from pg_stat_activity
-            where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%session_event%'`.execute(db);
+            where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%session_event%'`.execute(
+            db,
+          );
           return waiting.rows[0]!.n > 0;
         }, "WatchSession's replay to wait on session_event");
         // Retention runs now: the cursor (0) was valid when checked, and is not any more.
@@ -570,7 +639,11 @@ describe("cursor pruned during the replay", () => {
       controller.abort();
       await done;
       // Correct: no event after a gap, and the stream ends with OUT_OF_RANGE CURSOR_EXPIRED.
-      expect({ seqs: events.map((e) => Number(e.seq)), code: failed?.code, reason: failed?.findDetails(ErrorInfoSchema)[0]?.reason }).toEqual({
+      expect({
+        seqs: events.map((e) => Number(e.seq)),
+        code: failed?.code,
+        reason: failed?.findDetails(ErrorInfoSchema)[0]?.reason,
+      }).toEqual({
         seqs: [],
         code: Code.OutOfRange,
         reason: "CURSOR_EXPIRED",
@@ -599,7 +672,10 @@ describe("a PromptStream client that goes away early", () => {
     const received: SessionEvent[] = [];
     const call = (async () => {
       try {
-        for await (const res of t.client.promptStream({ sessionId, model: { providerId: "spare", modelId: "m" }, parts: [text("are you there?")] }, { signal: controller.signal }))
+        for await (const res of t.client.promptStream(
+          { sessionId, model: { providerId: "spare", modelId: "m" }, parts: [text("are you there?")] },
+          { signal: controller.signal },
+        ))
           received.push(res.event!);
       } catch (error) {
         if (!controller.signal.aborted) throw error;
@@ -610,7 +686,9 @@ describe("a PromptStream client that goes away early", () => {
       await waitFor(async () => {
         const waiting = await sql<{ n: number }>`
           select count(*)::int as n from pg_stat_activity
-          where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%for update%'`.execute(db);
+          where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%for update%'`.execute(
+          db,
+        );
         return waiting.rows[0]!.n > 0;
       }, "PromptStream's write to wait for the session row");
     } else {
@@ -626,7 +704,12 @@ describe("a PromptStream client that goes away early", () => {
     // The prompt was stored; the client re-attaches as the contract says and waits for the answer.
     await waitFor(async () => (await listAll(sessionId)).length >= 1, "the prompt to be stored");
     const reader = tail(sessionId, 0n);
-    const answered = await waitFor(async () => reader.events.some((e) => e.kind.case === "messageUpdated" && assistantOf(e.kind.value.message)?.time?.completed !== undefined), "the answer", 3000).then(
+    const answered = await waitFor(
+      async () =>
+        reader.events.some((e) => e.kind.case === "messageUpdated" && assistantOf(e.kind.value.message)?.time?.completed !== undefined),
+      "the answer",
+      3000,
+    ).then(
       () => true,
       () => false,
     );
@@ -649,7 +732,15 @@ describe("PromptStream and WatchSession agree", () => {
     await watcher.reach(lastSeq);
 
     main.push(
-      { kind: "stream", chunks: [{ reasoning: "thinking " }, { reasoning: "hard" }, { toolCall: { id: "call_same", name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) } }], delayMs: 5 },
+      {
+        kind: "stream",
+        chunks: [
+          { reasoning: "thinking " },
+          { reasoning: "hard" },
+          { toolCall: { id: "call_same", name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) } },
+        ],
+        delayMs: 5,
+      },
       { kind: "stream", chunks: Array.from({ length: 30 }, (_, i) => ({ text: `tok${i}${i % 4 === 0 ? "🎉" : ""} ` })), delayMs: 8 },
     );
     const streamed: SessionEvent[] = [];
@@ -670,7 +761,16 @@ describe("PromptStream and WatchSession agree", () => {
     const state = new ClientState(first - 1n);
     for (const e of streamed) state.apply(e);
     const deltas = streamed.filter((e) => e.kind.case === "partDelta");
-    expect(state.stats).toMatchObject({ applied: deltas.length, gaps: 0, skipped: 0, overlapped: 0, unknownPart: 0, deltaAhead: 0, duplicates: 0, seqGaps: 0 });
+    expect(state.stats).toMatchObject({
+      applied: deltas.length,
+      gaps: 0,
+      skipped: 0,
+      overlapped: 0,
+      unknownPart: 0,
+      deltaAhead: 0,
+      duplicates: 0,
+      seqGaps: 0,
+    });
     const offsets = new Map<string, number>();
     for (const e of deltas) {
       if (e.kind.case !== "partDelta") continue;
@@ -704,7 +804,9 @@ describe("ResumeSession", () => {
     expect(firstError).toBeUndefined();
     expect(isIdle(first.at(-1)!)).toBe(true);
 
-    const userId = first.flatMap((e) => (e.kind.case === "messageUpdated" && e.kind.value.message?.kind.case === "user" ? [messageId(e.kind.value.message)] : []))[0]!;
+    const userId = first.flatMap((e) =>
+      e.kind.case === "messageUpdated" && e.kind.value.message?.kind.case === "user" ? [messageId(e.kind.value.message)] : [],
+    )[0]!;
     const { lastSeq } = await bounds(sessionId);
     main.push({ kind: "stream", chunks: [{ text: "the " }, { text: "resumed " }, { text: "answer" }], delayMs: 5 });
     const resumed: SessionEvent[] = [];
@@ -727,11 +829,21 @@ describe("ResumeSession", () => {
     expect(messages[1]!.parts.find((p) => p.kind.case === "text")?.kind.value).toMatchObject({ text: "partial answer" });
     expect(messages[2]!.parts.find((p) => p.kind.case === "text")?.kind.value).toMatchObject({ text: "the resumed answer" });
     // The resumed stream carried the new answer's completion.
-    expect(resumed.some((e) => e.kind.case === "messageUpdated" && messageId(e.kind.value.message) === messageId(messages[2]!.message) && assistantOf(e.kind.value.message)?.time?.completed)).toBe(true);
+    expect(
+      resumed.some(
+        (e) =>
+          e.kind.case === "messageUpdated" &&
+          messageId(e.kind.value.message) === messageId(messages[2]!.message) &&
+          assistantOf(e.kind.value.message)?.time?.completed,
+      ),
+    ).toBe(true);
 
     const nothing = await failure(t.client.resumeSession({ sessionId }));
     expect(nothing.code).toBe(Code.FailedPrecondition);
-    expect(nothing.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "NOTHING_TO_RESUME", metadata: { session_id: sessionId, message_id: userId } });
+    expect(nothing.findDetails(ErrorInfoSchema)[0]).toMatchObject({
+      reason: "NOTHING_TO_RESUME",
+      metadata: { session_id: sessionId, message_id: userId },
+    });
     expect(await listAll(sessionId)).toHaveLength(3);
   });
 });

@@ -87,12 +87,23 @@ describe("MCP resources in prompts", () => {
 
   it("without an MCP source the URL scheme rule stays: skill:// → INVALID_ARGUMENT on parts[1].file.url", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const error = await t.client.prompt({ sessionId, noReply: true, parts: [text("x"), { kind: { case: "file", value: { mime: "text/markdown", url: "skill://writer/SKILL.md" } } }] }).catch((e: unknown) => e as Error);
-    expect(String(error)).toContain('parts[1].file.url: has the unsupported scheme "skill:" (expected a data:, file:, http: or https: URL)');
+    const error = await t.client
+      .prompt({
+        sessionId,
+        noReply: true,
+        parts: [text("x"), { kind: { case: "file", value: { mime: "text/markdown", url: "skill://writer/SKILL.md" } } }],
+      })
+      .catch((e: unknown) => e as Error);
+    expect(String(error)).toContain(
+      'parts[1].file.url: has the unsupported scheme "skill:" (expected a data:, file:, http: or https: URL)',
+    );
   });
 
   it("stores the reading note, each text item in order, then the file part", async () => {
-    const { message } = await promptOnce(t.client, t.dir, [text("summarize"), resource("docs", "docs://readme", "README.md", "text/markdown")]);
+    const { message } = await promptOnce(t.client, t.dir, [
+      text("summarize"),
+      resource("docs", "docs://readme", "README.md", "text/markdown"),
+    ]);
     expect(message.parts.map(shape)).toEqual([
       { kind: "text", synthetic: false, text: "summarize" },
       reading("README.md", "docs://readme"),
@@ -222,12 +233,16 @@ describe("McpReader", () => {
   });
 
   it("reports a server that cannot start, and unknown names with the configured ones", async () => {
-    const mcp = await startMcp(config({ mcp: { broken: { command: [path.join(scriptDir, "no-such-server")] }, docs: { command: [process.execPath, script] } } }));
+    const mcp = await startMcp(
+      config({ mcp: { broken: { command: [path.join(scriptDir, "no-such-server")] }, docs: { command: [process.execPath, script] } } }),
+    );
     try {
       await expect(mcp.read("broken", "docs://readme")).rejects.toThrow(/^MCP server "broken" could not start: .*ENOENT/);
       await expect(mcp.read("nope", "docs://readme")).rejects.toThrow('MCP server "nope" is not configured (configured: "broken", "docs")');
       const none = await startMcp(config({}));
-      await expect(none.read("docs", "docs://readme")).rejects.toThrow('MCP server "docs" is not configured (no MCP servers are configured)');
+      await expect(none.read("docs", "docs://readme")).rejects.toThrow(
+        'MCP server "docs" is not configured (no MCP servers are configured)',
+      );
       await none.close();
     } finally {
       await mcp.close();
@@ -247,7 +262,10 @@ describe("McpReader", () => {
 
 describe("mcp config", () => {
   it("defaults timeout_ms and resolves a ./ command against the config directory", () => {
-    const loaded = config({ mcp: { a: { command: ["./bin/server", "--stdio"] }, b: { command: ["npx", "x"], env: { K: "v" }, timeout_ms: 500 } } }, "/etc/ledger");
+    const loaded = config(
+      { mcp: { a: { command: ["./bin/server", "--stdio"] }, b: { command: ["npx", "x"], env: { K: "v" }, timeout_ms: 500 } } },
+      "/etc/ledger",
+    );
     expect(loaded.mcp).toEqual({
       a: { command: ["/etc/ledger/bin/server", "--stdio"], env: undefined, timeoutMs: 10_000 },
       b: { command: ["npx", "x"], env: { K: "v" }, timeoutMs: 500 },

@@ -98,14 +98,20 @@ describe("an in-process ledger", () => {
     const echoed: Record<string, string | null> = {};
     const onHeader = (id: string) => (headers: Headers) => void (echoed[id] = headers.get("x-request-id"));
 
-    const { session } = await t.client.createSession({ directory: t.dir }, { headers: { "x-request-id": "req-create" }, onHeader: onHeader("req-create") });
+    const { session } = await t.client.createSession(
+      { directory: t.dir },
+      { headers: { "x-request-id": "req-create" }, onHeader: onHeader("req-create") },
+    );
     const sessionId = session!.id;
     await t.client.getSession({ sessionId }, { headers: { "x-request-id": "req-get" }, onHeader: onHeader("req-get") });
     const error = await failure(t.client.prompt({ sessionId, noReply: true, parts: [] }, { headers: { "x-request-id": "req-bad" } }));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.metadata.get("x-request-id")).toBe("req-bad");
     const events = [];
-    for await (const event of t.client.promptStream({ sessionId, noReply: true, parts: [text("stream me")] }, { headers: { "x-request-id": "req-stream" }, onHeader: onHeader("req-stream") })) {
+    for await (const event of t.client.promptStream(
+      { sessionId, noReply: true, parts: [text("stream me")] },
+      { headers: { "x-request-id": "req-stream" }, onHeader: onHeader("req-stream") },
+    )) {
       events.push(event);
     }
     expect(events.length).toBeGreaterThan(0);
@@ -126,7 +132,14 @@ describe("an in-process ledger", () => {
       const lines = rpcLines(requestId);
       expect(lines, requestId).toHaveLength(1);
       const line = lines[0]!;
-      expect(line).toMatchObject({ level: "info", msg: "rpc", procedure: `${SERVICE}/${method}`, protocol: "connect", code, request_id: requestId });
+      expect(line).toMatchObject({
+        level: "info",
+        msg: "rpc",
+        procedure: `${SERVICE}/${method}`,
+        protocol: "connect",
+        code,
+        request_id: requestId,
+      });
       expect(line.session_id).toBe(session_id);
       expect(typeof line.duration_ms).toBe("number");
       expect(line.duration_ms as number).toBeGreaterThanOrEqual(0);
@@ -138,7 +151,10 @@ describe("an in-process ledger", () => {
   it("logs a server stream when it ends, also when the client cancels it", async () => {
     const { session } = await t.client.createSession({ directory: t.dir });
     const controller = new AbortController();
-    const stream = t.client.watchSession({ sessionId: session!.id }, { headers: { "x-request-id": "req-watch" }, signal: controller.signal });
+    const stream = t.client.watchSession(
+      { sessionId: session!.id },
+      { headers: { "x-request-id": "req-watch" }, signal: controller.signal },
+    );
     const reading = (async () => {
       try {
         for await (const _ of stream) void _;
@@ -156,9 +172,15 @@ describe("an in-process ledger", () => {
     expect(rpcLines("req-watch")).toHaveLength(1);
 
     // A stream that fails is logged with its code.
-    const missing = await failure((async () => {
-      for await (const _ of t.client.watchSession({ sessionId: "ses_00000000000000000000000000" }, { headers: { "x-request-id": "req-watch-missing" } })) void _;
-    })());
+    const missing = await failure(
+      (async () => {
+        for await (const _ of t.client.watchSession(
+          { sessionId: "ses_00000000000000000000000000" },
+          { headers: { "x-request-id": "req-watch-missing" } },
+        ))
+          void _;
+      })(),
+    );
     expect(missing.code).toBe(Code.NotFound);
     expect(rpcLines("req-watch-missing")).toEqual([expect.objectContaining({ procedure: `${SERVICE}/WatchSession`, code: "not_found" })]);
   });
@@ -167,11 +189,15 @@ describe("an in-process ledger", () => {
     const grpc = createClient(SessionService, createGrpcTransport({ baseUrl: t.ledger.url }));
     let echoed: string | null = null;
     await grpc.listAgents({}, { headers: { "x-request-id": "req-grpc" }, onHeader: (h) => void (echoed = h.get("x-request-id")) });
-    const error = await failure(grpc.getSession({ sessionId: "ses_00000000000000000000000000" }, { headers: { "x-request-id": "req-grpc-missing" } }));
+    const error = await failure(
+      grpc.getSession({ sessionId: "ses_00000000000000000000000000" }, { headers: { "x-request-id": "req-grpc-missing" } }),
+    );
     expect(error.code).toBe(Code.NotFound);
     expect(echoed).toBe("req-grpc");
     expect(rpcLines("req-grpc")).toEqual([expect.objectContaining({ procedure: `${SERVICE}/ListAgents`, protocol: "grpc", code: "ok" })]);
-    expect(rpcLines("req-grpc-missing")).toEqual([expect.objectContaining({ protocol: "grpc", code: "not_found", session_id: "ses_00000000000000000000000000" })]);
+    expect(rpcLines("req-grpc-missing")).toEqual([
+      expect.objectContaining({ protocol: "grpc", code: "not_found", session_id: "ses_00000000000000000000000000" }),
+    ]);
   });
 
   it("logs and counts requests the adapter refuses before any handler runs", async () => {
@@ -205,7 +231,8 @@ describe("an in-process ledger", () => {
         ids.push(id);
         const controller = new AbortController();
         try {
-          for await (const _ of client.watchSession({ sessionId }, { signal: controller.signal, headers: { "x-request-id": id } })) controller.abort();
+          for await (const _ of client.watchSession({ sessionId }, { signal: controller.signal, headers: { "x-request-id": id } }))
+            controller.abort();
         } catch {
           // canceled by us
         }
@@ -215,7 +242,8 @@ describe("an in-process ledger", () => {
       const found = ids.map((id) => rpcLines(id)[0]);
       return found.every(Boolean) ? found : undefined;
     });
-    for (const line of lines) expect(line).toMatchObject({ level: "info", procedure: `${SERVICE}/WatchSession`, code: "canceled", session_id: sessionId });
+    for (const line of lines)
+      expect(line).toMatchObject({ level: "info", procedure: `${SERVICE}/WatchSession`, code: "canceled", session_id: sessionId });
     // Give a late write failure the time to be logged, then check nothing was.
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(jsonLines(written).filter((l) => l.level === "error" || l.level === "warn")).toEqual([]);
@@ -225,12 +253,28 @@ describe("an in-process ledger", () => {
   it("a request without a usable content type: 415 with a Connect error naming what to send, logged and counted as invalid_argument", async () => {
     const body = new TextEncoder().encode("{}"); // bytes: fetch adds no content-type, like curl --data-binary without -H
     const cases: Array<[string, Record<string, string>, string]> = [
-      ["ListModels", {}, "missing content-type: /ledger.v1.SessionService/ListModels expects application/json or application/proto (Connect)"],
-      ["ListModels", { "content-type": "text/plain" }, 'unsupported content-type "text/plain": /ledger.v1.SessionService/ListModels expects application/json'],
-      ["WatchSession", { "content-type": "application/json" }, "expects application/connect+json or application/connect+proto (Connect streaming)"],
+      [
+        "ListModels",
+        {},
+        "missing content-type: /ledger.v1.SessionService/ListModels expects application/json or application/proto (Connect)",
+      ],
+      [
+        "ListModels",
+        { "content-type": "text/plain" },
+        'unsupported content-type "text/plain": /ledger.v1.SessionService/ListModels expects application/json',
+      ],
+      [
+        "WatchSession",
+        { "content-type": "application/json" },
+        "expects application/connect+json or application/connect+proto (Connect streaming)",
+      ],
     ];
     for (const [i, [method, headers, message]] of cases.entries()) {
-      const res = await fetch(`${t.ledger.url}${SERVICE}/${method}`, { method: "POST", headers: { ...headers, "x-request-id": `req-415-${i}` }, body });
+      const res = await fetch(`${t.ledger.url}${SERVICE}/${method}`, {
+        method: "POST",
+        headers: { ...headers, "x-request-id": `req-415-${i}` },
+        body,
+      });
       expect(res.status).toBe(415);
       expect(res.headers.get("content-type")).toBe("application/json");
       expect(res.headers.get("accept-post")).toContain("application/grpc");
@@ -245,7 +289,10 @@ describe("an in-process ledger", () => {
     expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/ListModels`, code: "invalid_argument" })).toBe(2);
     expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/WatchSession`, code: "invalid_argument" })).toBe(1);
     // The right content type still works.
-    expect((await fetch(`${t.ledger.url}${SERVICE}/ListModels`, { method: "POST", headers: { "content-type": "application/json" }, body })).status).toBe(200);
+    expect(
+      (await fetch(`${t.ledger.url}${SERVICE}/ListModels`, { method: "POST", headers: { "content-type": "application/json" }, body }))
+        .status,
+    ).toBe(200);
   });
 
   it("serves GET /metrics: RPC counters and latencies, loop steps and tokens, DB pool, process metrics", async () => {
@@ -263,7 +310,9 @@ describe("an in-process ledger", () => {
     const samples = parseExposition(body);
 
     expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/Prompt`, code: "ok" })).toBeGreaterThanOrEqual(1);
-    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/GetSession`, code: "not_found" })).toBeGreaterThanOrEqual(1);
+    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/GetSession`, code: "not_found" })).toBeGreaterThanOrEqual(
+      1,
+    );
     expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/Prompt`, code: "invalid_argument" })).toBe(1);
     expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/PromptStream`, code: "ok" })).toBe(1);
     expect(sample(samples, "ledger_rpc_duration_seconds_count", { procedure: `${SERVICE}/Prompt` })).toBeGreaterThanOrEqual(2);
@@ -278,7 +327,9 @@ describe("an in-process ledger", () => {
     expect(sample(samples, "ledger_tokens_total", { provider: "mock", model: "model", kind: "reasoning" })).toBe(1);
     expect(sample(samples, "ledger_tokens_total", { provider: "mock", model: "model", kind: "cache_read" })).toBe(2);
 
-    const pool = Object.fromEntries(["total", "idle", "waiting"].map((state) => [state, sample(samples, "ledger_db_pool_connections", { state })]));
+    const pool = Object.fromEntries(
+      ["total", "idle", "waiting"].map((state) => [state, sample(samples, "ledger_db_pool_connections", { state })]),
+    );
     if (TEST_ENGINE === "pglite") {
       expect(pool).toEqual({ total: 1, idle: 0, waiting: 0 });
     } else {
@@ -319,7 +370,9 @@ describe("a ledger with a bearer token", () => {
     const client = createClient(SessionService, createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1" }));
     expect((await failure(client.listAgents({}))).code).toBe(Code.Unauthenticated);
     const body = await (await fetch(`${t.ledger.url}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text();
-    expect(sample(parseExposition(body), "ledger_rpc_requests_total", { procedure: `${SERVICE}/ListAgents`, code: "unauthenticated" })).toBe(1);
+    expect(
+      sample(parseExposition(body), "ledger_rpc_requests_total", { procedure: `${SERVICE}/ListAgents`, code: "unauthenticated" }),
+    ).toBe(1);
   });
 });
 
@@ -328,7 +381,11 @@ describe("`ledger serve` as a child process", () => {
     const env: NodeJS.ProcessEnv = { ...process.env, LEDGER_LOG_LEVEL: "info" };
     delete env.DATABASE_URL;
     delete env.LEDGER_CONFIG;
-    const child = spawn(process.execPath, [path.join(ROOT, "bin/ledger.js"), "serve", "--port", "0", "--db", ":memory:"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [path.join(ROOT, "bin/ledger.js"), "serve", "--port", "0", "--db", ":memory:"], {
+      cwd: ROOT,
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     const stdout: string[] = [];
     const stderr: string[] = [];
     child.stdout.on("data", (d: Buffer) => stdout.push(d.toString("utf8")));
@@ -338,15 +395,29 @@ describe("`ledger serve` as a child process", () => {
       const url = await until("the listening line", () => /listening on (\S+)/.exec(stdout.join(""))?.[1], 90_000);
       const client = createClient(SessionService, createConnectTransport({ baseUrl: url, httpVersion: "1.1" }));
       let echoed: string | null = null;
-      const { session } = await client.createSession({ directory: ROOT }, { headers: { "x-request-id": "child-create" }, onHeader: (h) => void (echoed = h.get("x-request-id")) });
+      const { session } = await client.createSession(
+        { directory: ROOT },
+        { headers: { "x-request-id": "child-create" }, onHeader: (h) => void (echoed = h.get("x-request-id")) },
+      );
       expect(echoed).toBe("child-create");
       await failure(client.getSession({ sessionId: "ses_123" }, { headers: { "x-request-id": "child-bad" } }));
       await client.getSession({ sessionId: session!.id }, { headers: { "x-request-id": "child-get" } });
       const lines = () => jsonLines(stderr).filter((l) => l.msg === "rpc");
       await until("three rpc lines", () => (lines().length >= 3 ? true : undefined));
       expect(lines()).toEqual([
-        expect.objectContaining({ level: "info", procedure: `${SERVICE}/CreateSession`, protocol: "connect", code: "ok", request_id: "child-create" }),
-        expect.objectContaining({ procedure: `${SERVICE}/GetSession`, code: "invalid_argument", request_id: "child-bad", session_id: "ses_123" }),
+        expect.objectContaining({
+          level: "info",
+          procedure: `${SERVICE}/CreateSession`,
+          protocol: "connect",
+          code: "ok",
+          request_id: "child-create",
+        }),
+        expect.objectContaining({
+          procedure: `${SERVICE}/GetSession`,
+          code: "invalid_argument",
+          request_id: "child-bad",
+          session_id: "ses_123",
+        }),
         expect.objectContaining({ procedure: `${SERVICE}/GetSession`, code: "ok", request_id: "child-get", session_id: session!.id }),
       ]);
       for (const line of lines()) expect(typeof line.duration_ms).toBe("number");
@@ -390,7 +461,8 @@ describe("building blocks", () => {
 
   it("request ids: a usable incoming id is kept, anything else replaced by a ULID", () => {
     expect(requestIdFrom("abc-123")).toBe("abc-123");
-    for (const bad of [undefined, null, "", "has space", "x".repeat(129), ["a", "b"], "é"]) expect(requestIdFrom(bad)).toMatch(/^[0-9A-HJKMNP-TV-Z]{26}$/);
+    for (const bad of [undefined, null, "", "has space", "x".repeat(129), ["a", "b"], "é"])
+      expect(requestIdFrom(bad)).toMatch(/^[0-9A-HJKMNP-TV-Z]{26}$/);
     expect(codeName(Code.InvalidArgument)).toBe("invalid_argument");
     expect(codeName(Code.Canceled)).toBe("canceled");
     expect(protocolOf("application/grpc-web+proto")).toBe("grpc-web");
@@ -405,7 +477,10 @@ describe("building blocks", () => {
     a.observeRpc("/x.Y/Z", "ok", 0.01);
     a.observeStep({ providerId: "p", modelId: "m" }, { aborted: true });
     a.observeStep({ providerId: "p", modelId: "m" }, { aborted: false, error: new Error("x") });
-    a.observeStep({ providerId: "p", modelId: "m" }, { aborted: false, finishReason: "tool-calls", usage: { input: 1, output: 2, reasoning: 0, cacheRead: 0, cacheWrite: 4 } });
+    a.observeStep(
+      { providerId: "p", modelId: "m" },
+      { aborted: false, finishReason: "tool-calls", usage: { input: 1, output: 2, reasoning: 0, cacheRead: 0, cacheWrite: 4 } },
+    );
     const sa = parseExposition(await a.scrape());
     const sb = parseExposition(await b.scrape());
     expect(sample(sa, "ledger_rpc_requests_total", { procedure: "/x.Y/Z", code: "ok" })).toBe(1);
@@ -413,6 +488,10 @@ describe("building blocks", () => {
     for (const finish of ["aborted", "error", "tool-calls"]) expect(sample(sa, "ledger_loop_steps_total", { finish })).toBe(1);
     expect(sample(sa, "ledger_tokens_total", { kind: "cache_write" })).toBe(4);
     expect(sample(sa, "ledger_db_pool_connections", { state: "total" })).toBeUndefined();
-    expect([sample(sb, "ledger_db_pool_connections", { state: "total" }), sample(sb, "ledger_db_pool_connections", { state: "idle" }), sample(sb, "ledger_db_pool_connections", { state: "waiting" })]).toEqual([3, 2, 1]);
+    expect([
+      sample(sb, "ledger_db_pool_connections", { state: "total" }),
+      sample(sb, "ledger_db_pool_connections", { state: "idle" }),
+      sample(sb, "ledger_db_pool_connections", { state: "waiting" }),
+    ]).toEqual([3, 2, 1]);
   });
 });

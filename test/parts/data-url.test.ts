@@ -25,7 +25,10 @@ describe("parseDataUrl", () => {
   const b64 = Buffer.from(long, "utf8").toString("base64");
   const wrap = (eol: string): string => b64.match(/.{1,76}/g)!.join(eol);
 
-  it.each([["\\r\\n", "\r\n"], ["\\n", "\n"]])("accepts base64 wrapped every 76 chars with %s", (_name, eol) => {
+  it.each([
+    ["\\r\\n", "\r\n"],
+    ["\\n", "\n"],
+  ])("accepts base64 wrapped every 76 chars with %s", (_name, eol) => {
     expect(wrap(eol)).toContain(eol);
     const d = parseDataUrl(F, `data:text/plain;base64,${wrap(eol)}`);
     expect(dataUrlText(d)).toBe(long);
@@ -58,7 +61,10 @@ describe("dataUrlText", () => {
   it("decodes with the charset parameter", () => {
     const d = parseDataUrl(F, `data:text/plain;charset=ISO-8859-1;base64,${Buffer.from([0x63, 0x61, 0x66, 0xe9]).toString("base64")}`);
     expect(dataUrlText(d)).toBe("café");
-    const smart = parseDataUrl(F, `data:text/plain;charset=latin1;base64,${Buffer.from([0x93, 0x68, 0x69, 0x94, 0x80]).toString("base64")}`);
+    const smart = parseDataUrl(
+      F,
+      `data:text/plain;charset=latin1;base64,${Buffer.from([0x93, 0x68, 0x69, 0x94, 0x80]).toString("base64")}`,
+    );
     expect(dataUrlText(smart)).toBe("“hi”€");
   });
   it("falls back to UTF-8 for an unknown charset", () => {

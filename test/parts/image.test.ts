@@ -52,8 +52,16 @@ async function invalid(promise: Promise<unknown>, message: RegExp): Promise<Inva
 
 async function animatedGif(width: number, height: number, frames: number): Promise<Buffer> {
   const colours = [GREEN, { r: 200, g: 30, b: 30 }, { r: 30, g: 30, b: 200 }, { r: 230, g: 230, b: 30 }];
-  const pages = await Promise.all(Array.from({ length: frames }, (_, i) => solid(width, height, colours[i % colours.length]).png().toBuffer()));
-  return sharp(pages, { join: { animated: true } }).gif().toBuffer();
+  const pages = await Promise.all(
+    Array.from({ length: frames }, (_, i) =>
+      solid(width, height, colours[i % colours.length])
+        .png()
+        .toBuffer(),
+    ),
+  );
+  return sharp(pages, { join: { animated: true } })
+    .gif()
+    .toBuffer();
 }
 
 /** A real PNG whose IHDR is rewritten (with a valid CRC) to declare another canvas size. */
@@ -94,7 +102,9 @@ describe("normalizeImage keeps images within 2000×2000 px and 5 MiB as they are
   });
 
   it("keeps a PNG with alpha unchanged", async () => {
-    const png = await solid(50, 50, { ...GREEN, alpha: 0.5 }, 4).png().toBuffer();
+    const png = await solid(50, 50, { ...GREEN, alpha: 0.5 }, 4)
+      .png()
+      .toBuffer();
     const out = await normalizeImage(F, png, "image/png", LIMITS);
     expect(Buffer.from(out.bytes).equals(png)).toBe(true);
   });
@@ -123,7 +133,9 @@ describe("normalizeImage shrinks larger images", () => {
   });
 
   it("keeps transparency when the result is a PNG", async () => {
-    const png = await solid(3000, 1000, { ...GREEN, alpha: 0.5 }, 4).png().toBuffer();
+    const png = await solid(3000, 1000, { ...GREEN, alpha: 0.5 }, 4)
+      .png()
+      .toBuffer();
     const out = await normalizeImage(F, png, "image/png", LIMITS);
     expect(await info(out.bytes)).toMatchObject({ format: "png", width: 2000, height: 667, channels: 4 });
     const { data } = await sharp(out.bytes).raw().toBuffer({ resolveWithObject: true });
@@ -151,8 +163,14 @@ describe("normalizeImage shrinks larger images", () => {
   it("converts formats providers do not take (AVIF, TIFF, SVG) to PNG", async () => {
     const avif = await solid(200, 100).avif().toBuffer();
     const tiff = await solid(200, 100).tiff().toBuffer();
-    const svg = Buffer.from('<svg xmlns="http://www.w3.org/2000/svg" width="200" height="100"><rect width="200" height="100" fill="red"/></svg>');
-    for (const [bytes, mime] of [[avif, "image/avif"], [tiff, "image/tiff"], [svg, "image/svg+xml"]] as const) {
+    const svg = Buffer.from(
+      '<svg xmlns="http://www.w3.org/2000/svg" width="200" height="100"><rect width="200" height="100" fill="red"/></svg>',
+    );
+    for (const [bytes, mime] of [
+      [avif, "image/avif"],
+      [tiff, "image/tiff"],
+      [svg, "image/svg+xml"],
+    ] as const) {
       const out = await normalizeImage(F, bytes, mime, LIMITS);
       expect(out.mime, mime).toBe("image/png");
       expect(await info(out.bytes), mime).toMatchObject({ format: "png", width: 200, height: 100 });
@@ -194,7 +212,9 @@ describe("normalizeImage falls back to JPEG when the PNG is over 5 MiB", () => {
   it("flattens transparency on white for JPEG", async () => {
     const raw = Buffer.alloc(300 * 300 * 4);
     randomBytes(300 * 300 * 3).forEach((v, i) => (raw[Math.floor(i / 3) * 4 + (i % 3)] = v));
-    const png = await sharp(raw, { raw: { width: 300, height: 300, channels: 4 } }).png().toBuffer();
+    const png = await sharp(raw, { raw: { width: 300, height: 300, channels: 4 } })
+      .png()
+      .toBuffer();
     const out = await normalizeImage(F, png, "image/png", LIMITS, { maxBytes: 200_000 });
     expect(out.mime).toBe("image/jpeg");
     const { data } = await sharp(out.bytes).raw().toBuffer({ resolveWithObject: true });
@@ -212,7 +232,10 @@ describe("normalizeImage falls back to JPEG when the PNG is over 5 MiB", () => {
 
 describe("normalizeImage refuses broken images with INVALID_ARGUMENT", () => {
   it("an empty image", async () => {
-    await invalid(normalizeImage(F, new Uint8Array(0), "image/png", LIMITS), /^parts\[1\]\.file\.url: is an empty image \(image\/png, 0 bytes\)$/);
+    await invalid(
+      normalizeImage(F, new Uint8Array(0), "image/png", LIMITS),
+      /^parts\[1\]\.file\.url: is an empty image \(image\/png, 0 bytes\)$/,
+    );
   });
 
   it("a PNG cut in half", async () => {
@@ -238,7 +261,10 @@ describe("normalizeImage refuses broken images with INVALID_ARGUMENT", () => {
   });
 
   it("random bytes declared image/png", async () => {
-    await invalid(normalizeImage(F, randomBytes(4096), "image/png", LIMITS), /cannot be decoded as an image \(image\/png; expected PNG, JPEG, GIF, WebP/);
+    await invalid(
+      normalizeImage(F, randomBytes(4096), "image/png", LIMITS),
+      /cannot be decoded as an image \(image\/png; expected PNG, JPEG, GIF, WebP/,
+    );
   });
 
   it("text declared image/jpeg", async () => {
@@ -303,9 +329,18 @@ describe("sniffImage and isImageMime", () => {
 });
 
 describe("resolveDrafts normalizes data: images", () => {
-  const ctx = { sessionId: "ses_x", messageId: "msg_x", directory: "/nonexistent", roots: [], limits: DEFAULT_LIMITS, agent: BUILT_IN_AGENTS[0]!, agents: new Map(BUILT_IN_AGENTS.map((a) => [a.name, a])) };
+  const ctx = {
+    sessionId: "ses_x",
+    messageId: "msg_x",
+    directory: "/nonexistent",
+    roots: [],
+    limits: DEFAULT_LIMITS,
+    agent: BUILT_IN_AGENTS[0]!,
+    agents: new Map(BUILT_IN_AGENTS.map((a) => [a.name, a])),
+  };
   const textDraft = create(PartInputSchema, { kind: { case: "text", value: { text: "look" } } });
-  const fileDraft = (url: string, mime: string): PartInput => create(PartInputSchema, { kind: { case: "file", value: { url, mime, filename: "x" } } });
+  const fileDraft = (url: string, mime: string): PartInput =>
+    create(PartInputSchema, { kind: { case: "file", value: { url, mime, filename: "x" } } });
 
   it("stores a large data: image shrunk, with the real mime, as a base64 data: URL", async () => {
     const png = await solid(4000, 3000).png().toBuffer();
@@ -321,7 +356,10 @@ describe("resolveDrafts normalizes data: images", () => {
 
   it("treats sniffed image content as an image whatever the declared mime", async () => {
     const png = await solid(3000, 100).png().toBuffer();
-    const { parts } = await resolveDrafts(ctx, [textDraft, fileDraft(toDataUrl("application/octet-stream", png), "application/octet-stream")]);
+    const { parts } = await resolveDrafts(ctx, [
+      textDraft,
+      fileDraft(toDataUrl("application/octet-stream", png), "application/octet-stream"),
+    ]);
     expect(parts).toHaveLength(2);
     const file = parts[1]!.kind;
     if (file.case !== "file") return expect.unreachable("a file part");

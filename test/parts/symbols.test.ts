@@ -101,7 +101,10 @@ beforeAll(async () => {
   );
   await writeFile(join(dir, "doc.rs"), "#[derive(Debug)]\n/// A point.\nstruct P {\n    x: i32,\n}\n");
   await execFile("mkfifo", [join(dir, "pipe.ts")]);
-  await writeFile(join(dir, "locals.ts"), "function add(a: number, b: number) {\n  const sum = a + b;\n  return sum;\n}\nconst TOP = {\n  a: 1,\n};\n");
+  await writeFile(
+    join(dir, "locals.ts"),
+    "function add(a: number, b: number) {\n  const sum = a + b;\n  return sum;\n}\nconst TOP = {\n  a: 1,\n};\n",
+  );
   await writeFile(join(dir, "blob.ts"), Buffer.from([0, 1, 2, 3, 0, 0, 0, 0, 9, 9]));
 });
 afterAll(() => rm(dir, { recursive: true, force: true }));

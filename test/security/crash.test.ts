@@ -34,12 +34,16 @@ describe.skipIf(TEST_ENGINE !== "postgres")("kill -9 under load", () => {
     const acknowledged = new Map<string, number>(); // message id → parts it was acknowledged with
     for (let round = 0; round < ROUNDS; round++) {
       const replica = await startReplica({ name: `crash-${round}`, cwd: dir, databaseUrl: db.url! });
-      const sessions = await Promise.all(Array.from({ length: CLIENTS }, async () => (await replica.connect.createSession({ directory: dir })).session!.id));
+      const sessions = await Promise.all(
+        Array.from({ length: CLIENTS }, async () => (await replica.connect.createSession({ directory: dir })).session!.id),
+      );
       let stop = false;
       const clients = sessions.map(async (sessionId, c) => {
         for (let i = 0; !stop; i++) {
           const messageId = newId("msg");
-          const parts = Array.from({ length: 1 + ((i + c) % 4) }, (_, k) => ({ kind: { case: "text" as const, value: { text: `client ${c} prompt ${i} part ${k}` } } }));
+          const parts = Array.from({ length: 1 + ((i + c) % 4) }, (_, k) => ({
+            kind: { case: "text" as const, value: { text: `client ${c} prompt ${i} part ${k}` } },
+          }));
           try {
             const res = await replica.connect.prompt({ sessionId, messageId, noReply: true, parts });
             acknowledged.set(messageId, res.message!.parts.length);
@@ -61,11 +65,15 @@ describe.skipIf(TEST_ENGINE !== "postgres")("kill -9 under load", () => {
     const client = new pg.Client({ connectionString: db.url });
     await client.connect();
     try {
-      const counts = await client.query<{ id: string; parts: string }>("select m.id, count(p.id)::text as parts from message m left join part p on p.message_id = m.id group by m.id");
+      const counts = await client.query<{ id: string; parts: string }>(
+        "select m.id, count(p.id)::text as parts from message m left join part p on p.message_id = m.id group by m.id",
+      );
       const stored = new Map(counts.rows.map((r) => [r.id, Number(r.parts)]));
       for (const [id, parts] of acknowledged) expect(stored.get(id), id).toBe(parts);
       for (const [id, parts] of stored) expect(parts, `message ${id} has no parts`).toBeGreaterThan(0);
-      const dangling = await client.query<{ n: string }>("select count(*)::text as n from part p left join message m on m.id = p.message_id where m.id is null");
+      const dangling = await client.query<{ n: string }>(
+        "select count(*)::text as n from part p left join message m on m.id = p.message_id where m.id is null",
+      );
       expect(dangling.rows[0]!.n).toBe("0");
       const gaps = await client.query<{ id: string }>(
         "select s.id from session s left join session_event e on e.session_id = s.id group by s.id, s.last_seq having count(e.seq) <> s.last_seq or coalesce(max(e.seq), 0) <> s.last_seq",

@@ -14,7 +14,14 @@ import { grpcStatusOverH2c } from "../support/h2c.js";
 const RUNS = Number(process.env.FUZZ_RUNS ?? 2500);
 // A bound against a hang, not a speed goal: generous for a busy CI machine, and growing with RUNS.
 const LONG_MS = Math.max(180_000, RUNS * 60);
-const ALLOWED = new Set([Code.InvalidArgument, Code.ResourceExhausted, Code.PermissionDenied, Code.NotFound, Code.AlreadyExists, Code.FailedPrecondition]);
+const ALLOWED = new Set([
+  Code.InvalidArgument,
+  Code.ResourceExhausted,
+  Code.PermissionDenied,
+  Code.NotFound,
+  Code.AlreadyExists,
+  Code.FailedPrecondition,
+]);
 
 let t: TestLedger;
 let sessionId: string;
@@ -27,40 +34,87 @@ afterAll(() => t?.close());
 const binary = () => createClient(SessionService, createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1" }));
 
 const ulid = fc.stringMatching(/^[0-9A-HJKMNP-TV-Z]{26}$/);
-const oddString = fc.oneof(fc.string(), fc.string({ unit: "grapheme" }), fc.string({ unit: "binary" }), fc.constantFrom("", " ", "\u0000", "\uD800", "..", "../../etc/passwd", "%2e%2e/", "a".repeat(70_000)));
+const oddString = fc.oneof(
+  fc.string(),
+  fc.string({ unit: "grapheme" }),
+  fc.string({ unit: "binary" }),
+  fc.constantFrom("", " ", "\u0000", "\uD800", "..", "../../etc/passwd", "%2e%2e/", "a".repeat(70_000)),
+);
 const url = fc.oneof(
   fc.webUrl(),
   oddString.map((s) => `file://${s}`),
   oddString.map((s) => `file:///${encodeURIComponent(s.toWellFormed())}`),
-  fc.constantFrom("file:///etc/passwd", "file:///dev/zero", "file:///proc/self/environ", "file://otherhost/x", "file:///C:/x", "file:x", "data:,", "data:text/plain;base64,###", "iVBORw0KGgo="),
-  fc.tuple(fc.constantFrom("text/plain", "image/png", "application/octet-stream", ""), fc.base64String()).map(([m, b]) => `data:${m};base64,${b}`),
+  fc.constantFrom(
+    "file:///etc/passwd",
+    "file:///dev/zero",
+    "file:///proc/self/environ",
+    "file://otherhost/x",
+    "file:///C:/x",
+    "file:x",
+    "data:,",
+    "data:text/plain;base64,###",
+    "iVBORw0KGgo=",
+  ),
+  fc
+    .tuple(fc.constantFrom("text/plain", "image/png", "application/octet-stream", ""), fc.base64String())
+    .map(([m, b]) => `data:${m};base64,${b}`),
   oddString,
 );
 // Structured fields: Struct keys and values at any depth, nested lists, numbers JSON cannot hold
 // (NaN and ±Infinity reach us over the binary protocol).
 const jsonLeaf = fc.oneof(oddString, fc.double(), fc.boolean(), fc.constant(null));
 const { json } = fc.letrec<{ json: JsonValue }>((tie) => ({
-  json: fc.oneof({ depthSize: "small", withCrossShrink: true }, jsonLeaf, fc.array(tie("json"), { maxLength: 4 }), fc.dictionary(oddString, tie("json"), { maxKeys: 4 })),
+  json: fc.oneof(
+    { depthSize: "small", withCrossShrink: true },
+    jsonLeaf,
+    fc.array(tie("json"), { maxLength: 4 }),
+    fc.dictionary(oddString, tie("json"), { maxKeys: 4 }),
+  ),
 }));
 const struct = fc.dictionary(oddString, json, { maxKeys: 4 }) as fc.Arbitrary<JsonObject>;
 const draft = fc.oneof(
-  fc.record({ text: oddString, synthetic: fc.boolean(), ignored: fc.boolean() }).map((value) => ({ kind: { case: "text" as const, value } })),
+  fc
+    .record({ text: oddString, synthetic: fc.boolean(), ignored: fc.boolean() })
+    .map((value) => ({ kind: { case: "text" as const, value } })),
   fc.record({ text: oddString, metadata: struct }).map((value) => ({ kind: { case: "text" as const, value } })),
-  fc.record({ url, mime: fc.oneof(fc.constantFrom("text/plain", "image/png", "application/pdf"), oddString), filename: oddString }).map((value) => ({ kind: { case: "file" as const, value } })),
+  fc
+    .record({ url, mime: fc.oneof(fc.constantFrom("text/plain", "image/png", "application/pdf"), oddString), filename: oddString })
+    .map((value) => ({ kind: { case: "file" as const, value } })),
   fc.record({ name: oddString }).map((value) => ({ kind: { case: "agent" as const, value } })),
-  fc.record({ prompt: oddString, description: oddString, agent: oddString }).map((value) => ({ kind: { case: "subtask" as const, value } })),
-  fc.record({ id: fc.oneof(oddString, ulid.map((u) => `prt_${u}`)), text: fc.string() }).map((value) => ({ kind: { case: "text" as const, value } })),
+  fc
+    .record({ prompt: oddString, description: oddString, agent: oddString })
+    .map((value) => ({ kind: { case: "subtask" as const, value } })),
+  fc
+    .record({
+      id: fc.oneof(
+        oddString,
+        ulid.map((u) => `prt_${u}`),
+      ),
+      text: fc.string(),
+    })
+    .map((value) => ({ kind: { case: "text" as const, value } })),
 );
 const request = fc.record({
-  sessionId: fc.oneof(fc.constant("__existing__"), ulid.map((u) => `ses_${u}`), oddString),
-  messageId: fc.oneof(fc.constant(""), ulid.map((u) => `msg_${u}`), oddString),
+  sessionId: fc.oneof(
+    fc.constant("__existing__"),
+    ulid.map((u) => `ses_${u}`),
+    oddString,
+  ),
+  messageId: fc.oneof(
+    fc.constant(""),
+    ulid.map((u) => `msg_${u}`),
+    oddString,
+  ),
   agent: fc.oneof(fc.constant(""), fc.constantFrom("build", "plan", "explore"), oddString),
   noReply: fc.boolean(),
   variant: fc.oneof(fc.constant(""), oddString),
   system: fc.oneof(fc.constant(""), oddString),
   parts: fc.array(draft, { maxLength: 6 }),
   tools: fc.dictionary(oddString, fc.boolean(), { maxKeys: 3 }),
-  format: fc.option(struct.map((schema) => ({ kind: { case: "jsonSchema" as const, value: { schema } } })), { nil: undefined }),
+  format: fc.option(
+    struct.map((schema) => ({ kind: { case: "jsonSchema" as const, value: { schema } } })),
+    { nil: undefined },
+  ),
 });
 
 async function outcome(call: Promise<unknown>): Promise<Code | "ok"> {
@@ -83,40 +137,66 @@ describe("fuzzing the prompt path", () => {
     expect((await t.client.listAgents({})).defaultAgent).toBe("build");
   });
 
-  it(`stores structured fields exactly as it answers them (${Math.ceil(RUNS / 5)} prompts with random Structs and maps)`, { timeout: LONG_MS }, async () => {
-    const client = binary();
-    const structured = fc.record({ parts: fc.array(fc.record({ text: oddString, metadata: struct }).map((value) => ({ kind: { case: "text" as const, value } })), { minLength: 1, maxLength: 3 }), tools: request.map((r) => r.tools), system: oddString });
-    await fc.assert(
-      fc.asyncProperty(structured, async (r) => {
-        let res;
-        try {
-          res = await client.prompt({ ...r, sessionId, noReply: true });
-        } catch (error) {
-          const code = ConnectError.from(error).code;
-          if (!ALLOWED.has(code)) throw new Error(`unexpected ${Code[code]}: ${ConnectError.from(error).rawMessage}`);
-          return;
-        }
-        const stored = await client.getMessage({ sessionId, messageId: res.message!.message!.kind.value!.id });
-        expect(toJson(MessageWithPartsSchema, stored.message!)).toEqual(toJson(MessageWithPartsSchema, res.message!));
-      }),
-      { numRuns: Math.ceil(RUNS / 5) },
-    );
-  });
+  it(
+    `stores structured fields exactly as it answers them (${Math.ceil(RUNS / 5)} prompts with random Structs and maps)`,
+    { timeout: LONG_MS },
+    async () => {
+      const client = binary();
+      const structured = fc.record({
+        parts: fc.array(
+          fc.record({ text: oddString, metadata: struct }).map((value) => ({ kind: { case: "text" as const, value } })),
+          { minLength: 1, maxLength: 3 },
+        ),
+        tools: request.map((r) => r.tools),
+        system: oddString,
+      });
+      await fc.assert(
+        fc.asyncProperty(structured, async (r) => {
+          let res;
+          try {
+            res = await client.prompt({ ...r, sessionId, noReply: true });
+          } catch (error) {
+            const code = ConnectError.from(error).code;
+            if (!ALLOWED.has(code)) throw new Error(`unexpected ${Code[code]}: ${ConnectError.from(error).rawMessage}`);
+            return;
+          }
+          const stored = await client.getMessage({ sessionId, messageId: res.message!.message!.kind.value!.id });
+          expect(toJson(MessageWithPartsSchema, stored.message!)).toEqual(toJson(MessageWithPartsSchema, res.message!));
+        }),
+        { numRuns: Math.ceil(RUNS / 5) },
+      );
+    },
+  );
 
   it("answers randomly mutated binary frames with a Connect error or success, never INTERNAL", { timeout: LONG_MS }, async () => {
     const valid = toBinary(
       PromptRequestSchema,
-      create(PromptRequestSchema, { sessionId, noReply: true, parts: [{ kind: { case: "text", value: { text: "hello" } } }, { kind: { case: "file", value: { mime: "text/plain", url: "data:text/plain;base64,aGk=" } } }] }),
+      create(PromptRequestSchema, {
+        sessionId,
+        noReply: true,
+        parts: [
+          { kind: { case: "text", value: { text: "hello" } } },
+          { kind: { case: "file", value: { mime: "text/plain", url: "data:text/plain;base64,aGk=" } } },
+        ],
+      }),
     );
     await fc.assert(
-      fc.asyncProperty(fc.array(fc.tuple(fc.nat(valid.length - 1), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 8 }), fc.nat(valid.length), async (edits, cut) => {
-        const body = Uint8Array.from(valid.subarray(0, Math.max(1, cut)));
-        for (const [at, byte] of edits) if (at < body.length) body[at] = byte;
-        const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/Prompt`, { method: "POST", headers: { "content-type": "application/proto" }, body });
-        if (res.status === 200) return;
-        const error = (await res.json()) as { code?: string; message?: string };
-        if (error.code === "internal" || error.code === "unknown") throw new Error(`HTTP ${res.status} ${JSON.stringify(error)}`);
-      }),
+      fc.asyncProperty(
+        fc.array(fc.tuple(fc.nat(valid.length - 1), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 8 }),
+        fc.nat(valid.length),
+        async (edits, cut) => {
+          const body = Uint8Array.from(valid.subarray(0, Math.max(1, cut)));
+          for (const [at, byte] of edits) if (at < body.length) body[at] = byte;
+          const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/Prompt`, {
+            method: "POST",
+            headers: { "content-type": "application/proto" },
+            body,
+          });
+          if (res.status === 200) return;
+          const error = (await res.json()) as { code?: string; message?: string };
+          if (error.code === "internal" || error.code === "unknown") throw new Error(`HTTP ${res.status} ${JSON.stringify(error)}`);
+        },
+      ),
       { numRuns: Math.ceil(RUNS / 2) },
     );
     expect((await t.client.listAgents({})).defaultAgent).toBe("build");

@@ -64,29 +64,57 @@ let socket: Server | undefined;
 
 const ROWS: Row[] = [
   // Controls: what a client may read.
-  { name: "a plain file inside the session dir", url: (l) => `file://${l.session}/a.txt`, expect: stored(() => "1: inside"), withinMs: READ_MS },
-  { name: "a missing file inside the session dir (OK with a failure text)", url: (l) => `file://${l.session}/missing.txt`, expect: notFound((l) => `${l.session}/missing.txt`), withinMs: READ_MS },
-  { name: "an absolute path inside a configured root (allowed)", url: (l) => `file://${l.root}/r.txt`, expect: stored(() => "1: in root"), withinMs: READ_MS },
+  {
+    name: "a plain file inside the session dir",
+    url: (l) => `file://${l.session}/a.txt`,
+    expect: stored(() => "1: inside"),
+    withinMs: READ_MS,
+  },
+  {
+    name: "a missing file inside the session dir (OK with a failure text)",
+    url: (l) => `file://${l.session}/missing.txt`,
+    expect: notFound((l) => `${l.session}/missing.txt`),
+    withinMs: READ_MS,
+  },
+  {
+    name: "an absolute path inside a configured root (allowed)",
+    url: (l) => `file://${l.root}/r.txt`,
+    expect: stored(() => "1: in root"),
+    withinMs: READ_MS,
+  },
   {
     name: "a symlink inside the dir to another file inside (allowed)",
     setup: (l) => symlink(join(l.session, "sub", "b.txt"), join(l.session, "inner-link.txt")),
-    url: (l) => `file://${l.session}/inner-link.txt`, expect: stored(() => "1: sub file"), withinMs: READ_MS,
+    url: (l) => `file://${l.session}/inner-link.txt`,
+    expect: stored(() => "1: sub file"),
+    withinMs: READ_MS,
   },
   {
     name: "a symlink inside the dir into the configured root (allowed)",
     setup: (l) => symlink(join(l.root, "r.txt"), join(l.session, "to-root.txt")),
-    url: (l) => `file://${l.session}/to-root.txt`, expect: stored(() => "1: in root"), withinMs: READ_MS,
+    url: (l) => `file://${l.session}/to-root.txt`,
+    expect: stored(() => "1: in root"),
+    withinMs: READ_MS,
   },
-  { name: "a directory inside the session dir (listing)", url: (l) => `file://${l.session}/sub/`, expect: stored(() => "<entries>\nb.txt"), withinMs: READ_MS },
+  {
+    name: "a directory inside the session dir (listing)",
+    url: (l) => `file://${l.session}/sub/`,
+    expect: stored(() => "<entries>\nb.txt"),
+    withinMs: READ_MS,
+  },
   {
     name: "an NFD-named file given in NFC (found)",
     setup: (l) => writeFile(join(l.session, "cafe\u0301.txt"), "decomposed\n"),
-    url: (l) => `file://${l.session}/caf%C3%A9.txt`, expect: stored(() => "1: decomposed"), withinMs: READ_MS,
+    url: (l) => `file://${l.session}/caf%C3%A9.txt`,
+    expect: stored(() => "1: decomposed"),
+    withinMs: READ_MS,
   },
   {
     name: "an NFC-named file given in NFD (found)",
     setup: (l) => writeFile(join(l.session, "\u00e9t\u00e9.txt"), "composed\n"),
-    url: (l) => `file://${l.session}/e%CC%81te%CC%81.txt`, expect: stored(() => "1: composed"), withinMs: READ_MS,
+    url: (l) => `file://${l.session}/e%CC%81te%CC%81.txt`,
+    expect: stored(() => "1: composed"),
+    withinMs: READ_MS,
   },
 
   // Devices and pseudo-filesystems.
@@ -95,27 +123,69 @@ const ROWS: Row[] = [
   { name: "/dev/stdin", url: () => "file:///dev/stdin", expect: denied(() => "/dev/stdin"), withinMs: REFUSAL_MS },
   { name: "/proc/self/environ", url: () => "file:///proc/self/environ", expect: denied(() => "/proc/self/environ"), withinMs: REFUSAL_MS },
   { name: "/sys/kernel", url: () => "file:///sys/kernel/", expect: denied(() => "/sys/kernel"), withinMs: REFUSAL_MS },
-  { name: "/dev/zero under a root of /", ledger: "wide", url: () => "file:///dev/zero", expect: denied(() => "/dev/zero is a special filesystem path"), withinMs: REFUSAL_MS },
-  { name: "/dev/urandom under a root of /", ledger: "wide", url: () => "file:///dev/urandom", expect: denied(() => "/dev/urandom is a special filesystem path"), withinMs: REFUSAL_MS },
-  { name: "/proc/self/environ under a root of /", ledger: "wide", url: () => "file:///proc/self/environ", expect: denied(() => "/proc/self/environ is a special filesystem path"), withinMs: REFUSAL_MS },
-  { name: "/proc/self/fd/0 under a root of /", ledger: "wide", url: () => "file:///proc/self/fd/0", expect: denied(() => "/proc/self/fd/0 is a special filesystem path"), withinMs: REFUSAL_MS },
-  { name: "/sys/kernel under a root of /", ledger: "wide", url: () => "file:///sys/kernel/", expect: denied(() => "/sys/kernel is a special filesystem path"), withinMs: REFUSAL_MS },
-  { name: "/proc reached by .. under a root of /", ledger: "wide", url: () => "file:///tmp/../proc/self/status", expect: denied(() => "/proc/self/status is a special filesystem path"), withinMs: REFUSAL_MS },
+  {
+    name: "/dev/zero under a root of /",
+    ledger: "wide",
+    url: () => "file:///dev/zero",
+    expect: denied(() => "/dev/zero is a special filesystem path"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "/dev/urandom under a root of /",
+    ledger: "wide",
+    url: () => "file:///dev/urandom",
+    expect: denied(() => "/dev/urandom is a special filesystem path"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "/proc/self/environ under a root of /",
+    ledger: "wide",
+    url: () => "file:///proc/self/environ",
+    expect: denied(() => "/proc/self/environ is a special filesystem path"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "/proc/self/fd/0 under a root of /",
+    ledger: "wide",
+    url: () => "file:///proc/self/fd/0",
+    expect: denied(() => "/proc/self/fd/0 is a special filesystem path"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "/sys/kernel under a root of /",
+    ledger: "wide",
+    url: () => "file:///sys/kernel/",
+    expect: denied(() => "/sys/kernel is a special filesystem path"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "/proc reached by .. under a root of /",
+    ledger: "wide",
+    url: () => "file:///tmp/../proc/self/status",
+    expect: denied(() => "/proc/self/status is a special filesystem path"),
+    withinMs: REFUSAL_MS,
+  },
   {
     name: "a symlink in the session dir to /proc/self/environ, under a root of /",
     ledger: "wide",
     setup: (l) => symlink("/proc/self/environ", join(l.session, "environ")),
-    url: (l) => `file://${l.session}/environ`, expect: denied((l) => `${l.session}/environ is a special filesystem path`), withinMs: REFUSAL_MS,
+    url: (l) => `file://${l.session}/environ`,
+    expect: denied((l) => `${l.session}/environ is a special filesystem path`),
+    withinMs: REFUSAL_MS,
   },
   {
     name: "a symlink in the session dir to /dev/zero",
     setup: (l) => symlink("/dev/zero", join(l.session, "zero")),
-    url: (l) => `file://${l.session}/zero`, expect: denied((l) => `${l.session}/zero`), withinMs: REFUSAL_MS,
+    url: (l) => `file://${l.session}/zero`,
+    expect: denied((l) => `${l.session}/zero`),
+    withinMs: REFUSAL_MS,
   },
   {
     name: "a FIFO inside the session dir (no hang)",
     setup: async (l) => fifo(join(l.session, "pipe")),
-    url: (l) => `file://${l.session}/pipe`, expect: denied((l) => `${l.session}/pipe is not a regular file or directory`), withinMs: REFUSAL_MS,
+    url: (l) => `file://${l.session}/pipe`,
+    expect: denied((l) => `${l.session}/pipe is not a regular file or directory`),
+    withinMs: REFUSAL_MS,
   },
   {
     name: "a unix socket inside the session dir",
@@ -124,89 +194,216 @@ const ROWS: Row[] = [
       await new Promise<void>((done) => server.listen(join(l.session, "sock"), done));
       socket = server;
     },
-    url: (l) => `file://${l.session}/sock`, expect: denied((l) => `${l.session}/sock is not a regular file or directory`), withinMs: REFUSAL_MS,
+    url: (l) => `file://${l.session}/sock`,
+    expect: denied((l) => `${l.session}/sock is not a regular file or directory`),
+    withinMs: REFUSAL_MS,
   },
 
   // Symlinks leading out.
   {
     name: "a symlink to /etc/passwd",
     setup: (l) => symlink("/etc/passwd", join(l.session, "passwd")),
-    url: (l) => `file://${l.session}/passwd`, expect: denied((l) => `${l.session}/passwd leads through a symlink outside`), withinMs: REFUSAL_MS,
+    url: (l) => `file://${l.session}/passwd`,
+    expect: denied((l) => `${l.session}/passwd leads through a symlink outside`),
+    withinMs: REFUSAL_MS,
   },
   {
     name: "a symlink to a file outside the roots",
     setup: (l) => symlink(join(l.outside, "secret.txt"), join(l.session, "leak.txt")),
-    url: (l) => `file://${l.session}/leak.txt`, expect: denied((l) => `${l.session}/leak.txt`), withinMs: REFUSAL_MS,
+    url: (l) => `file://${l.session}/leak.txt`,
+    expect: denied((l) => `${l.session}/leak.txt`),
+    withinMs: REFUSAL_MS,
   },
   {
     name: "a symlinked parent directory pointing out",
     setup: (l) => symlink(l.outside, join(l.session, "out-dir")),
-    url: (l) => `file://${l.session}/out-dir/secret.txt`, expect: denied((l) => `${l.session}/out-dir/secret.txt`), withinMs: REFUSAL_MS,
+    url: (l) => `file://${l.session}/out-dir/secret.txt`,
+    expect: denied((l) => `${l.session}/out-dir/secret.txt`),
+    withinMs: REFUSAL_MS,
   },
-  { name: "a missing name under a symlinked parent pointing out", url: (l) => `file://${l.session}/out-dir/missing.txt`, expect: denied((l) => `${l.session}/out-dir/missing.txt leads through a symlink outside`), withinMs: REFUSAL_MS },
+  {
+    name: "a missing name under a symlinked parent pointing out",
+    url: (l) => `file://${l.session}/out-dir/missing.txt`,
+    expect: denied((l) => `${l.session}/out-dir/missing.txt leads through a symlink outside`),
+    withinMs: REFUSAL_MS,
+  },
   {
     name: "a directory symlink to /, then etc/passwd",
     setup: (l) => symlink("/", join(l.session, "slash")),
-    url: (l) => `file://${l.session}/slash/etc/passwd`, expect: denied((l) => `${l.session}/slash/etc/passwd`), withinMs: REFUSAL_MS,
+    url: (l) => `file://${l.session}/slash/etc/passwd`,
+    expect: denied((l) => `${l.session}/slash/etc/passwd`),
+    withinMs: REFUSAL_MS,
   },
-  { name: "a directory symlink to / itself", url: (l) => `file://${l.session}/slash/`, expect: denied((l) => `${l.session}/slash`), withinMs: REFUSAL_MS },
+  {
+    name: "a directory symlink to / itself",
+    url: (l) => `file://${l.session}/slash/`,
+    expect: denied((l) => `${l.session}/slash`),
+    withinMs: REFUSAL_MS,
+  },
   {
     name: "a file that is a symlink loop",
     setup: async (l) => {
       await symlink(join(l.session, "loop-b"), join(l.session, "loop-a"));
       await symlink(join(l.session, "loop-a"), join(l.session, "loop-b"));
     },
-    url: (l) => `file://${l.session}/loop-a`, expect: denied((l) => `${l.session}/loop-a cannot be resolved (ELOOP)`), withinMs: REFUSAL_MS,
+    url: (l) => `file://${l.session}/loop-a`,
+    expect: denied((l) => `${l.session}/loop-a cannot be resolved (ELOOP)`),
+    withinMs: REFUSAL_MS,
   },
 
   // Traversal.
-  { name: "../ out of the session dir", url: (l) => `file://${l.session}/../outside/secret.txt`, expect: denied((l) => `${l.outside}/secret.txt`), withinMs: REFUSAL_MS },
-  { name: "%2e%2e out of the session dir", url: (l) => `file://${l.session}/%2e%2e/outside/secret.txt`, expect: denied((l) => `${l.outside}/secret.txt`), withinMs: REFUSAL_MS },
-  { name: ".%2E and %2E. out of the session dir", url: (l) => `file://${l.session}/sub/.%2E/%2E./outside/secret.txt`, expect: denied(), withinMs: REFUSAL_MS },
-  { name: "a very deep ../../.. to /etc/passwd", url: (l) => `file://${l.session}/${"../".repeat(3000)}etc/passwd`, expect: denied(() => "/etc/passwd"), withinMs: REFUSAL_MS },
-  { name: "a sibling dir sharing the session dir's prefix", url: (l) => `file://${l.session}-evil/x.txt`, expect: denied((l) => `${l.session}-evil/x.txt`), withinMs: REFUSAL_MS },
-  { name: "raw backslash traversal (a \\ is a / in file: URLs)", url: (l) => `file://${l.session}\\..\\outside\\secret.txt`, expect: denied((l) => `${l.outside}/secret.txt`), withinMs: REFUSAL_MS },
-  { name: "%3F then .. (the escaped ? is a name, the .. still climbs)", url: (l) => `file://${l.session}/%3F/../../outside/secret.txt`, expect: denied(), withinMs: REFUSAL_MS },
+  {
+    name: "../ out of the session dir",
+    url: (l) => `file://${l.session}/../outside/secret.txt`,
+    expect: denied((l) => `${l.outside}/secret.txt`),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "%2e%2e out of the session dir",
+    url: (l) => `file://${l.session}/%2e%2e/outside/secret.txt`,
+    expect: denied((l) => `${l.outside}/secret.txt`),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: ".%2E and %2E. out of the session dir",
+    url: (l) => `file://${l.session}/sub/.%2E/%2E./outside/secret.txt`,
+    expect: denied(),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "a very deep ../../.. to /etc/passwd",
+    url: (l) => `file://${l.session}/${"../".repeat(3000)}etc/passwd`,
+    expect: denied(() => "/etc/passwd"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "a sibling dir sharing the session dir's prefix",
+    url: (l) => `file://${l.session}-evil/x.txt`,
+    expect: denied((l) => `${l.session}-evil/x.txt`),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "raw backslash traversal (a \\ is a / in file: URLs)",
+    url: (l) => `file://${l.session}\\..\\outside\\secret.txt`,
+    expect: denied((l) => `${l.outside}/secret.txt`),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "%3F then .. (the escaped ? is a name, the .. still climbs)",
+    url: (l) => `file://${l.session}/%3F/../../outside/secret.txt`,
+    expect: denied(),
+    withinMs: REFUSAL_MS,
+  },
   {
     name: "double-encoded %252e%252e stays a literal name (OK, not found)",
-    url: (l) => `file://${l.session}/%252e%252e/outside/secret.txt`, expect: notFound((l) => `${l.session}/%2e%2e/outside/secret.txt`), withinMs: READ_MS,
+    url: (l) => `file://${l.session}/%252e%252e/outside/secret.txt`,
+    expect: notFound((l) => `${l.session}/%2e%2e/outside/secret.txt`),
+    withinMs: READ_MS,
   },
   {
     name: "escaped backslashes %5C are part of the name (OK, not found)",
-    url: (l) => `file://${l.session}/..%5C..%5Coutside%5Csecret.txt`, expect: notFound((l) => `${l.session}/..\\..\\outside\\secret.txt`), withinMs: READ_MS,
+    url: (l) => `file://${l.session}/..%5C..%5Coutside%5Csecret.txt`,
+    expect: notFound((l) => `${l.session}/..\\..\\outside\\secret.txt`),
+    withinMs: READ_MS,
   },
   {
     name: "a one-dot-leader lookalike of .. is a name (OK, not found)",
-    url: (l) => `file://${l.session}/%E2%80%A4%E2%80%A4/outside/secret.txt`, expect: notFound((l) => `${l.session}/\u2024\u2024/outside/secret.txt`), withinMs: READ_MS,
+    url: (l) => `file://${l.session}/%E2%80%A4%E2%80%A4/outside/secret.txt`,
+    expect: notFound((l) => `${l.session}/\u2024\u2024/outside/secret.txt`),
+    withinMs: READ_MS,
   },
   { name: "an encoded slash %2F", url: (l) => `file://${l.session}/..%2F..%2Fetc%2Fpasswd`, expect: invalid(), withinMs: REFUSAL_MS },
-  { name: "an overlong UTF-8 dot %C0%AE", url: (l) => `file://${l.session}/%C0%AE%C0%AE/outside/secret.txt`, expect: invalid(), withinMs: REFUSAL_MS },
+  {
+    name: "an overlong UTF-8 dot %C0%AE",
+    url: (l) => `file://${l.session}/%C0%AE%C0%AE/outside/secret.txt`,
+    expect: invalid(),
+    withinMs: REFUSAL_MS,
+  },
 
   // Malformed paths.
-  { name: "a NUL (%00)", url: (l) => `file://${l.session}/a.txt%00.png`, expect: invalid(() => "contains a NUL character"), withinMs: REFUSAL_MS },
-  { name: "a path over 4096 bytes", url: (l) => `file://${l.session}/${"a".repeat(5000)}`, expect: invalid(() => "over the 4096-byte limit"), withinMs: REFUSAL_MS },
-  { name: "a file name over 255 bytes", url: (l) => `file://${l.session}/${"n".repeat(300)}.txt`, expect: invalid(() => "ENAMETOOLONG"), withinMs: REFUSAL_MS },
+  {
+    name: "a NUL (%00)",
+    url: (l) => `file://${l.session}/a.txt%00.png`,
+    expect: invalid(() => "contains a NUL character"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "a path over 4096 bytes",
+    url: (l) => `file://${l.session}/${"a".repeat(5000)}`,
+    expect: invalid(() => "over the 4096-byte limit"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "a file name over 255 bytes",
+    url: (l) => `file://${l.session}/${"n".repeat(300)}.txt`,
+    expect: invalid(() => "ENAMETOOLONG"),
+    withinMs: REFUSAL_MS,
+  },
 
   // Hosts, drives and odd URL forms.
-  { name: "file://otherhost/etc/passwd", url: () => "file://otherhost/etc/passwd", expect: denied(() => "file://otherhost/etc/passwd names a remote host"), withinMs: REFUSAL_MS },
-  { name: "file://127.0.0.1/etc/passwd", url: () => "file://127.0.0.1/etc/passwd", expect: denied(() => "names a remote host"), withinMs: REFUSAL_MS },
-  { name: "file://localhost/etc/passwd (local, but outside)", url: () => "file://localhost/etc/passwd", expect: denied(() => "/etc/passwd is outside"), withinMs: REFUSAL_MS },
-  { name: "FILE:///etc/passwd (upper-case scheme)", url: () => "FILE:///etc/passwd", expect: denied(() => "/etc/passwd"), withinMs: REFUSAL_MS },
+  {
+    name: "file://otherhost/etc/passwd",
+    url: () => "file://otherhost/etc/passwd",
+    expect: denied(() => "file://otherhost/etc/passwd names a remote host"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "file://127.0.0.1/etc/passwd",
+    url: () => "file://127.0.0.1/etc/passwd",
+    expect: denied(() => "names a remote host"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "file://localhost/etc/passwd (local, but outside)",
+    url: () => "file://localhost/etc/passwd",
+    expect: denied(() => "/etc/passwd is outside"),
+    withinMs: REFUSAL_MS,
+  },
+  {
+    name: "FILE:///etc/passwd (upper-case scheme)",
+    url: () => "FILE:///etc/passwd",
+    expect: denied(() => "/etc/passwd"),
+    withinMs: REFUSAL_MS,
+  },
   { name: "file:/etc/passwd (one slash)", url: () => "file:/etc/passwd", expect: denied(() => "/etc/passwd"), withinMs: REFUSAL_MS },
-  { name: "file:///C:/Windows/win.ini", url: () => "file:///C:/Windows/win.ini", expect: denied(() => "names a Windows drive path"), withinMs: REFUSAL_MS },
+  {
+    name: "file:///C:/Windows/win.ini",
+    url: () => "file:///C:/Windows/win.ini",
+    expect: denied(() => "names a Windows drive path"),
+    withinMs: REFUSAL_MS,
+  },
   { name: "file:///c|/x", url: () => "file:///c|/x", expect: denied(() => "names a Windows drive path"), withinMs: REFUSAL_MS },
-  { name: "file:///C:%5CWindows%5Cwin.ini", url: () => "file:///C:%5CWindows%5Cwin.ini", expect: denied(() => "names a Windows drive path"), withinMs: REFUSAL_MS },
+  {
+    name: "file:///C:%5CWindows%5Cwin.ini",
+    url: () => "file:///C:%5CWindows%5Cwin.ini",
+    expect: denied(() => "names a Windows drive path"),
+    withinMs: REFUSAL_MS,
+  },
   { name: "a relative file:x", url: () => "file:x", expect: invalid(() => "is a relative file: URL"), withinMs: REFUSAL_MS },
-  { name: "a relative file:../../etc/passwd", url: () => "file:../../etc/passwd", expect: invalid(() => "is a relative file: URL"), withinMs: REFUSAL_MS },
+  {
+    name: "a relative file:../../etc/passwd",
+    url: () => "file:../../etc/passwd",
+    expect: invalid(() => "is a relative file: URL"),
+    withinMs: REFUSAL_MS,
+  },
   {
     name: "a query hiding a traversal (ignored: reads a.txt)",
-    url: (l) => `file://${l.session}/a.txt?/../../outside/secret.txt`, expect: stored(() => "1: inside"), withinMs: READ_MS,
+    url: (l) => `file://${l.session}/a.txt?/../../outside/secret.txt`,
+    expect: stored(() => "1: inside"),
+    withinMs: READ_MS,
   },
   {
     name: "a fragment hiding a traversal (ignored: reads a.txt)",
-    url: (l) => `file://${l.session}/a.txt#/../../../etc/passwd`, expect: stored(() => "1: inside"), withinMs: READ_MS,
+    url: (l) => `file://${l.session}/a.txt#/../../../etc/passwd`,
+    expect: stored(() => "1: inside"),
+    withinMs: READ_MS,
   },
-  { name: "a fragment cutting the path short, then .. (a plain missing name)", url: (l) => `file://${l.session}/x#/../../../etc/passwd`, expect: notFound((l) => `${l.session}/x`), withinMs: READ_MS },
+  {
+    name: "a fragment cutting the path short, then .. (a plain missing name)",
+    url: (l) => `file://${l.session}/x#/../../../etc/passwd`,
+    expect: notFound((l) => `${l.session}/x`),
+    withinMs: READ_MS,
+  },
 ];
 
 let base: string;
@@ -263,7 +460,10 @@ async function attempt(t: TestLedger, row: Row): Promise<number> {
   const started = performance.now();
   const outcome = await t.client
     .prompt({ sessionId, noReply: true, parts: [text("look"), file(url)] }, { timeoutMs: CALL_TIMEOUT_MS })
-    .then((res) => ({ ok: true as const, res }), (err: unknown) => ({ ok: false as const, err: ConnectError.from(err) }));
+    .then(
+      (res) => ({ ok: true as const, res }),
+      (err: unknown) => ({ ok: false as const, err: ConnectError.from(err) }),
+    );
   const elapsed = performance.now() - started;
   const listed = await t.client.listMessages({ sessionId });
 
@@ -274,7 +474,8 @@ async function attempt(t: TestLedger, row: Row): Promise<number> {
     expect(texts).not.toContain("TOP SECRET");
     expect(listed.messages).toHaveLength(1);
   } else {
-    if (outcome.ok) throw new Error(`expected ${Code[row.expect.code]}, got OK: ${JSON.stringify(outcome.res.message?.parts.map(partText))}`);
+    if (outcome.ok)
+      throw new Error(`expected ${Code[row.expect.code]}, got OK: ${JSON.stringify(outcome.res.message?.parts.map(partText))}`);
     expect({ code: Code[outcome.err.code], message: outcome.err.rawMessage }).toMatchObject({ code: Code[row.expect.code] });
     expect(outcome.err.rawMessage).toMatch(/^parts\[1\]\.file\.url: /);
     if (row.expect.mentions) expect(outcome.err.rawMessage).toContain(row.expect.mentions(layout));
@@ -286,12 +487,18 @@ async function attempt(t: TestLedger, row: Row): Promise<number> {
 
 describe("session directories", () => {
   it("must exist", async () => {
-    const err = await main.client.createSession({ directory: join(base, "no-such-dir") }).then(() => undefined, (e: unknown) => ConnectError.from(e));
+    const err = await main.client.createSession({ directory: join(base, "no-such-dir") }).then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e),
+    );
     expect(err?.code).toBe(Code.InvalidArgument);
   });
 
   it("must be a directory", async () => {
-    const err = await main.client.createSession({ directory: join(layout.session, "a.txt") }).then(() => undefined, (e: unknown) => ConnectError.from(e));
+    const err = await main.client.createSession({ directory: join(layout.session, "a.txt") }).then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e),
+    );
     expect(err?.code).toBe(Code.InvalidArgument);
   });
 
@@ -301,7 +508,10 @@ describe("session directories", () => {
     expect(session!.directory).toBe(layout.session);
     const err = await main.client
       .prompt({ sessionId: session!.id, noReply: true, parts: [file(`file://${base}/session-link/../outside/secret.txt`)] })
-      .then(() => undefined, (e: unknown) => ConnectError.from(e));
+      .then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
     expect(err?.code).toBe(Code.PermissionDenied);
   });
 });

@@ -18,8 +18,12 @@ afterAll(() => t?.close());
 
 describe("50 concurrent clients", () => {
   it("stores every prompt in per-session order without an error", { timeout: TIMEOUT_MS }, async () => {
-    const shared = await Promise.all(Array.from({ length: 5 }, async () => (await t.client.createSession({ directory: t.dir })).session!.id));
-    const own = await Promise.all(Array.from({ length: CLIENTS / 2 }, async () => (await t.client.createSession({ directory: t.dir })).session!.id));
+    const shared = await Promise.all(
+      Array.from({ length: 5 }, async () => (await t.client.createSession({ directory: t.dir })).session!.id),
+    );
+    const own = await Promise.all(
+      Array.from({ length: CLIENTS / 2 }, async () => (await t.client.createSession({ directory: t.dir })).session!.id),
+    );
     const sessionOf = (c: number) => (c < CLIENTS / 2 ? own[c]! : shared[c % shared.length]!);
     const errors: unknown[] = [];
     const sent = new Map<number, number>();
@@ -28,7 +32,11 @@ describe("50 concurrent clients", () => {
       Array.from({ length: CLIENTS }, async (_, c) => {
         for (let i = 0; Date.now() < end; i++) {
           try {
-            await t.client.prompt({ sessionId: sessionOf(c), noReply: true, parts: [{ kind: { case: "text", value: { text: `${c}:${i}` } } }] });
+            await t.client.prompt({
+              sessionId: sessionOf(c),
+              noReply: true,
+              parts: [{ kind: { case: "text", value: { text: `${c}:${i}` } } }],
+            });
             sent.set(c, i + 1);
           } catch (error) {
             errors.push(error);
@@ -39,16 +47,28 @@ describe("50 concurrent clients", () => {
     );
     expect(errors).toEqual([]);
     for (const sessionId of [...own, ...shared]) {
-      const rows = await t.ledger.deps.db.selectFrom("part").select(["data", "position"]).where("session_id", "=", sessionId).orderBy("position").execute();
+      const rows = await t.ledger.deps.db
+        .selectFrom("part")
+        .select(["data", "position"])
+        .where("session_id", "=", sessionId)
+        .orderBy("position")
+        .execute();
       const seen = new Map<number, number>();
       for (const row of rows) {
-        const [c, i] = String((row.data as { text?: { text?: string } }).text?.text).split(":").map(Number) as [number, number];
+        const [c, i] = String((row.data as { text?: { text?: string } }).text?.text)
+          .split(":")
+          .map(Number) as [number, number];
         expect(i, `client ${c} in ${sessionId}`).toBe(seen.get(c) ?? 0);
         seen.set(c, i + 1);
       }
       for (const [c, n] of seen) expect(n).toBe(sent.get(c));
       const session = await t.ledger.deps.db.selectFrom("session").select("last_seq").where("id", "=", sessionId).executeTakeFirstOrThrow();
-      const seqs = await t.ledger.deps.db.selectFrom("session_event").select("seq").where("session_id", "=", sessionId).orderBy("seq").execute();
+      const seqs = await t.ledger.deps.db
+        .selectFrom("session_event")
+        .select("seq")
+        .where("session_id", "=", sessionId)
+        .orderBy("seq")
+        .execute();
       expect(seqs.map((s) => Number(s.seq))).toEqual(Array.from({ length: Number(session.last_seq) }, (_, k) => k + 1));
     }
   });

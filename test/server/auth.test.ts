@@ -18,16 +18,23 @@ beforeAll(async () => {
 afterAll(() => t?.close());
 
 function client(headers: Record<string, string>, grpc = false) {
-  const interceptors = [(next: Parameters<import("@connectrpc/connect").Interceptor>[0]) => (req: Parameters<typeof next>[0]) => {
-    for (const [k, v] of Object.entries(headers)) req.header.set(k, v);
-    return next(req);
-  }];
-  const transport = grpc ? createGrpcTransport({ baseUrl: t.ledger.url, interceptors }) : createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", interceptors });
+  const interceptors = [
+    (next: Parameters<import("@connectrpc/connect").Interceptor>[0]) => (req: Parameters<typeof next>[0]) => {
+      for (const [k, v] of Object.entries(headers)) req.header.set(k, v);
+      return next(req);
+    },
+  ];
+  const transport = grpc
+    ? createGrpcTransport({ baseUrl: t.ledger.url, interceptors })
+    : createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", interceptors });
   return createClient(SessionService, transport);
 }
 
 async function failure(promise: Promise<unknown>): Promise<ConnectError> {
-  const error = await promise.then(() => undefined, (e: unknown) => ConnectError.from(e));
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => ConnectError.from(e),
+  );
   expect(error).toBeInstanceOf(ConnectError);
   return error as ConnectError;
 }
@@ -77,10 +84,19 @@ describe("host names without a token", () => {
       const { request } = await import("node:http");
       const status = (host: string) =>
         new Promise<number>((resolve, reject) => {
-          const req = request({ host: "127.0.0.1", port, path: "/ledger.v1.SessionService/ListAgents", method: "POST", headers: { host, "content-type": "application/json" } }, (res) => {
-            res.resume();
-            resolve(res.statusCode ?? 0);
-          });
+          const req = request(
+            {
+              host: "127.0.0.1",
+              port,
+              path: "/ledger.v1.SessionService/ListAgents",
+              method: "POST",
+              headers: { host, "content-type": "application/json" },
+            },
+            (res) => {
+              res.resume();
+              resolve(res.statusCode ?? 0);
+            },
+          );
           req.on("error", reject);
           req.end("{}");
         });

@@ -9,7 +9,11 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
-import { ServerReflection, type ServerReflectionRequestSchema, type ServerReflectionResponse } from "../../gen/grpc/reflection/v1/reflection_pb.js";
+import {
+  ServerReflection,
+  type ServerReflectionRequestSchema,
+  type ServerReflectionResponse,
+} from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1Alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 
@@ -48,7 +52,9 @@ function grpcHealth(url: string): GrpcHealth {
     enums: String,
     defaults: true,
   });
-  const loaded = grpc.loadPackageDefinition(definition) as unknown as { grpc: { health: { v1: { Health: grpc.ServiceClientConstructor } } } };
+  const loaded = grpc.loadPackageDefinition(definition) as unknown as {
+    grpc: { health: { v1: { Health: grpc.ServiceClientConstructor } } };
+  };
   return new loaded.grpc.health.v1.Health(new URL(url).host, grpc.credentials.createInsecure()) as unknown as GrpcHealth;
 }
 
@@ -205,7 +211,8 @@ async function reflect(client: ReflectionClient, requests: ReflectionInit[]): Pr
 }
 
 function descriptors(res: ServerReflectionResponse): FileDescriptorProto[] {
-  if (res.messageResponse.case !== "fileDescriptorResponse") throw new Error(`expected file descriptors, got ${res.messageResponse.case}: ${JSON.stringify(res.messageResponse.value)}`);
+  if (res.messageResponse.case !== "fileDescriptorResponse")
+    throw new Error(`expected file descriptors, got ${res.messageResponse.case}: ${JSON.stringify(res.messageResponse.value)}`);
   return res.messageResponse.value.fileDescriptorProto.map((bytes) => fromBinary(FileDescriptorProtoSchema, bytes));
 }
 
@@ -259,7 +266,9 @@ describe("grpc.reflection (Connect gRPC client, bidi over h2c)", () => {
     expect(files[0]!.name).toBe("ledger/v1/service.proto");
     const names = files.map((f) => f.name);
     expect(new Set(names).size).toBe(names.length);
-    expect(names).toEqual(expect.arrayContaining(["buf/validate/validate.proto", "google/protobuf/descriptor.proto", "google/protobuf/timestamp.proto"]));
+    expect(names).toEqual(
+      expect.arrayContaining(["buf/validate/validate.proto", "google/protobuf/descriptor.proto", "google/protobuf/timestamp.proto"]),
+    );
     const registry = createFileRegistry(create(FileDescriptorSetSchema, { file: importsFirst(files) }));
     const service = registry.getService("ledger.v1.SessionService");
     const prompt = service?.methods.find((m) => m.name === "Prompt");
@@ -281,11 +290,21 @@ describe("grpc.reflection (Connect gRPC client, bidi over h2c)", () => {
       symbol("buf.validate.field"),
       symbol("google.rpc.ErrorInfo"),
       { messageRequest: { case: "fileByFilename", value: "grpc/health/v1/health.proto" } },
-      { messageRequest: { case: "fileContainingExtension", value: { containingType: "google.protobuf.FieldOptions", extensionNumber: 1159 } } },
+      {
+        messageRequest: {
+          case: "fileContainingExtension",
+          value: { containingType: "google.protobuf.FieldOptions", extensionNumber: 1159 },
+        },
+      },
       { messageRequest: { case: "allExtensionNumbersOfType", value: "google.protobuf.FieldOptions" } },
       symbol("ledger.v1.NoSuchThing"),
       { messageRequest: { case: "fileByFilename", value: "nope.proto" } },
-      { messageRequest: { case: "fileContainingExtension", value: { containingType: "google.protobuf.FieldOptions", extensionNumber: 99999 } } },
+      {
+        messageRequest: {
+          case: "fileContainingExtension",
+          value: { containingType: "google.protobuf.FieldOptions", extensionNumber: 99999 },
+        },
+      },
       { messageRequest: { case: "allExtensionNumbersOfType", value: "no.such.Type" } },
       {},
     ]);
@@ -321,7 +340,9 @@ describe("grpc.reflection (Connect gRPC client, bidi over h2c)", () => {
     if (out[0]!.messageResponse.case !== "listServicesResponse") throw new Error(out[0]!.messageResponse.case);
     expect(out[0]!.messageResponse.value.service.map((s) => s.name)).toContain("ledger.v1.SessionService");
     if (out[1]!.messageResponse.case !== "fileDescriptorResponse") throw new Error(out[1]!.messageResponse.case);
-    expect(fromBinary(FileDescriptorProtoSchema, out[1]!.messageResponse.value.fileDescriptorProto[0]!).name).toBe("ledger/v1/service.proto");
+    expect(fromBinary(FileDescriptorProtoSchema, out[1]!.messageResponse.value.fileDescriptorProto[0]!).name).toBe(
+      "ledger/v1/service.proto",
+    );
   });
 });
 

@@ -4,7 +4,13 @@ import { anyUnpack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { trailerParse } from "@connectrpc/connect/protocol-grpc-web";
-import { compressionGzip, createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import {
+  compressionGzip,
+  createConnectTransport,
+  createGrpcTransport,
+  createGrpcWebTransport,
+  Http2SessionManager,
+} from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
@@ -58,13 +64,20 @@ async function drainFailure(stream: AsyncIterable<unknown>): Promise<ConnectErro
  * The refusal every protocol must give: RESOURCE_EXHAUSTED, a message naming `request_bytes`, the
  * limit and (when connect knew it) the size, and ErrorInfo {LIMIT_EXCEEDED, ledger.v1, metadata}.
  */
-function expectTooLarge(code: Code, message: string, details: { reason: string; domain: string; metadata: Record<string, string> } | undefined, actual?: number, afterDecompression = false): void {
+function expectTooLarge(
+  code: Code,
+  message: string,
+  details: { reason: string; domain: string; metadata: Record<string, string> } | undefined,
+  actual?: number,
+  afterDecompression = false,
+): void {
   expect(code).toBe(Code.ResourceExhausted);
   expect(message).toContain("request_bytes");
   expect(message).toContain(String(LIMIT));
   expect(message).not.toContain("readMaxBytes");
   if (actual !== undefined) expect(message).toBe(`request message: ${actual} bytes exceeds limit request_bytes (${LIMIT} bytes)`);
-  else if (afterDecompression) expect(message).toBe(`request message: more than ${LIMIT} bytes after decompression exceeds limit request_bytes (${LIMIT} bytes)`);
+  else if (afterDecompression)
+    expect(message).toBe(`request message: more than ${LIMIT} bytes after decompression exceeds limit request_bytes (${LIMIT} bytes)`);
   else expect(message).toBe(`request message: more than ${LIMIT} bytes exceeds limit request_bytes (${LIMIT} bytes)`);
   expect(details, "ErrorInfo detail").toBeDefined();
   expect(details!.reason).toBe("LIMIT_EXCEEDED");
@@ -92,13 +105,20 @@ describe("a request over limits.request_bytes", () => {
   });
 
   it("Connect unary binary over h2c (connect-es client: size unknown)", async () => {
-    const client = createClient(SessionService, createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "2", useBinaryFormat: true, sessionManager: h2 }));
+    const client = createClient(
+      SessionService,
+      createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "2", useBinaryFormat: true, sessionManager: h2 }),
+    );
     expectConnectTooLarge(await failure(client.prompt(bigPrompt())));
   });
 
   it("Connect unary JSON with a content-length (like curl): the size is named", async () => {
     const body = toJsonString(PromptRequestSchema, create(PromptRequestSchema, bigPrompt()));
-    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/Prompt`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/Prompt`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body,
+    });
     expect(res.status).toBe(429);
     expect(res.headers.get("content-type")).toMatch(/^application\/json/);
     const bytes = new Uint8Array(await res.arrayBuffer());
@@ -108,7 +128,10 @@ describe("a request over limits.request_bytes", () => {
   });
 
   it("Connect unary, gzip-compressed under the limit but over it decompressed", async () => {
-    const client = createClient(SessionService, createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true, sendCompression: compressionGzip }));
+    const client = createClient(
+      SessionService,
+      createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true, sendCompression: compressionGzip }),
+    );
     expectConnectTooLarge(await failure(client.prompt(bigPrompt())), undefined, true);
     await expectNothingStored();
   });
@@ -116,12 +139,16 @@ describe("a request over limits.request_bytes", () => {
   it("Connect unary JSON with a chunked body (no content-length: size unknown)", async () => {
     const body = Buffer.from(toJsonString(PromptRequestSchema, create(PromptRequestSchema, bigPrompt())));
     const res = await new Promise<{ status: number; body: Buffer; type: string }>((resolve, reject) => {
-      const req = http.request(`${t.ledger.url}/ledger.v1.SessionService/Prompt`, { method: "POST", headers: { "content-type": "application/json" } }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks), type: String(res.headers["content-type"]) }));
-        res.on("error", reject);
-      });
+      const req = http.request(
+        `${t.ledger.url}/ledger.v1.SessionService/Prompt`,
+        { method: "POST", headers: { "content-type": "application/json" } },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks), type: String(res.headers["content-type"]) }));
+          res.on("error", reject);
+        },
+      );
       req.on("error", reject);
       // Several writes without a content-length: Node sends transfer-encoding: chunked.
       for (let i = 0; i < body.length; i += 1000) req.write(body.subarray(i, i + 1000));
@@ -133,7 +160,10 @@ describe("a request over limits.request_bytes", () => {
   });
 
   it("Connect server stream (PromptStream) over HTTP/1.1", async () => {
-    const client = createClient(SessionService, createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true }));
+    const client = createClient(
+      SessionService,
+      createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true }),
+    );
     expectConnectTooLarge(await drainFailure(client.promptStream(bigPrompt())), binarySize());
     await expectNothingStored();
   });
@@ -144,7 +174,10 @@ describe("a request over limits.request_bytes", () => {
   });
 
   it("gRPC with connect-es, gzip-compressed envelope over the limit decompressed", async () => {
-    const client = createClient(SessionService, createGrpcTransport({ baseUrl: t.ledger.url, sessionManager: h2, sendCompression: compressionGzip }));
+    const client = createClient(
+      SessionService,
+      createGrpcTransport({ baseUrl: t.ledger.url, sessionManager: h2, sendCompression: compressionGzip }),
+    );
     expectConnectTooLarge(await failure(client.prompt(bigPrompt())), undefined, true);
   });
 
@@ -201,7 +234,11 @@ describe("an undecodable binary request message is INVALID_ARGUMENT on every pro
 
   /** Posts `body` over HTTP/1.1 and returns the gRPC-Web trailer frame of the response. */
   async function grpcWebTrailer(procedure: string, body: Buffer): Promise<Headers> {
-    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/${procedure}`, { method: "POST", headers: { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" }, body });
+    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/${procedure}`, {
+      method: "POST",
+      headers: { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" },
+      body,
+    });
     expect(res.status).toBe(200);
     const bytes = new Uint8Array(await res.arrayBuffer());
     expect(bytes[0]).toBe(0x80);
@@ -219,11 +256,17 @@ describe("an undecodable binary request message is INVALID_ARGUMENT on every pro
   });
 
   it("Connect server stream (PromptStream): the end-stream error is invalid_argument", async () => {
-    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/PromptStream`, { method: "POST", headers: { "content-type": "application/connect+proto" }, body: frame() });
+    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/PromptStream`, {
+      method: "POST",
+      headers: { "content-type": "application/connect+proto" },
+      body: frame(),
+    });
     expect(res.status).toBe(200);
     const bytes = Buffer.from(await res.arrayBuffer());
     expect(bytes[0]).toBe(0b10);
-    const end = JSON.parse(bytes.subarray(5, 5 + bytes.readUInt32BE(1)).toString("utf8")) as { error?: { code?: string; message?: string } };
+    const end = JSON.parse(bytes.subarray(5, 5 + bytes.readUInt32BE(1)).toString("utf8")) as {
+      error?: { code?: string; message?: string };
+    };
     expect(end.error?.code).toBe("invalid_argument");
     expect(end.error?.message).toMatch(/^parse binary:/);
   });

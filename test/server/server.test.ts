@@ -60,15 +60,28 @@ describe("request validation", () => {
     const error = await failure(t.client.prompt({ sessionId: await newSession(), noReply: true, parts: [] }));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(badRequestFields(error)).toEqual(["parts"]);
-    expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "INVALID_ARGUMENT", domain: "ledger.v1", metadata: { field: "parts", rule: "repeated.min_items" } });
+    expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({
+      reason: "INVALID_ARGUMENT",
+      domain: "ledger.v1",
+      metadata: { field: "parts", rule: "repeated.min_items" },
+    });
   });
 
   it("malformed session_id → INVALID_ARGUMENT naming session_id and saying in words what an id is", async () => {
     const error = await failure(t.client.prompt({ sessionId: "ses_123", noReply: true, parts: [text("hi")] }));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(badRequestFields(error)).toEqual(["session_id"]);
-    expect(error.rawMessage).toBe("session_id: must be ses_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U) [id.session]");
-    const partId = await failure(t.client.prompt({ sessionId: "ses_01M8N3PWC98KEGMQ42T22BSJ1B", messageId: "msg_x", noReply: true, parts: [{ kind: { case: "text", value: { id: "p1", text: "hi" } } }] }));
+    expect(error.rawMessage).toBe(
+      "session_id: must be ses_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U) [id.session]",
+    );
+    const partId = await failure(
+      t.client.prompt({
+        sessionId: "ses_01M8N3PWC98KEGMQ42T22BSJ1B",
+        messageId: "msg_x",
+        noReply: true,
+        parts: [{ kind: { case: "text", value: { id: "p1", text: "hi" } } }],
+      }),
+    );
     expect(partId.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => `${v.field}: ${v.description}`)).toEqual([
       "message_id: must be msg_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
       "parts[0].text.id: must be prt_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
@@ -87,7 +100,9 @@ describe("request validation", () => {
     expect(error.code).toBe(Code.InvalidArgument);
     expect(badRequestFields(error)).toEqual(["parts[1].file.url"]);
     // The resolver's hint, not a regular expression.
-    expect(error.rawMessage).toBe("parts[1].file.url: has no URL scheme (expected a data:, file:, http: or https: URL); it looks like raw base64: send it as data:<mime>;base64,<data>");
+    expect(error.rawMessage).toBe(
+      "parts[1].file.url: has no URL scheme (expected a data:, file:, http: or https: URL); it looks like raw base64: send it as data:<mime>;base64,<data>",
+    );
     expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
   });
 });
@@ -150,7 +165,11 @@ describe("CORS", () => {
   const preflight = (origin: string) =>
     fetch(`${t.ledger.url}/ledger.v1.SessionService/Prompt`, {
       method: "OPTIONS",
-      headers: { origin, "access-control-request-method": "POST", "access-control-request-headers": "content-type,connect-protocol-version" },
+      headers: {
+        origin,
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "content-type,connect-protocol-version",
+      },
     });
 
   it("a loopback dev origin gets a 204 preflight echoing it", async () => {
@@ -220,13 +239,18 @@ describe("PromptStream and PromptAsync with no_reply", () => {
 
     await writeFile(path.join(t.dir, "stream.txt"), "streamed file\n");
     const url = pathToFileURL(path.join(t.dir, "stream.txt")).href;
-    const second = await drain(
-      t.client.promptStream({ sessionId, noReply: true, parts: [text("second"), file(url)] }),
-    );
+    const second = await drain(t.client.promptStream({ sessionId, noReply: true, parts: [text("second"), file(url)] }));
     expect(second.error).toBeUndefined();
     const events = second.items.map((i) => i.event!);
     expect(events.map((e) => e.kind.case)).toEqual([
-      "messageUpdated", "partUpdated", "partUpdated", "partUpdated", "partUpdated", "synthetic", "prompted", "sessionUpdated",
+      "messageUpdated",
+      "partUpdated",
+      "partUpdated",
+      "partUpdated",
+      "partUpdated",
+      "synthetic",
+      "prompted",
+      "sessionUpdated",
     ]);
     expect(seqs(events)).toEqual(consecutiveFrom(7, 8));
 

@@ -30,8 +30,15 @@ async function newSession(): Promise<string> {
 describe(`storage on ${TEST_ENGINE}`, () => {
   it("runs migrations once and is a no-op the second time", async () => {
     await migrate(database.db);
-    const rows = await database.db.selectFrom("kysely_migration" as never).selectAll().execute();
-    expect(rows.map((r) => (r as { name: string }).name)).toEqual(["2026-11-30T0200-create-ledger", "2026-11-30T0300-event-retention", "2026-11-30T2200-event-data-bytes"]);
+    const rows = await database.db
+      .selectFrom("kysely_migration" as never)
+      .selectAll()
+      .execute();
+    expect(rows.map((r) => (r as { name: string }).name)).toEqual([
+      "2026-11-30T0200-create-ledger",
+      "2026-11-30T0300-event-retention",
+      "2026-11-30T2200-event-data-bytes",
+    ]);
   });
 
   it("inserts more parts than one statement's bind parameters allow, keeping order", async () => {
@@ -39,7 +46,10 @@ describe(`storage on ${TEST_ENGINE}`, () => {
     const messageId = newId("msg");
     const count = 12_000; // > 65,535 / 6 columns
     await database.db.transaction().execute(async (trx) => {
-      await insertMessage(trx, { message: create(MessageSchema, { kind: { case: "user", value: { id: messageId, sessionId } } }), position: 1 });
+      await insertMessage(trx, {
+        message: create(MessageSchema, { kind: { case: "user", value: { id: messageId, sessionId } } }),
+        position: 1,
+      });
       await insertParts(
         trx,
         Array.from({ length: count }, (_, i) => ({
@@ -59,8 +69,13 @@ describe(`storage on ${TEST_ENGINE}`, () => {
     await insertSession(database.db, child, new Date());
     const messageId = newId("msg");
     await database.db.transaction().execute(async (trx) => {
-      await insertMessage(trx, { message: create(MessageSchema, { kind: { case: "user", value: { id: messageId, sessionId } } }), position: 1 });
-      await insertParts(trx, [{ part: create(PartSchema, { id: newId("prt"), sessionId, messageId, kind: { case: "text", value: { text: "x" } } }), position: 2 }]);
+      await insertMessage(trx, {
+        message: create(MessageSchema, { kind: { case: "user", value: { id: messageId, sessionId } } }),
+        position: 1,
+      });
+      await insertParts(trx, [
+        { part: create(PartSchema, { id: newId("prt"), sessionId, messageId, kind: { case: "text", value: { text: "x" } } }), position: 2 },
+      ]);
       await trx.insertInto("session_event").values({ session_id: sessionId, seq: 1, kind: "prompted", data: "{}" }).execute();
     });
     expect(await deleteSession(database.db, sessionId)).toBe(true);
@@ -73,10 +88,14 @@ describe(`storage on ${TEST_ENGINE}`, () => {
   it("refuses a reused seq and a reused position in a session", async () => {
     const sessionId = await newSession();
     await database.db.insertInto("session_event").values({ session_id: sessionId, seq: 1, kind: "prompted", data: "{}" }).execute();
-    await expect(database.db.insertInto("session_event").values({ session_id: sessionId, seq: 1, kind: "prompted", data: "{}" }).execute()).rejects.toThrow();
+    await expect(
+      database.db.insertInto("session_event").values({ session_id: sessionId, seq: 1, kind: "prompted", data: "{}" }).execute(),
+    ).rejects.toThrow();
     const message = (id: string) => create(MessageSchema, { kind: { case: "user", value: { id, sessionId } } });
     await database.db.transaction().execute((trx) => insertMessage(trx, { message: message(newId("msg")), position: 1 }));
-    await expect(database.db.transaction().execute((trx) => insertMessage(trx, { message: message(newId("msg")), position: 1 }))).rejects.toThrow();
+    await expect(
+      database.db.transaction().execute((trx) => insertMessage(trx, { message: message(newId("msg")), position: 1 })),
+    ).rejects.toThrow();
   });
 });
 
@@ -87,7 +106,9 @@ describe("openDatabase failures", () => {
     url.password = "secret";
     const error = await openDatabase({ kind: "postgres", url: url.toString() }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(DatabaseOpenError);
-    expect((error as Error).message).toMatch(/^database postgres:\/\/\S+\/ledger_no_such_database: database "ledger_no_such_database" does not exist$/);
+    expect((error as Error).message).toMatch(
+      /^database postgres:\/\/\S+\/ledger_no_such_database: database "ledger_no_such_database" does not exist$/,
+    );
     expect((error as Error).message).not.toContain("secret");
   });
 

@@ -34,7 +34,12 @@ async function newSession(): Promise<string> {
 /** A `part_updated` event whose text part holds `text` (a fixed time: its JSON length does not vary). */
 function textEvent(sessionId: string, seq: number, text: string): SessionEvent {
   const part = { id: newId("prt"), sessionId, messageId: "msg_1", kind: { case: "text" as const, value: { text } } };
-  return create(SessionEventSchema, { sessionId, seq: BigInt(seq), time: timestampFromMs(1_800_000_000_123), kind: { case: "partUpdated", value: { part } } });
+  return create(SessionEventSchema, {
+    sessionId,
+    seq: BigInt(seq),
+    time: timestampFromMs(1_800_000_000_123),
+    kind: { case: "partUpdated", value: { part } },
+  });
 }
 
 /** Appends events whose JSON texts are these many bytes long (text padded with "x"). */
@@ -57,7 +62,12 @@ describe(`readEventPage on ${TEST_ENGINE}`, () => {
     const sessionId = await newSession();
     const sizes = await appendSized(sessionId, [300, 5000]);
     await database.db.transaction().execute((trx) => appendEvents(trx, [textEvent(sessionId, 3, "é€😀")]));
-    const rows = await database.db.selectFrom("session_event").select(["seq", "data_bytes"]).where("session_id", "=", sessionId).orderBy("seq").execute();
+    const rows = await database.db
+      .selectFrom("session_event")
+      .select(["seq", "data_bytes"])
+      .where("session_id", "=", sessionId)
+      .orderBy("seq")
+      .execute();
     const unicode = Buffer.byteLength(toJsonb(SessionEventSchema, textEvent(sessionId, 3, "é€😀")));
     expect(rows.map((r) => [Number(r.seq), r.data_bytes])).toEqual([
       [1, 300],
@@ -88,8 +98,12 @@ describe(`readEventPage on ${TEST_ENGINE}`, () => {
     const events = [textEvent(sessionId, 1, "one"), textEvent(sessionId, 2, "two")];
     await database.db.transaction().execute((trx) => appendEvents(trx, events));
     const { events: read } = await readEventPage(database.db, sessionId, 0, { rows: 500, bytes: 1 << 20 });
-    expect(read.map((e) => (e.kind.case === "partUpdated" && e.kind.value.part?.kind.case === "text" ? e.kind.value.part.kind.value.text : ""))).toEqual(["one", "two"]);
-    expect(read.map((e) => e.kind.case === "partUpdated" && e.kind.value.part?.id)).toEqual(events.map((e) => e.kind.case === "partUpdated" && e.kind.value.part?.id));
+    expect(
+      read.map((e) => (e.kind.case === "partUpdated" && e.kind.value.part?.kind.case === "text" ? e.kind.value.part.kind.value.text : "")),
+    ).toEqual(["one", "two"]);
+    expect(read.map((e) => e.kind.case === "partUpdated" && e.kind.value.part?.id)).toEqual(
+      events.map((e) => e.kind.case === "partUpdated" && e.kind.value.part?.id),
+    );
   });
 
   it("sizes events stored without data_bytes by their stored size, and a compressed one as a whole page", async () => {
@@ -99,11 +113,22 @@ describe(`readEventPage on ${TEST_ENGINE}`, () => {
     const legacy = [textEvent(sessionId, 1, "small"), textEvent(sessionId, 2, "a".repeat(100_000)), textEvent(sessionId, 3, "small")];
     await database.db
       .insertInto("session_event")
-      .values(legacy.map((e) => ({ session_id: sessionId, seq: Number(e.seq), kind: "part_updated", data: toJsonb(SessionEventSchema, e), time: timestampDate(e.time!) })))
+      .values(
+        legacy.map((e) => ({
+          session_id: sessionId,
+          seq: Number(e.seq),
+          kind: "part_updated",
+          data: toJsonb(SessionEventSchema, e),
+          time: timestampDate(e.time!),
+        })),
+      )
       .execute();
     const stored = await database.db
       .selectFrom("session_event")
-      .select((eb) => [eb.fn<string | null>("pg_column_compression", ["data"]).as("compression"), eb.fn<number>("pg_column_size", ["data"]).as("size")])
+      .select((eb) => [
+        eb.fn<string | null>("pg_column_compression", ["data"]).as("compression"),
+        eb.fn<number>("pg_column_size", ["data"]).as("size"),
+      ])
       .where("session_id", "=", sessionId)
       .orderBy("seq")
       .execute();

@@ -124,9 +124,13 @@ function apiError(type: string, message: string) {
 const THINKING_TYPES = new Set(["thinking", "redacted_thinking"]);
 
 /** The rule a request breaks, as Anthropic words it, or undefined. */
-function checkRequest(body: Record<string, unknown>, issued: { signature(text: string): string; redacted: Set<string> }): string | undefined {
+function checkRequest(
+  body: Record<string, unknown>,
+  issued: { signature(text: string): string; redacted: Set<string> },
+): string | undefined {
   const messages = (Array.isArray(body.messages) ? body.messages : []) as Message[];
-  const blocks = (m: Message | undefined): Block[] => (m === undefined ? [] : typeof m.content === "string" ? [{ type: "text", text: m.content }] : m.content);
+  const blocks = (m: Message | undefined): Block[] =>
+    m === undefined ? [] : typeof m.content === "string" ? [{ type: "text", text: m.content }] : m.content;
   for (const [i, m] of messages.entries()) {
     const content = blocks(m);
     if (content.length === 0 && !(m.role === "assistant" && i === messages.length - 1)) {
@@ -134,16 +138,26 @@ function checkRequest(body: Record<string, unknown>, issued: { signature(text: s
     }
     for (const [j, block] of content.entries()) {
       if (block.type === "text" && block.text === "") return "messages: text content blocks must be non-empty";
-      if (block.type === "thinking" && block.signature !== issued.signature(String(block.thinking))) return `messages.${i}.content.${j}: Invalid \`signature\` in \`thinking\` block`;
-      if (block.type === "redacted_thinking" && !issued.redacted.has(String(block.data))) return `messages.${i}.content.${j}: Invalid \`data\` in \`redacted_thinking\` block`;
+      if (block.type === "thinking" && block.signature !== issued.signature(String(block.thinking)))
+        return `messages.${i}.content.${j}: Invalid \`signature\` in \`thinking\` block`;
+      if (block.type === "redacted_thinking" && !issued.redacted.has(String(block.data)))
+        return `messages.${i}.content.${j}: Invalid \`data\` in \`redacted_thinking\` block`;
     }
     const uses = content.filter((b) => b.type === "tool_use").map((b) => String(b.id));
-    const answered = new Set(blocks(messages[i + 1]).filter((b) => b.type === "tool_result").map((b) => String(b.tool_use_id)));
+    const answered = new Set(
+      blocks(messages[i + 1])
+        .filter((b) => b.type === "tool_result")
+        .map((b) => String(b.tool_use_id)),
+    );
     const missing = uses.filter((id) => !answered.has(id));
     if (m.role === "assistant" && missing.length > 0) {
       return `messages.${i}: \`tool_use\` ids were found without \`tool_result\` blocks immediately after: ${missing.join(", ")}. Each \`tool_use\` block must have a corresponding \`tool_result\` block in the next message.`;
     }
-    const previous = new Set(blocks(messages[i - 1]).filter((b) => b.type === "tool_use").map((b) => String(b.id)));
+    const previous = new Set(
+      blocks(messages[i - 1])
+        .filter((b) => b.type === "tool_use")
+        .map((b) => String(b.id)),
+    );
     const j = content.findIndex((b) => b.type === "tool_result" && !previous.has(String(b.tool_use_id)));
     if (j >= 0) {
       return `messages.${i}.content.${j}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${String(content[j]!.tool_use_id)}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`;
@@ -174,7 +188,16 @@ async function stream(
 ): Promise<void> {
   const usage = reply.usage ?? { input_tokens: 10, output_tokens: 5 };
   const send = (data: { type: string; [key: string]: unknown }) => sse.send(data, data.type);
-  const message = { id: ids.id, type: "message", role: "assistant", model: ids.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: usage.input_tokens, output_tokens: 1 } };
+  const message = {
+    id: ids.id,
+    type: "message",
+    role: "assistant",
+    model: ids.model,
+    content: [],
+    stop_reason: null,
+    stop_sequence: null,
+    usage: { input_tokens: usage.input_tokens, output_tokens: 1 },
+  };
   if (!(await send({ type: "message_start", message }))) return;
   for (const [index, block] of reply.blocks.entries()) {
     if ("hang" in block) return sse.hang();
@@ -187,7 +210,10 @@ async function stream(
     let events: Array<() => Promise<boolean>>;
     if ("thinking" in block) {
       const words = block.thinking.match(/\S+\s*|\s+/g) ?? [];
-      events = [() => start({ type: "thinking", thinking: "", signature: "" }), ...words.map((w) => () => delta({ type: "thinking_delta", thinking: w }))];
+      events = [
+        () => start({ type: "thinking", thinking: "", signature: "" }),
+        ...words.map((w) => () => delta({ type: "thinking_delta", thinking: w })),
+      ];
       if (block.cut) {
         for (const event of events) if (!(await event())) return;
         return sse.hang();
@@ -210,7 +236,14 @@ async function stream(
     for (const event of events) if (!(await event())) return;
   }
   const stopReason = reply.blocks.some((b) => "toolUse" in b) ? "tool_use" : "end_turn";
-  if (!(await send({ type: "message_delta", delta: { stop_reason: stopReason, stop_sequence: null }, usage: { output_tokens: usage.output_tokens } }))) return;
+  if (
+    !(await send({
+      type: "message_delta",
+      delta: { stop_reason: stopReason, stop_sequence: null },
+      usage: { output_tokens: usage.output_tokens },
+    }))
+  )
+    return;
   if (!(await send({ type: "message_stop" }))) return;
   sse.end();
 }

@@ -5,7 +5,10 @@ import * as protoLoader from "@grpc/proto-loader";
 const ROOT = path.resolve(import.meta.dirname, "../..");
 
 /** A unary method of a grpc-js client: plain-object request, Node-style callback. */
-export type GrpcUnaryMethod = (request: object, callback: (error: grpc.ServiceError | null, response: unknown) => void) => grpc.ClientUnaryCall;
+export type GrpcUnaryMethod = (
+  request: object,
+  callback: (error: grpc.ServiceError | null, response: unknown) => void,
+) => grpc.ClientUnaryCall;
 
 /** A `@grpc/grpc-js` client of `ledger.v1.SessionService`, methods by lowerCamel name. */
 export type GrpcLedger = grpc.Client & Record<string, GrpcUnaryMethod>;

@@ -11,7 +11,12 @@ export async function grpcStatusOverH2c(url: string, procedure: string, body: Bu
   const session = http2.connect(url);
   try {
     return await new Promise<string | undefined>((resolve, reject) => {
-      const req = session.request({ ":method": "POST", ":path": `/ledger.v1.SessionService/${procedure}`, "content-type": "application/grpc", te: "trailers" });
+      const req = session.request({
+        ":method": "POST",
+        ":path": `/ledger.v1.SessionService/${procedure}`,
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
       let grpcStatus: string | undefined;
       req.on("response", (headers) => (grpcStatus ??= headers["grpc-status"] as string | undefined));
       req.on("trailers", (trailers) => (grpcStatus = trailers["grpc-status"] as string | undefined));
@@ -45,14 +50,25 @@ export interface RawWatch {
  * parts of `textChars` characters; a non-reading one never reads (its stream stays paused), so
  * HTTP/2 flow control stops the server after about one window (64 KiB).
  */
-export function watchOverH2c(url: string, options: { sessionId: string; afterSeq: bigint; read: boolean; untilSeq: bigint; textChars: number }): RawWatch {
+export function watchOverH2c(
+  url: string,
+  options: { sessionId: string; afterSeq: bigint; read: boolean; untilSeq: bigint; textChars: number },
+): RawWatch {
   const session = http2.connect(url);
   session.on("error", () => {});
-  const body = toBinary(WatchSessionRequestSchema, create(WatchSessionRequestSchema, { sessionId: options.sessionId, afterSeq: options.afterSeq }));
+  const body = toBinary(
+    WatchSessionRequestSchema,
+    create(WatchSessionRequestSchema, { sessionId: options.sessionId, afterSeq: options.afterSeq }),
+  );
   const frame = Buffer.alloc(5 + body.length);
   frame.writeUInt32BE(body.length, 1);
   frame.set(body, 5);
-  const req = session.request({ ":method": "POST", ":path": "/ledger.v1.SessionService/WatchSession", "content-type": "application/grpc", te: "trailers" });
+  const req = session.request({
+    ":method": "POST",
+    ":path": "/ledger.v1.SessionService/WatchSession",
+    "content-type": "application/grpc",
+    te: "trailers",
+  });
   req.on("error", () => {});
   req.end(frame);
   const watch: RawWatch = {

@@ -37,7 +37,12 @@ export function mockResolver(
     resolve({ providerId, modelId }) {
       const key: ModelKey = `${providerId}/${modelId}`;
       const model = models[key];
-      if (!model) throw new ModelUnavailableError(providerId, modelId, Object.keys(models).filter((k) => models[k as ModelKey]));
+      if (!model)
+        throw new ModelUnavailableError(
+          providerId,
+          modelId,
+          Object.keys(models).filter((k) => models[k as ModelKey]),
+        );
       return { providerId, modelId, model, config: { variants: {}, options: {}, ...configs[key] }, optionsKey: providerId };
     },
   };
@@ -47,7 +52,10 @@ export function mockResolver(
  * A mock model answering its calls with `results` in order; a call beyond them fails with an
  * error naming the call (recorded on the assistant message as an unknown error).
  */
-export function scriptedModel(results: LanguageModelV3StreamResult[], id: { provider?: string; modelId?: string } = {}): MockLanguageModelV3 {
+export function scriptedModel(
+  results: LanguageModelV3StreamResult[],
+  id: { provider?: string; modelId?: string } = {},
+): MockLanguageModelV3 {
   let next = 0;
   return new MockLanguageModelV3({
     provider: id.provider ?? "mock",
@@ -61,7 +69,11 @@ export function scriptedModel(results: LanguageModelV3StreamResult[], id: { prov
 }
 
 /** V3 usage from token counts; `input` is the non-cached input (total input = input + cache read + cache write). */
-export function usage(input = 0, output = 0, extra: { reasoning?: number; cacheRead?: number; cacheWrite?: number } = {}): LanguageModelV3Usage {
+export function usage(
+  input = 0,
+  output = 0,
+  extra: { reasoning?: number; cacheRead?: number; cacheWrite?: number } = {},
+): LanguageModelV3Usage {
   const reasoning = extra.reasoning ?? 0;
   const cacheRead = extra.cacheRead ?? 0;
   const cacheWrite = extra.cacheWrite ?? 0;

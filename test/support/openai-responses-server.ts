@@ -42,7 +42,8 @@ export type ResponsesItem =
   | { fail: { code: string; message: string } };
 
 /** What the fake answers to one request. */
-export type ResponsesReply = { kind: "stream"; items: ResponsesItem[]; delayMs?: number } | { kind: "error"; status: number; message: string; type?: string };
+export type ResponsesReply =
+  { kind: "stream"; items: ResponsesItem[]; delayMs?: number } | { kind: "error"; status: number; message: string; type?: string };
 
 /** An output item this server issued. */
 export interface IssuedItem {
@@ -76,7 +77,8 @@ export interface FakeResponses {
 }
 
 type Entry = Record<string, unknown>;
-const NOT_PERSISTED = "Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove this item from your input.";
+const NOT_PERSISTED =
+  "Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove this item from your input.";
 
 /** Starts the fake on 127.0.0.1 with an ephemeral port. */
 export async function startFakeResponses(): Promise<FakeResponses> {
@@ -101,7 +103,12 @@ export async function startFakeResponses(): Promise<FakeResponses> {
       sendJson(res, broken.status, apiError(broken.message));
       return;
     }
-    const reply = queue.shift() ?? { kind: "error", status: 500, message: "fake Responses: no scripted reply queued", type: "server_error" };
+    const reply = queue.shift() ?? {
+      kind: "error",
+      status: 500,
+      message: "fake Responses: no scripted reply queued",
+      type: "server_error",
+    };
     if (reply.kind === "error") {
       sendJson(res, reply.status, apiError(reply.message, reply.type));
       return;
@@ -115,12 +122,21 @@ export async function startFakeResponses(): Promise<FakeResponses> {
       id: nextId("resp"),
       model: String(record.body.model),
       nextId,
-      encrypt: include.includes("reasoning.encrypted_content") ? (id) => `enc_${createHmac("sha256", secret).update(id).digest("base64url")}` : undefined,
+      encrypt: include.includes("reasoning.encrypted_content")
+        ? (id) => `enc_${createHmac("sha256", secret).update(id).digest("base64url")}`
+        : undefined,
       keep,
     });
   });
 
-  return { url: `${server.origin}/v1`, requests, issued, push: (...r) => void queue.push(...r), reset: () => void queue.splice(0), close: server.close };
+  return {
+    url: `${server.origin}/v1`,
+    requests,
+    issued,
+    push: (...r) => void queue.push(...r),
+    reset: () => void queue.splice(0),
+    close: server.close,
+  };
 }
 
 function apiError(message: string, type = "invalid_request_error") {
@@ -128,7 +144,10 @@ function apiError(message: string, type = "invalid_request_error") {
 }
 
 /** The first rule `input` breaks, as the API words it, or undefined. */
-function checkInput(input: Entry[], known: { stored: Map<string, IssuedItem>; issued: Map<string, IssuedItem> }): { status: number; message: string } | undefined {
+function checkInput(
+  input: Entry[],
+  known: { stored: Map<string, IssuedItem>; issued: Map<string, IssuedItem> },
+): { status: number; message: string } | undefined {
   const notFound = (id: string) => ({ status: 404, message: `Item with id '${id}' not found. ${NOT_PERSISTED}` });
   const seen = new Set<string>();
   const calls = new Set<string>();
@@ -136,23 +155,29 @@ function checkInput(input: Entry[], known: { stored: Map<string, IssuedItem>; is
   const resolved: Array<{ kind: string; id?: string }> = [];
   for (const entry of input) {
     const id = typeof entry.id === "string" ? entry.id : undefined;
-    let kind = entry.type === undefined || entry.type === "message" ? (entry.role === "assistant" ? "message" : "input") : String(entry.type);
+    let kind =
+      entry.type === undefined || entry.type === "message" ? (entry.role === "assistant" ? "message" : "input") : String(entry.type);
     if (kind === "item_reference") {
       const item = id === undefined ? undefined : known.stored.get(id);
       if (!item) return notFound(String(id));
       kind = item.type;
     } else if (kind === "reasoning") {
       if (typeof entry.encrypted_content === "string") {
-        const matches = id === undefined ? [...known.issued.values()].some((i) => i.encrypted === entry.encrypted_content) : known.issued.get(id)?.encrypted === entry.encrypted_content;
+        const matches =
+          id === undefined
+            ? [...known.issued.values()].some((i) => i.encrypted === entry.encrypted_content)
+            : known.issued.get(id)?.encrypted === entry.encrypted_content;
         if (!matches) return { status: 400, message: `The encrypted content for item ${id ?? "(no id)"} could not be verified.` };
       } else if (id === undefined || !known.stored.has(id)) return notFound(String(id));
-      if (!Array.isArray(entry.summary)) return { status: 400, message: `Missing required parameter: 'input[${resolved.length}].summary'.` };
+      if (!Array.isArray(entry.summary))
+        return { status: 400, message: `Missing required parameter: 'input[${resolved.length}].summary'.` };
     } else if (id !== undefined && !known.issued.has(id)) {
       return notFound(id);
     }
     if (kind === "function_call") calls.add(String(entry.call_id));
     if (kind === "function_call_output") {
-      if (!calls.has(String(entry.call_id))) return { status: 400, message: `No tool call found for function call output with call_id ${String(entry.call_id)}.` };
+      if (!calls.has(String(entry.call_id)))
+        return { status: 400, message: `No tool call found for function call output with call_id ${String(entry.call_id)}.` };
       answered.add(String(entry.call_id));
     }
     const reasoning = id === undefined ? undefined : known.issued.get(id)?.reasoning;
@@ -201,20 +226,40 @@ async function stream(sse: SseWriter, items: ResponsesItem[], ids: StreamIds): P
       const encrypted = ids.encrypt?.(id);
       reasoning = id;
       done = { id, type: "reasoning", encrypted };
-      doneItem = { id, type: "reasoning", summary: item.reasoning.map((text) => ({ type: "summary_text", text })), ...(encrypted ? { encrypted_content: encrypted } : {}) };
-      events.push({ type: "response.output_item.added", output_index, item: { id, type: "reasoning", summary: [], ...(encrypted ? { encrypted_content: encrypted } : {}) } });
+      doneItem = {
+        id,
+        type: "reasoning",
+        summary: item.reasoning.map((text) => ({ type: "summary_text", text })),
+        ...(encrypted ? { encrypted_content: encrypted } : {}),
+      };
+      events.push({
+        type: "response.output_item.added",
+        output_index,
+        item: { id, type: "reasoning", summary: [], ...(encrypted ? { encrypted_content: encrypted } : {}) },
+      });
       for (const [summary_index, text] of item.reasoning.entries()) {
         const part = { type: "summary_text", text: "" };
         events.push({ type: "response.reasoning_summary_part.added", item_id: id, output_index, summary_index, part });
-        for (const delta of text.match(/\S+\s*|\s+/g) ?? []) events.push({ type: "response.reasoning_summary_text.delta", item_id: id, output_index, summary_index, delta });
+        for (const delta of text.match(/\S+\s*|\s+/g) ?? [])
+          events.push({ type: "response.reasoning_summary_text.delta", item_id: id, output_index, summary_index, delta });
         events.push({ type: "response.reasoning_summary_text.done", item_id: id, output_index, summary_index, text });
         events.push({ type: "response.reasoning_summary_part.done", item_id: id, output_index, summary_index, part: { ...part, text } });
       }
     } else if ("text" in item) {
       const id = ids.nextId("msg");
       done = { id, type: "message", reasoning };
-      doneItem = { id, type: "message", status: "completed", role: "assistant", content: [{ type: "output_text", text: item.text, annotations: [] }] };
-      events.push({ type: "response.output_item.added", output_index, item: { id, type: "message", status: "in_progress", role: "assistant", content: [] } });
+      doneItem = {
+        id,
+        type: "message",
+        status: "completed",
+        role: "assistant",
+        content: [{ type: "output_text", text: item.text, annotations: [] }],
+      };
+      events.push({
+        type: "response.output_item.added",
+        output_index,
+        item: { id, type: "message", status: "in_progress", role: "assistant", content: [] },
+      });
       events.push({ type: "response.output_text.delta", item_id: id, output_index, content_index: 0, delta: item.text, logprobs: [] });
     } else {
       const id = ids.nextId("fc");
@@ -232,7 +277,14 @@ async function stream(sse: SseWriter, items: ResponsesItem[], ids: StreamIds): P
     if (!(await send({ type: "response.output_item.done", output_index, item: doneItem }))) return;
     ids.keep(done);
   }
-  const usage = { input_tokens: 10, input_tokens_details: { cached_tokens: 0 }, output_tokens: 5, output_tokens_details: { reasoning_tokens: 2 }, total_tokens: 15 };
-  if (!(await send({ type: "response.completed", response: { ...response, status: "completed", incomplete_details: null, usage } }))) return;
+  const usage = {
+    input_tokens: 10,
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens: 5,
+    output_tokens_details: { reasoning_tokens: 2 },
+    total_tokens: 15,
+  };
+  if (!(await send({ type: "response.completed", response: { ...response, status: "completed", incomplete_details: null, usage } })))
+    return;
   sse.end();
 }

@@ -130,7 +130,9 @@ export async function startFakeOpenAI(options: { thinking?: boolean } = {}): Pro
     requests.push(record);
     record.rejected = options.thinking ? missingReasoning(body) : undefined;
     if (record.rejected) {
-      sendJson(res, 400, { error: { message: record.rejected, type: "invalid_request_error", param: null, code: "invalid_request_error" } });
+      sendJson(res, 400, {
+        error: { message: record.rejected, type: "invalid_request_error", param: null, code: "invalid_request_error" },
+      });
       return;
     }
     res.once("close", () => (record.end = res.writableFinished ? "finished" : "aborted"));
@@ -160,8 +162,14 @@ export async function startFakeOpenAI(options: { thinking?: boolean } = {}): Pro
 
 /** DeepSeek's thinking-mode error for an assistant tool-call message sent back without its reasoning. */
 function missingReasoning(body: Record<string, unknown>): string | undefined {
-  const messages = (Array.isArray(body.messages) ? body.messages : []) as Array<{ role?: string; tool_calls?: unknown[]; reasoning_content?: unknown }>;
-  const index = messages.findIndex((m) => m.role === "assistant" && (m.tool_calls?.length ?? 0) > 0 && typeof m.reasoning_content !== "string");
+  const messages = (Array.isArray(body.messages) ? body.messages : []) as Array<{
+    role?: string;
+    tool_calls?: unknown[];
+    reasoning_content?: unknown;
+  }>;
+  const index = messages.findIndex(
+    (m) => m.role === "assistant" && (m.tool_calls?.length ?? 0) > 0 && typeof m.reasoning_content !== "string",
+  );
   if (index < 0) return undefined;
   return `Missing \`reasoning_content\` field in the assistant message at message index ${index}. For more information, please refer to https://api-docs.deepseek.com/guides/thinking_mode#tool-calls`;
 }
@@ -193,7 +201,12 @@ function usageJson(usage: ScriptedUsage | undefined): Record<string, unknown> {
   };
 }
 
-async function streamReply(res: ServerResponse, reply: Extract<ScriptedReply, { kind: "stream" }>, id: string, model: string): Promise<void> {
+async function streamReply(
+  res: ServerResponse,
+  reply: Extract<ScriptedReply, { kind: "stream" }>,
+  id: string,
+  model: string,
+): Promise<void> {
   res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
   res.flushHeaders();
   const created = Math.floor(Date.now() / 1000);

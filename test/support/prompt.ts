@@ -11,7 +11,9 @@ export type Draft = MessageInitShape<typeof PartInputSchema>;
 export const text = (value: string): Draft => ({ kind: { case: "text", value: { text: value } } });
 
 /** A file draft with a URL and a declared mime. */
-export const file = (url: string, mime = "text/plain", filename = ""): Draft => ({ kind: { case: "file", value: { url, mime, filename } } });
+export const file = (url: string, mime = "text/plain", filename = ""): Draft => ({
+  kind: { case: "file", value: { url, mime, filename } },
+});
 
 /** A compact view of a part: kind, synthetic flag, and its text / file fields. */
 export function shape(part: Part): Record<string, unknown> {

@@ -20,7 +20,13 @@ export function partView(part: Part): PartView {
     case "reasoning":
       return { kind: part.kind.case, text: part.kind.value.text, metadata: part.kind.value.metadata };
     case "tool":
-      return { kind: "tool", callId: part.kind.value.callId, tool: part.kind.value.tool, status: part.kind.value.state?.status.case, metadata: part.kind.value.metadata };
+      return {
+        kind: "tool",
+        callId: part.kind.value.callId,
+        tool: part.kind.value.tool,
+        status: part.kind.value.state?.status.case,
+        metadata: part.kind.value.metadata,
+      };
     default:
       return { kind: part.kind.case ?? "" };
   }
@@ -36,6 +42,7 @@ export async function storedMessages(client: Client<typeof SessionService>, sess
   const { messages } = await client.listMessages({ sessionId });
   const ids = messages.map((m) => m.message!.kind.value!.id);
   const parts = messages.flatMap((m) => m.parts.map((p) => p.id));
-  if (ids.join() !== [...ids].sort().join() || parts.join() !== [...parts].sort().join()) throw new Error(`ids do not ascend in stored order: ${ids.join()} / ${parts.join()}`);
+  if (ids.join() !== [...ids].sort().join() || parts.join() !== [...parts].sort().join())
+    throw new Error(`ids do not ascend in stored order: ${ids.join()} / ${parts.join()}`);
   return messages;
 }

@@ -32,7 +32,11 @@ export async function toolTree(prefix: string): Promise<ToolTree> {
     return path;
   };
   return {
-    base, session, extra, outside, write,
+    base,
+    session,
+    extra,
+    outside,
+    write,
     ctx: { directory: session, roots: [extra] },
     cleanup: () => rm(base, { recursive: true, force: true }),
   };
@@ -40,7 +44,10 @@ export async function toolTree(prefix: string): Promise<ToolTree> {
 
 /** Awaits a promise expected to reject and returns the error. */
 export async function rejection(promise: Promise<unknown>): Promise<Error> {
-  const err: unknown = await promise.then(() => undefined, (e: unknown) => e);
+  const err: unknown = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(err).toBeInstanceOf(Error);
   return err as Error;
 }

@@ -6,7 +6,11 @@ export const sleep = (ms: number): Promise<void> => new Promise((resolve) => set
  * value; a throwing check counts as "not yet" (its last error is quoted on timeout). Throws after
  * `timeoutMs` (ms) naming `what`. A bound against a hang, not a speed assertion.
  */
-export async function waitFor<T>(what: string, check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 20_000): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 20_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   for (;;) {
@@ -16,7 +20,8 @@ export async function waitFor<T>(what: string, check: () => Promise<T | undefine
     } catch (error) {
       lastError = error;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? ` (last error: ${String(lastError)})` : ""}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? ` (last error: ${String(lastError)})` : ""}`);
     await sleep(25);
   }
 }

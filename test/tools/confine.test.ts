@@ -86,7 +86,9 @@ describe("confinePath", () => {
     expect(await confinePath(F, join(base, "root-link", "sub", "b.txt"), [root])).toBe(join(root, "sub", "b.txt"));
     expect(await confinePath(F, join(base, "root-link", "missing.txt"), [root])).toBe(join(base, "root-link", "missing.txt"));
     // Escapes through links stay refused, whatever the spelling.
-    expect((await denied(join(base, "root-link", "leak.txt"), [root])).message).toBe(`${F}: ${join(base, "root-link", "leak.txt")} is outside the session directory and the configured roots`);
+    expect((await denied(join(base, "root-link", "leak.txt"), [root])).message).toBe(
+      `${F}: ${join(base, "root-link", "leak.txt")} is outside the session directory and the configured roots`,
+    );
     await denied(join(base, "root-link", "leakdir", "secret.txt"), [root]);
     await denied(join(base, "root-link", "leakdir", "missing.txt"), [root]);
   });
@@ -113,9 +115,13 @@ describe("confinePath", () => {
     const err = await denied(join(root, "leak.txt"), [root]);
     expect(err.path).toBe(join(root, "leak.txt"));
     // Says the link leads out, without naming its target outside the root.
-    expect(err.message).toBe(`${F}: ${join(root, "leak.txt")} leads through a symlink outside the session directory and the configured roots`);
+    expect(err.message).toBe(
+      `${F}: ${join(root, "leak.txt")} leads through a symlink outside the session directory and the configured roots`,
+    );
     const dir = await denied(join(root, "leakdir", "secret.txt"), [root]);
-    expect(dir.message).toBe(`${F}: ${join(root, "leakdir", "secret.txt")} leads through a symlink outside the session directory and the configured roots`);
+    expect(dir.message).toBe(
+      `${F}: ${join(root, "leakdir", "secret.txt")} leads through a symlink outside the session directory and the configured roots`,
+    );
     const missing = await denied(join(root, "leakdir", "nope.txt"), [root]);
     expect(missing.message).toContain("leads through a symlink outside");
   });
@@ -146,15 +152,23 @@ describe("confinePath", () => {
     expect(err.message).toBe(`${F}: ${join(root, "sock")} is not a regular file or directory`);
   });
 
-  it.each(["/dev/null", "/dev/zero", "/dev/urandom", "/proc/self/environ", "/proc/self/fd/0", "/proc", "/sys/kernel", "/sys", "/dev", "/dev/nope"])(
-    "refuses %s as special even under a root of / (and never reads it)",
-    async (path) => {
-      const started = performance.now();
-      const err = await denied(path, ["/"]);
-      expect(err.message).toBe(`${F}: ${path} ${SPECIAL_WHY}`);
-      expect(performance.now() - started).toBeLessThan(100);
-    },
-  );
+  it.each([
+    "/dev/null",
+    "/dev/zero",
+    "/dev/urandom",
+    "/proc/self/environ",
+    "/proc/self/fd/0",
+    "/proc",
+    "/sys/kernel",
+    "/sys",
+    "/dev",
+    "/dev/nope",
+  ])("refuses %s as special even under a root of / (and never reads it)", async (path) => {
+    const started = performance.now();
+    const err = await denied(path, ["/"]);
+    expect(err.message).toBe(`${F}: ${path} ${SPECIAL_WHY}`);
+    expect(performance.now() - started).toBeLessThan(100);
+  });
 
   it("refuses special paths reached through .., a symlink, or a symlink to /", async () => {
     expect((await denied("/tmp/../proc/self/environ", ["/"])).message).toBe(`${F}: /tmp/../proc/self/environ ${SPECIAL_WHY}`);
@@ -179,7 +193,9 @@ describe("confinePath", () => {
   });
 
   it("rejects a NUL, a path over 4096 bytes and a name too long with InvalidArgumentError", async () => {
-    await expect(confinePath(F, join(root, "a.txt\0.png"), [root])).rejects.toThrow(`${F}: ${JSON.stringify(join(root, "a.txt\0.png"))} contains a NUL character`);
+    await expect(confinePath(F, join(root, "a.txt\0.png"), [root])).rejects.toThrow(
+      `${F}: ${JSON.stringify(join(root, "a.txt\0.png"))} contains a NUL character`,
+    );
     const long = join(root, "x/".repeat(MAX_PATH_BYTES));
     await expect(confinePath(F, long, [root])).rejects.toThrow(/over the 4096-byte limit/);
     await expect(confinePath(F, long, [root])).rejects.toBeInstanceOf(InvalidArgumentError);

@@ -50,7 +50,11 @@ describe("globTool", () => {
   });
 
   it("says No files found when nothing matches", async () => {
-    expect(await globTool({ pattern: "*.rs" }, t.ctx)).toEqual({ title: "", output: "No files found", metadata: { count: 0, truncated: false } });
+    expect(await globTool({ pattern: "*.rs" }, t.ctx)).toEqual({
+      title: "",
+      output: "No files found",
+      metadata: { count: 0, truncated: false },
+    });
   });
 
   it("keeps the newest 100 and adds the truncation footer", async () => {
@@ -59,7 +63,10 @@ describe("globTool", () => {
     expect(lines).toHaveLength(GLOB_LIMIT + 2);
     expect(lines[0]).toBe(join(t.session, "many/f149.txt"));
     expect(lines[GLOB_LIMIT - 1]).toBe(join(t.session, "many/f050.txt"));
-    expect(lines.slice(GLOB_LIMIT)).toEqual(["", "(Results are truncated: showing first 100 results. Consider using a more specific path or pattern.)"]);
+    expect(lines.slice(GLOB_LIMIT)).toEqual([
+      "",
+      "(Results are truncated: showing first 100 results. Consider using a more specific path or pattern.)",
+    ]);
     expect(r.metadata).toEqual({ count: 100, truncated: true });
   });
 
@@ -71,13 +78,17 @@ describe("globTool", () => {
   it("refuses patterns that climb out or are absolute", async () => {
     const up = await rejection(globTool({ pattern: "../outside/*" }, t.ctx));
     expect(up).toBeInstanceOf(ToolInputError);
-    expect(up.message).toBe('pattern must be relative to the search directory and must not contain "..": ../outside/* (put the directory in "path")');
+    expect(up.message).toBe(
+      'pattern must be relative to the search directory and must not contain "..": ../outside/* (put the directory in "path")',
+    );
     expect(await rejection(globTool({ pattern: `${t.outside}/*` }, t.ctx))).toBeInstanceOf(ToolInputError);
     expect(await rejection(globTool({ pattern: "" }, t.ctx))).toBeInstanceOf(ToolInputError);
   });
 
   it("refuses a missing directory", async () => {
-    expect((await rejection(globTool({ pattern: "*", path: "nope" }, t.ctx))).message).toBe(`Directory not found: ${join(t.session, "nope")}`);
+    expect((await rejection(globTool({ pattern: "*", path: "nope" }, t.ctx))).message).toBe(
+      `Directory not found: ${join(t.session, "nope")}`,
+    );
   });
 
   it("stops when the signal is aborted", async () => {

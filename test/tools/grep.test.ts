@@ -33,7 +33,15 @@ describe("grepTool", () => {
     const r = await grepTool({ pattern: "fo+\\d?", path: "src" }, t.ctx);
     expect(r).toEqual({
       title: "fo+\\d?",
-      output: ["Found 3 matches", `${p("src/new.ts")}:`, "  Line 2: let foo2", "", `${p("src/old.ts")}:`, "  Line 1: const foo = 1;", "  Line 3: foo(2);"].join("\n"),
+      output: [
+        "Found 3 matches",
+        `${p("src/new.ts")}:`,
+        "  Line 2: let foo2",
+        "",
+        `${p("src/old.ts")}:`,
+        "  Line 1: const foo = 1;",
+        "  Line 3: foo(2);",
+      ].join("\n"),
       metadata: { matches: 3, truncated: false, skippedLarge: 0, skippedUnreadable: 0 },
     });
   });
@@ -42,7 +50,9 @@ describe("grepTool", () => {
     const r = await grepTool({ pattern: "foo", include: "*.md" }, t.ctx);
     expect(r.output).toBe(["Found 1 matches", `${p("docs/readme.md")}:`, "  Line 2: foo again"].join("\n"));
     const braces = await grepTool({ pattern: "^bar$", include: "*.{ts,tsx}" }, t.ctx);
-    expect(braces.output).toBe(["Found 2 matches", `${p("src/new.ts")}:`, "  Line 1: bar", "", `${p("src/old.ts")}:`, "  Line 2: bar"].join("\n"));
+    expect(braces.output).toBe(
+      ["Found 2 matches", `${p("src/new.ts")}:`, "  Line 1: bar", "", `${p("src/old.ts")}:`, "  Line 2: bar"].join("\n"),
+    );
   });
 
   it("skips binary files, node_modules, .git and symlinks; decodes UTF-16", async () => {
@@ -61,7 +71,11 @@ describe("grepTool", () => {
 
   it("cuts long lines at 2000 chars and skips files over 1 MiB with a footer", async () => {
     const r = await grepTool({ pattern: "foo", path: "big" }, t.ctx);
-    expect(r.output).toBe(["Found 1 matches", `${p("big/long.txt")}:`, `  Line 1: foo${"x".repeat(1997)}...`, "", "(1 file over 1 MiB not searched)"].join("\n"));
+    expect(r.output).toBe(
+      ["Found 1 matches", `${p("big/long.txt")}:`, `  Line 1: foo${"x".repeat(1997)}...`, "", "(1 file over 1 MiB not searched)"].join(
+        "\n",
+      ),
+    );
     expect(r.metadata).toEqual({ matches: 1, truncated: false, skippedLarge: 1, skippedUnreadable: 0 });
   });
 
@@ -71,7 +85,10 @@ describe("grepTool", () => {
     expect(lines[0]).toBe("Found 150 matches (showing first 100)");
     expect(lines[1]).toBe(`${p("many/m.txt")}:`);
     expect(lines.slice(2, 2 + GREP_LIMIT)).toEqual(Array.from({ length: GREP_LIMIT }, (_, i) => `  Line ${i + 1}: hit`));
-    expect(lines.slice(2 + GREP_LIMIT)).toEqual(["", "(Results truncated: showing 100 of 150 matches (50 hidden). Consider using a more specific path or pattern.)"]);
+    expect(lines.slice(2 + GREP_LIMIT)).toEqual([
+      "",
+      "(Results truncated: showing 100 of 150 matches (50 hidden). Consider using a more specific path or pattern.)",
+    ]);
     expect(r.metadata).toMatchObject({ matches: 150, truncated: true });
   });
 
@@ -110,7 +127,9 @@ describe("grepTool", () => {
   ])("refuses %s, which RE2 cannot run, naming the construct", async (_name, pattern, why) => {
     const err = await rejection(grepTool({ pattern }, t.ctx));
     expect(err).toBeInstanceOf(ToolInputError);
-    expect(err.message).toBe(`Invalid regex pattern ${JSON.stringify(pattern)}: ${why}; grep uses RE2 syntax (as ripgrep does), which has no lookaround or backreferences`);
+    expect(err.message).toBe(
+      `Invalid regex pattern ${JSON.stringify(pattern)}: ${why}; grep uses RE2 syntax (as ripgrep does), which has no lookaround or backreferences`,
+    );
   });
 
   it("refuses a repetition too large for RE2", async () => {
@@ -131,7 +150,14 @@ describe("grepTool", () => {
     // character (28 a's and a `!` take about 15 s with a JavaScript RegExp); RE2 stays linear.
     await t.write("redos/evil.txt", `${"a".repeat(50_000)}b\n${"a".repeat(30)}!\n`.repeat(10));
     const started = performance.now();
-    const cases: Array<[string, number]> = [["(a+)+$", 0], ["(a|aa)+$", 0], ["(a|a)+$", 0], ["(\\w+\\s?)*$x", 0], ["^(a+)+b?!", 10], ["(a+)+b", 10]];
+    const cases: Array<[string, number]> = [
+      ["(a+)+$", 0],
+      ["(a|aa)+$", 0],
+      ["(a|a)+$", 0],
+      ["(\\w+\\s?)*$x", 0],
+      ["^(a+)+b?!", 10],
+      ["(a+)+b", 10],
+    ];
     for (const [pattern, matches] of cases) {
       const r = await grepTool({ pattern, path: "redos" }, t.ctx);
       expect([pattern, r.metadata.matches]).toEqual([pattern, matches]);

@@ -28,7 +28,10 @@ beforeAll(async () => {
 afterAll(() => t.cleanup());
 
 /** Runs `call` and checks it rejected with `type` in under 100 ms. */
-async function refusedQuickly(call: () => Promise<unknown>, type: typeof PathNotAllowedError | typeof InvalidArgumentError): Promise<Error> {
+async function refusedQuickly(
+  call: () => Promise<unknown>,
+  type: typeof PathNotAllowedError | typeof InvalidArgumentError,
+): Promise<Error> {
   const started = performance.now();
   const err = await rejection(call());
   expect(performance.now() - started).toBeLessThan(100);

@@ -37,7 +37,19 @@ describe("listTool", () => {
     const r = await listTool({ ignore: ["big/", "many"] }, t.ctx);
     expect(r.title).toBe("");
     expect(r.output).toBe(
-      [`${t.session}/`, "  docs/", "    guide.md", "  src/", "    lib/", "      c.ts", "    a.ts", "    b.ts", "  .env", "  README.md", ""].join("\n"),
+      [
+        `${t.session}/`,
+        "  docs/",
+        "    guide.md",
+        "  src/",
+        "    lib/",
+        "      c.ts",
+        "    a.ts",
+        "    b.ts",
+        "  .env",
+        "  README.md",
+        "",
+      ].join("\n"),
     );
     expect(r.metadata).toEqual({ count: 6, truncated: false });
   });

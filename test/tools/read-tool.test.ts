@@ -49,22 +49,30 @@ describe("readTool", () => {
     });
     const pdf = await readTool({ filePath: join(t.session, "doc.bin") }, t.ctx);
     expect(pdf.output).toBe("PDF read successfully");
-    expect(pdf.attachments).toEqual([{ mime: "application/pdf", url: `data:application/pdf;base64,${Buffer.from(PDF).toString("base64")}` }]);
+    expect(pdf.attachments).toEqual([
+      { mime: "application/pdf", url: `data:application/pdf;base64,${Buffer.from(PDF).toString("base64")}` },
+    ]);
   });
 
   it("turns a ReadFailure into a plain Error with the same message", async () => {
     const missing = await rejection(readTool({ filePath: "nope.txt" }, t.ctx));
     expect(missing).not.toBeInstanceOf(ReadFailure);
     expect(missing.message).toBe(`File not found: ${join(t.session, "nope.txt")}`);
-    expect((await rejection(readTool({ filePath: "blob.txt" }, t.ctx))).message).toBe(`Cannot read binary file: ${join(t.session, "blob.txt")}`);
-    expect((await rejection(readTool({ filePath: "src/a.txt", offset: 0 }, t.ctx))).message).toBe("offset must be greater than or equal to 1");
+    expect((await rejection(readTool({ filePath: "blob.txt" }, t.ctx))).message).toBe(
+      `Cannot read binary file: ${join(t.session, "blob.txt")}`,
+    );
+    expect((await rejection(readTool({ filePath: "src/a.txt", offset: 0 }, t.ctx))).message).toBe(
+      "offset must be greater than or equal to 1",
+    );
   });
 
   it("refuses ../outside, an absolute path outside the roots, and a symlink leading out", async () => {
     for (const filePath of ["../outside/secret.txt", join(t.outside, "secret.txt"), "leak.txt"]) {
       const err = await rejection(readTool({ filePath }, t.ctx));
       expect(err).toBeInstanceOf(PathNotAllowedError);
-      expect(err.message).toMatch(/^filePath: .* (is outside|leads through a symlink outside) the session directory and the configured roots$/);
+      expect(err.message).toMatch(
+        /^filePath: .* (is outside|leads through a symlink outside) the session directory and the configured roots$/,
+      );
     }
   });
 

@@ -33,7 +33,10 @@ async function textOf(p: string, options?: { offset?: number; limit?: number }):
   return r;
 }
 async function failure(p: string, options?: { offset?: number; limit?: number }): Promise<string> {
-  const err: unknown = await readPath(p, options).then(() => undefined, (e: unknown) => e);
+  const err: unknown = await readPath(p, options).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(err).toBeInstanceOf(ReadFailure);
   expect((err as Error).message).not.toMatch(/\n\s+at /);
   return (err as Error).message;
@@ -75,7 +78,10 @@ describe("readPath: text", () => {
 
   it("caps the output at 50 KB", async () => {
     const row = "x".repeat(100);
-    const p = await file("wide.txt", lines(1000, () => row));
+    const p = await file(
+      "wide.txt",
+      lines(1000, () => row),
+    );
     const r = await textOf(p);
     // 100 bytes for the first line, 101 for each next one: 100 + 505 * 101 = 51105 <= 51200.
     const shown = Array.from({ length: 506 }, (_, i) => `${i + 1}: ${row}`);
@@ -108,9 +114,7 @@ describe("readPath: text", () => {
   it("splits CRLF and multi-byte characters across 64 KiB read chunks", async () => {
     const p = await file("chunks.txt", `${"x".repeat(65535)}\r\n${"y".repeat(65533)}\né\n`);
     const r = await textOf(p, { offset: 2 });
-    expect(r.output).toBe(
-      text(p, [`2: ${"y".repeat(2000)}... (line truncated to 2000 chars)`, "3: é"], "(End of file - total 3 lines)"),
-    );
+    expect(r.output).toBe(text(p, [`2: ${"y".repeat(2000)}... (line truncated to 2000 chars)`, "3: é"], "(End of file - total 3 lines)"));
   });
 
   it("reads an empty file at offset 1, and refuses offset 2", async () => {

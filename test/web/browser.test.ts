@@ -18,7 +18,9 @@ import { startTestLedger, type TestLedger } from "../support/ledger.js";
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 // .ci/run installs Chromium and sets LEDGER_BROWSER_TEST_REQUIRED=1: there a missing browser fails.
 const REQUIRED = process.env.LEDGER_BROWSER_TEST_REQUIRED === "1";
-const MISSING = existsSync(CHROMIUM) ? undefined : `${CHROMIUM} not found: install it (apt-get install chromium) or set CHROMIUM_PATH; skipping the browser test`;
+const MISSING = existsSync(CHROMIUM)
+  ? undefined
+  : `${CHROMIUM} not found: install it (apt-get install chromium) or set CHROMIUM_PATH; skipping the browser test`;
 if (MISSING && !REQUIRED) console.warn(MISSING);
 
 const WEB = path.resolve(import.meta.dirname, "../../web");
@@ -87,7 +89,13 @@ beforeAll(async () => {
   fake = await startFakeOpenAI();
   t = await startTestLedger({
     model: "local/qwen",
-    provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { qwen: { name: "Qwen (fake)" } } } },
+    provider: {
+      local: {
+        npm: "@ai-sdk/openai-compatible",
+        options: { baseURL: fake.url, apiKey: "test" },
+        models: { qwen: { name: "Qwen (fake)" } },
+      },
+    },
   });
   await writeFile(path.join(t.dir, "notes.txt"), "The launch code is 0000.\n");
 
@@ -133,8 +141,18 @@ describe("browser client", () => {
     if (MISSING) ctx.skip(MISSING);
 
     fake.push(
-      { kind: "stream", chunks: [{ toolCall: { id: "call_1", name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) } }], delayMs: 100, usage: { prompt_tokens: 812, completion_tokens: 9 } },
-      { kind: "stream", chunks: ANSWER_CHUNKS.map((text) => ({ text })), delayMs: 250, usage: { prompt_tokens: 871, completion_tokens: 14 } },
+      {
+        kind: "stream",
+        chunks: [{ toolCall: { id: "call_1", name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) } }],
+        delayMs: 100,
+        usage: { prompt_tokens: 812, completion_tokens: 9 },
+      },
+      {
+        kind: "stream",
+        chunks: ANSWER_CHUNKS.map((text) => ({ text })),
+        delayMs: 250,
+        usage: { prompt_tokens: 871, completion_tokens: 14 },
+      },
     );
 
     await page.goto(`${siteUrl}/?server=${encodeURIComponent(t.ledger.url)}`);
@@ -177,7 +195,9 @@ describe("browser client", () => {
     expect(await user.locator(".part.text:not(.synthetic)").textContent()).toBe(PROMPT);
     expect(await user.locator(".part.file .filename").textContent()).toBe("hello.txt");
     expect(await user.locator(".part.file .mime").textContent()).toMatch(/^text\/plain/);
-    expect(await user.locator(".part.synthetic").allTextContents()).toEqual(expect.arrayContaining([expect.stringContaining(ATTACHED.trim())]));
+    expect(await user.locator(".part.synthetic").allTextContents()).toEqual(
+      expect.arrayContaining([expect.stringContaining(ATTACHED.trim())]),
+    );
     expect(await page.locator("#prompt-text").inputValue()).toBe("");
 
     // Rendered live: tool states before `completed`, and the answer growing chunk by chunk.

@@ -21,7 +21,10 @@ function textPart(text: string, done = false): Part {
 const snapshot = (text: string, done = false): SessionEvent =>
   create(SessionEventSchema, { sessionId: SESSION, kind: { case: "partUpdated", value: { part: textPart(text, done) } } });
 const delta = (offset: number, text: string): SessionEvent =>
-  create(SessionEventSchema, { sessionId: SESSION, kind: { case: "partDelta", value: { messageId: MESSAGE, partId: PART, field: "text", delta: text, offset: BigInt(offset) } } });
+  create(SessionEventSchema, {
+    sessionId: SESSION,
+    kind: { case: "partDelta", value: { messageId: MESSAGE, partId: PART, field: "text", delta: text, offset: BigInt(offset) } },
+  });
 const shown = (t: Transcript) => {
   const part = t.part(MESSAGE, PART);
   return part?.kind.case === "text" ? part.kind.value.text : undefined;

@@ -57,7 +57,11 @@ let running: { controller: AbortController; sessionId: string } | undefined;
 
 type Child = Node | string | false | null | undefined;
 
-function h<K extends keyof HTMLElementTagNameMap>(tag: K, props: Record<string, string> = {}, ...children: Child[]): HTMLElementTagNameMap[K] {
+function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  props: Record<string, string> = {},
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(props)) {
     if (key === "class") node.className = value;
@@ -157,7 +161,13 @@ async function loadModels(): Promise<void> {
     const def = modelName(defaultModel);
     ui.model.replaceChildren(
       h("option", { value: "" }, def ? `default (${def})` : "default model"),
-      ...models.map((m) => h("option", { value: `${m.providerId}/${m.modelId}` }, m.name ? `${m.name} (${m.providerId}/${m.modelId})` : `${m.providerId}/${m.modelId}`)),
+      ...models.map((m) =>
+        h(
+          "option",
+          { value: `${m.providerId}/${m.modelId}` },
+          m.name ? `${m.name} (${m.providerId}/${m.modelId})` : `${m.providerId}/${m.modelId}`,
+        ),
+      ),
     );
   } catch {
     // Optional: the select keeps "default model".
@@ -221,7 +231,9 @@ function renderMessage(entry: Entry): void {
   article.classList.toggle("user", kind?.case === "user");
   article.classList.toggle("assistant", kind?.case === "assistant");
   const items = messageHeader(kind?.case === "user" ? kind.value : undefined, kind?.case === "assistant" ? kind.value : undefined);
-  article.querySelector("header")!.replaceChildren(...items.flatMap((item) => (!item ? [] : typeof item === "string" ? [h("span", {}, item)] : [item])));
+  article
+    .querySelector("header")!
+    .replaceChildren(...items.flatMap((item) => (!item ? [] : typeof item === "string" ? [h("span", {}, item)] : [item])));
   for (const part of entry.parts) renderPart(entry.id, part);
 }
 
@@ -272,14 +284,24 @@ function partElement(part: Part): HTMLElement | undefined {
       const t = k.value;
       if (t.synthetic) {
         const first = t.text.split("\n", 1)[0] ?? "";
-        return h("details", { class: "part text synthetic" }, h("summary", {}, first.length > 100 ? `${first.slice(0, 99)}…` : first), h("pre", {}, t.text));
+        return h(
+          "details",
+          { class: "part text synthetic" },
+          h("summary", {}, first.length > 100 ? `${first.slice(0, 99)}…` : first),
+          h("pre", {}, t.text),
+        );
       }
       const node = h("div", { class: `part text${t.ignored ? " ignored" : ""}` }, t.text);
       node.dataset.done = String(t.time?.end !== undefined);
       return node;
     }
     case "reasoning":
-      return h("details", { class: "part reasoning" }, h("summary", {}, k.value.time?.end ? "Thought" : "Thinking…"), h("pre", {}, k.value.text));
+      return h(
+        "details",
+        { class: "part reasoning" },
+        h("summary", {}, k.value.time?.end ? "Thought" : "Thinking…"),
+        h("pre", {}, k.value.text),
+      );
     case "file": {
       const f = k.value;
       const isImage = f.url.startsWith("data:image/");
@@ -288,7 +310,9 @@ function partElement(part: Part): HTMLElement | undefined {
         "div",
         { class: "part file" },
         h("span", { class: "badge" }, "file"),
-        isLink ? h("a", { href: f.url, target: "_blank", rel: "noopener noreferrer" }, f.filename || f.url) : h("strong", { class: "filename" }, f.filename || "(file)"),
+        isLink
+          ? h("a", { href: f.url, target: "_blank", rel: "noopener noreferrer" }, f.filename || f.url)
+          : h("strong", { class: "filename" }, f.filename || "(file)"),
         h("span", { class: "mime" }, f.mime),
         isImage && h("img", { src: f.url, alt: f.filename }),
       );
@@ -298,7 +322,12 @@ function partElement(part: Part): HTMLElement | undefined {
     case "agent":
       return h("div", { class: "part agent" }, h("span", { class: "badge" }, "agent"), `@${k.value.name}`);
     case "subtask":
-      return h("div", { class: "part subtask" }, h("span", { class: "badge" }, "subtask"), `${k.value.agent}: ${k.value.description || k.value.prompt}`);
+      return h(
+        "div",
+        { class: "part subtask" },
+        h("span", { class: "badge" }, "subtask"),
+        `${k.value.agent}: ${k.value.description || k.value.prompt}`,
+      );
     case "retry":
       return h("div", { class: "part meta retry" }, `retry ${k.value.attempt}: ${k.value.error?.message ?? ""}`);
     case "patch":
@@ -334,7 +363,13 @@ function toolElement(tool: ToolPart): HTMLElement {
   return h(
     "div",
     { class: "part tool", "data-tool": tool.tool, "data-state": state },
-    h("div", {}, h("span", { class: `badge ${state}` }, state), h("span", { class: "tool-name" }, tool.tool), title && h("span", { class: "tool-title" }, title)),
+    h(
+      "div",
+      {},
+      h("span", { class: `badge ${state}` }, state),
+      h("span", { class: "tool-name" }, tool.tool),
+      title && h("span", { class: "tool-title" }, title),
+    ),
     body && h("details", {}, h("summary", {}, state === "error" ? "error" : state === "completed" ? "output" : "input"), body),
   );
 }
@@ -360,7 +395,9 @@ function render(change: Change): void {
       return;
     }
     case "part-removed":
-      messageElement(change.messageId)?.querySelector(`[data-part-id="${CSS.escape(change.partId)}"]`)?.remove();
+      messageElement(change.messageId)
+        ?.querySelector(`[data-part-id="${CSS.escape(change.partId)}"]`)
+        ?.remove();
       return;
     case "status":
       showStatus(change.status);
@@ -416,7 +453,12 @@ async function sendPrompt(): Promise<void> {
   if (text.trim()) parts.push({ kind: { case: "text", value: { text } } });
   try {
     for (const file of files) {
-      parts.push({ kind: { case: "file", value: { mime: file.type || "application/octet-stream", filename: file.name, url: await readAsDataUrl(file) } } });
+      parts.push({
+        kind: {
+          case: "file",
+          value: { mime: file.type || "application/octet-stream", filename: file.name, url: await readAsDataUrl(file) },
+        },
+      });
     }
   } catch (error) {
     showError(String(error));

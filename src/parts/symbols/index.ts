@@ -45,7 +45,11 @@ export async function findSymbolAt(path: string, line: number, maxBytes: number)
       return treeSitter === undefined ? typescriptSymbolAt(file, line) : treeSitterSymbolAt(file, treeSitter, line);
     });
   } catch (error) {
-    logger.warn("symbol lookup failed; reading the single line", { path, line, error: error instanceof Error ? error.message : String(error) });
+    logger.warn("symbol lookup failed; reading the single line", {
+      path,
+      line,
+      error: error instanceof Error ? error.message : String(error),
+    });
     return undefined;
   }
 }

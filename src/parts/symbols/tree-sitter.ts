@@ -189,10 +189,20 @@ export async function treeSitterSymbolAt(file: SourceFile, language: TreeSitterL
       const add = (node: Node) => {
         let first: Node = node;
         if (grammar.wrapper !== undefined && node.parent?.type === grammar.wrapper) first = node.parent;
-        for (let prev = first.previousNamedSibling; prev !== null && (grammar.prefixes.has(prev.type) || grammar.comments.has(prev.type)); prev = prev.previousNamedSibling) {
+        for (
+          let prev = first.previousNamedSibling;
+          prev !== null && (grammar.prefixes.has(prev.type) || grammar.comments.has(prev.type));
+          prev = prev.previousNamedSibling
+        ) {
           if (grammar.prefixes.has(prev.type)) first = prev;
         }
-        candidates.push({ name: nameOf(node), kind: kindOf(node), start: first.startPosition.row + 1, end: lastLine(node), nameLine: node.startPosition.row + 1 });
+        candidates.push({
+          name: nameOf(node),
+          kind: kindOf(node),
+          start: first.startPosition.row + 1,
+          end: lastLine(node),
+          nameLine: node.startPosition.row + 1,
+        });
       };
       // Descend only into subtrees that contain the requested line; a declaration beside them
       // is still a candidate, since its decorators or attributes may start on that line.

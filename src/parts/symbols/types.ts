@@ -66,7 +66,8 @@ export function pickSymbol(candidates: Iterable<SourceSymbol & { nameLine?: numb
   for (const candidate of candidates) {
     const symbol: SourceSymbol = { name: candidate.name, kind: candidate.kind, start: candidate.start, end: candidate.end };
     if (candidate.start === line && (byStart === undefined || symbol.end > byStart.end)) byStart = symbol;
-    else if (candidate.nameLine === line && (byName === undefined || symbol.end - symbol.start > byName.end - byName.start)) byName = symbol;
+    else if (candidate.nameLine === line && (byName === undefined || symbol.end - symbol.start > byName.end - byName.start))
+      byName = symbol;
   }
   return byStart ?? byName;
 }

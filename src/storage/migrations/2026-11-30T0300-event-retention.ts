@@ -7,7 +7,10 @@ import type { Kysely } from "kysely";
  * events after a seq below it has lost events and must reload (WatchSession answers OUT_OF_RANGE).
  */
 export async function up(db: Kysely<any>): Promise<void> {
-  await db.schema.alterTable("session").addColumn("pruned_seq", "bigint", (c) => c.notNull().defaultTo(0)).execute();
+  await db.schema
+    .alterTable("session")
+    .addColumn("pruned_seq", "bigint", (c) => c.notNull().defaultTo(0))
+    .execute();
   // Retention: events older than a cutoff, oldest first, across sessions.
   await db.schema.createIndex("session_event_time_idx").on("session_event").column("time").execute();
 }
