@@ -30,8 +30,8 @@ export const file_ledger_v1_service: GenFile = /*@__PURE__*/
  */
 export type CreateSessionRequest = Message<"ledger.v1.CreateSessionRequest"> & {
   /**
-   * Project directory on the server: an existing directory, best given absolute (a relative one
-   * is resolved against the server's working directory). Required: empty is INVALID_ARGUMENT.
+   * Project directory on the server: the absolute path of an existing directory, stored resolved
+   * (realpath). Required: empty or relative is INVALID_ARGUMENT.
    *
    * @generated from field: string directory = 1;
    */
