@@ -1,5 +1,5 @@
-import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS, searchGlobs } from "./find-files.js";
-import { resolveToolPath, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
+import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS } from "../files/find-files.js";
+import { resolveToolPath, searchGlobs, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
 
 /** Most paths returned by one glob call (files). Follows OpenCode glob.ts `limit`. */
 export const GLOB_LIMIT = 100;

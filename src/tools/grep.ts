@@ -2,10 +2,10 @@ import { constants } from "node:fs";
 import { open } from "node:fs/promises";
 import { basename, dirname } from "node:path";
 import { RE2JS, RE2JSException } from "re2js";
-import { BINARY_SAMPLE_BYTES, isBinary } from "./binary.js";
-import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS, searchGlobs, type FoundFile } from "./find-files.js";
-import { decodeText } from "./text-decode.js";
-import { resolveToolPath, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
+import { BINARY_SAMPLE_BYTES, isBinary } from "../files/binary.js";
+import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS, type FoundFile } from "../files/find-files.js";
+import { decodeText } from "../files/text-decode.js";
+import { resolveToolPath, searchGlobs, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
 
 /** Most matching lines shown (lines). Follows OpenCode grep.ts `limit`. */
 export const GREP_LIMIT = 100;

@@ -1,4 +1,4 @@
-import { findFiles, ignoreGlobs, pathKind } from "./find-files.js";
+import { findFiles, ignoreGlobs, pathKind } from "../files/find-files.js";
 import { resolveToolPath, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
 
 /**

@@ -1,4 +1,4 @@
-import { READ_DEFAULT_LIMIT, readPath, ReadFailure, type ReadResult } from "./read.js";
+import { READ_DEFAULT_LIMIT, readPath, ReadFailure, type ReadResult } from "../files/read-file.js";
 import { resolveToolPath, type ToolContext, type ToolOutput } from "./tool-context.js";
 
 /** Input of {@link readTool}. Follows OpenCode read.ts parameters. */

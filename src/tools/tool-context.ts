@@ -1,5 +1,5 @@
-import { relative, resolve } from "node:path";
-import { checkPathShape, confinePath } from "./confine.js";
+import { isAbsolute, relative, resolve } from "node:path";
+import { checkPathShape, confinePath } from "../files/confine.js";
 
 /** What every model tool gets besides its input: where the session works and what it may touch. */
 export interface ToolContext {
@@ -55,4 +55,26 @@ export async function resolveToolPath(ctx: ToolContext, field: string, input: st
   const lexical = resolve(ctx.directory, input ?? ".");
   const path = await confinePath(field, lexical, [ctx.directory, ...ctx.roots]);
   return { path, title: relative(ctx.directory, lexical) };
+}
+
+/**
+ * Turns a model-written file pattern (glob `pattern`, grep `include`) into tinyglobby patterns
+ * with ripgrep `--glob` meaning: a pattern without `/` matches file names at any depth
+ * (`"*.ts"` → `"**\/*.ts"`), one with `/` is relative to the search directory.
+ *
+ * @param field - input field named in errors.
+ * @param pattern - the glob, e.g. `"*.{ts,tsx}"` or `"src/**\/*.ts"`.
+ * @returns one tinyglobby pattern (as a one-element array).
+ * @throws ToolInputError when the pattern is empty, absolute, or has a `..` segment (it would
+ *   search outside the search directory; put the directory in `path` instead).
+ */
+export function searchGlobs(field: string, pattern: string): string[] {
+  const p = pattern.trim().replace(/^(\.\/)+/, "");
+  if (p === "") throw new ToolInputError(`${field} is required`);
+  if (isAbsolute(p) || /(^|\/)\.\.(\/|$)/.test(p)) {
+    throw new ToolInputError(
+      `${field} must be relative to the search directory and must not contain "..": ${pattern} (put the directory in "path")`,
+    );
+  }
+  return [p.includes("/") ? p : `**/${p}`];
 }

@@ -2,7 +2,7 @@ import { symlink } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PathNotAllowedError } from "../../src/errors.js";
-import { readPath, ReadFailure } from "../../src/tools/read.js";
+import { readPath, ReadFailure } from "../../src/files/read-file.js";
 import { readTool } from "../../src/tools/read-tool.js";
 import { aborted, rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
 

@@ -4,8 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LimitExceededError } from "../../src/errors.js";
-import { isBinary } from "../../src/tools/binary.js";
-import { readPath, ReadFailure, type ReadResult } from "../../src/tools/read.js";
+import { isBinary } from "../../src/files/binary.js";
+import { readPath, ReadFailure, type ReadResult } from "../../src/files/read-file.js";
 
 const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 let dir: string;
