@@ -4,7 +4,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LimitExceededError } from "../../src/errors.js";
-import { isBinary } from "../../src/files/binary.js";
 import { readPath, ReadFailure, type ReadResult } from "../../src/files/read-file.js";
 
 const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
@@ -217,27 +216,5 @@ describe("readPath: directories and failures", () => {
     const p = await file("locked.txt", "x");
     execFileSync("chmod", ["000", p]);
     expect(await failure(p)).toBe(`EACCES: permission denied, open '${p}'`);
-  });
-});
-
-describe("isBinary", () => {
-  it("follows OpenCode: extension, NUL byte, >30% control bytes", () => {
-    const enc = (s: string): Uint8Array => new TextEncoder().encode(s);
-    expect(isBinary("/x/a.PYC", enc("text"))).toBe(true);
-    expect(isBinary("/x/a.txt", new Uint8Array())).toBe(false);
-    expect(isBinary("/x/a.txt", enc("a\0b"))).toBe(true);
-    expect(isBinary("/x/a.txt", new Uint8Array([1, 2, 3, 0x61, 0x62, 0x63, 0x64, 0x65]))).toBe(true); // 3/8
-    expect(isBinary("/x/a.txt", new Uint8Array([1, 2, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68]))).toBe(false); // 2/10
-    expect(isBinary("/x/a.txt", enc("tab\tcr\r\nff\f"))).toBe(false);
-  });
-  it("treats a UTF-16 BOM as text despite NUL bytes", () => {
-    expect(isBinary("/x/a.txt", new Uint8Array([0xff, 0xfe, 0x61, 0x00]))).toBe(false);
-    expect(isBinary("/x/a.txt", new Uint8Array([0xfe, 0xff, 0x00, 0x61]))).toBe(false);
-    expect(isBinary("/x/a.txt", new Uint8Array([0x61, 0x00]))).toBe(true);
-  });
-  it("looks only at the first 4096 bytes", () => {
-    const head = new Uint8Array(5000).fill(0x61);
-    head[4500] = 0;
-    expect(isBinary("/x/a.txt", head)).toBe(false);
   });
 });
