@@ -1,5 +1,6 @@
+import { z } from "zod";
 import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS } from "../files/find-files.js";
-import { resolveToolPath, searchGlobs, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
+import { resolveToolPath, searchGlobs, ToolInputError, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
 
 /** Most paths returned by one glob call (files). Follows OpenCode glob.ts `limit`. */
 export const GLOB_LIMIT = 100;
@@ -11,6 +12,14 @@ export interface GlobInput {
   /** Directory to search, absolute or relative to the session directory; default the session directory. */
   path?: string;
 }
+
+/** The `glob` tool as the model sees it (description, input schema) and {@link globTool}. Follows OpenCode glob.ts. */
+export const globDefinition: ToolDefinition<GlobInput> = {
+  id: "glob",
+  description: "Find files by glob pattern (e.g. **/*.ts), newest first.",
+  inputSchema: z.object({ pattern: z.string(), path: z.string().optional() }),
+  execute: globTool,
+};
 
 /**
  * The model's `glob` tool: files whose path matches a pattern, newest modification time first.

@@ -1,8 +1,9 @@
 import { basename, dirname } from "node:path";
 import { RE2JS, RE2JSException } from "re2js";
+import { z } from "zod";
 import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS, type FoundFile } from "../files/find-files.js";
 import { readSearchable, type Searchable } from "../files/read-searchable.js";
-import { resolveToolPath, searchGlobs, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
+import { resolveToolPath, searchGlobs, ToolInputError, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
 
 /** Most matching lines shown (lines). Follows OpenCode grep.ts `limit`. */
 export const GREP_LIMIT = 100;
@@ -20,6 +21,15 @@ export interface GrepInput {
   /** File glob, ripgrep `--glob` style, e.g. `"*.js"` or `"*.{ts,tsx}"` (matches at any depth). */
   include?: string;
 }
+
+/** The `grep` tool as the model sees it (description, input schema) and {@link grepTool}. Follows OpenCode grep.ts. */
+export const grepDefinition: ToolDefinition<GrepInput> = {
+  id: "grep",
+  description:
+    "Search file contents with a regular expression (RE2/ripgrep syntax: no lookaround or backreferences); `include` filters files by glob.",
+  inputSchema: z.object({ pattern: z.string(), path: z.string().optional(), include: z.string().optional() }),
+  execute: grepTool,
+};
 
 interface Match {
   path: string;

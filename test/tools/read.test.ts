@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PathNotAllowedError } from "../../src/errors.js";
 import { readPath, ReadFailure } from "../../src/files/read-file.js";
-import { readTool } from "../../src/tools/read-tool.js";
+import { readTool } from "../../src/tools/read.js";
 import { aborted, rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
 
 const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";

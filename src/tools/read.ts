@@ -1,5 +1,6 @@
+import { z } from "zod";
 import { READ_DEFAULT_LIMIT, readPath, ReadFailure, type ReadResult } from "../files/read-file.js";
-import { resolveToolPath, type ToolContext, type ToolOutput } from "./tool-context.js";
+import { resolveToolPath, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
 
 /** Input of {@link readTool}. Follows OpenCode read.ts parameters. */
 export interface ReadInput {
@@ -22,9 +23,21 @@ export interface ToolAttachment {
 /** What {@link readTool} returns: a {@link ToolOutput}, plus the attachment for images and PDFs. */
 export type ReadToolOutput = ToolOutput & { attachments?: ToolAttachment[] };
 
+/** The `read` tool as the model sees it (description, input schema) and {@link readTool}. Follows OpenCode read.ts. */
+export const readDefinition: ToolDefinition<ReadInput> = {
+  id: "read",
+  description: "Read a file (numbered lines, 2000 lines from `offset`) or list a directory. Images and PDFs are returned as attachments.",
+  inputSchema: z.object({
+    filePath: z.string().describe("Absolute path, or relative to the project directory"),
+    offset: z.number().int().min(1).optional().describe("First line to read, 1-based"),
+    limit: z.number().int().min(1).optional().describe("Number of lines to read (default 2000)"),
+  }),
+  execute: readTool,
+};
+
 /**
- * The model's `read` tool: a thin, confined wrapper around `readPath` (read.ts), which holds the
- * OpenCode read.ts formats and limits. Follows OpenCode read.ts `execute`.
+ * The model's `read` tool: a thin, confined wrapper around `readPath` (files/read-file.ts), which
+ * holds the OpenCode read.ts formats and limits. Follows OpenCode read.ts `execute`.
  *
  * - text: `output` is the numbered `<content>` block; `metadata: { truncated, totalLines }`.
  * - directory: `output` is the `<entries>` block; `metadata: { truncated, entries }`.
