@@ -28,7 +28,7 @@ export const globDefinition: ToolDefinition<GlobInput> = {
  * Output: one absolute (real) path per line; `No files found` when nothing matches; when more
  * than {@link GLOB_LIMIT} match, the newest 100 then a blank line and
  * `(Results are truncated: showing first 100 results. Consider using a more specific path or pattern.)`.
- * Hidden files are included; the `SEARCH_IGNORE_PATTERNS` directories (find-files.ts) are skipped.
+ * Hidden files are included; the `SEARCH_IGNORE_PATTERNS` directories (files/find-files.ts) are skipped.
  *
  * Differences from OpenCode (ripgrep): no `.gitignore` files are read (the fixed ignore list
  * stands in); symlinks are neither listed nor followed (they could lead outside the roots); all

@@ -49,7 +49,7 @@ interface Match {
  * Consider using a more specific path or pattern.)`. `(Some paths were inaccessible and skipped)`
  * when a file could not be read. `No files found` when nothing matches.
  *
- * Files: hidden ones included, `SEARCH_IGNORE_PATTERNS` directories (find-files.ts) skipped,
+ * Files: hidden ones included, `SEARCH_IGNORE_PATTERNS` directories (files/find-files.ts) skipped,
  * binary files (`isBinary` on the first 4 KiB) skipped silently, files over
  * {@link GREP_MAX_FILE_BYTES} skipped with a `(N file(s) over 1 MiB not searched)` footer (our
  * addition). Text is decoded like the read tool (BOM, UTF-8, windows-1252).
