@@ -25,7 +25,8 @@ import type { ModelResolver, ResolvedModel } from "./providers.js";
 import { processStep, type StepResult } from "./processor.js";
 import { runStep } from "./step.js";
 import { systemPrompt } from "./system.js";
-import { createTools, type TaskRunner } from "./tools.js";
+import { createTools } from "../tools/registry.js";
+import type { TaskRunner } from "../tools/task.js";
 import { stepCost } from "./usage.js";
 
 /** Retries of a `json_schema` answer when the request sets `retry_count` 0 (OpenCode's default). */

@@ -249,7 +249,7 @@ function toolPart(
   return entry;
 }
 
-/** A tool's return value: `{ title, output, metadata, attachments }` (see src/agent/tools.ts), or anything else as text. */
+/** A tool's return value: `{ title, output, metadata, attachments }` (see src/tools/tool-context.ts), or anything else as text. */
 function toolOutput(output: unknown): { output: string; title: string; metadata: JsonObject; attachments: never[] } {
   if (output && typeof output === "object" && "output" in output) {
     const o = output as { output: unknown; title?: unknown; metadata?: unknown };

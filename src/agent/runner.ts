@@ -11,7 +11,7 @@ import type { ModelResolver } from "./providers.js";
 import { logger } from "../observe/log.js";
 import { recoverSession } from "./recovery.js";
 import type { Release, SessionLocks } from "./session-lock.js";
-import type { TaskRunner } from "./tools.js";
+import type { TaskRunner } from "../tools/task.js";
 
 interface Running {
   controller: AbortController;

@@ -7,7 +7,7 @@ import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import { CreateSessionRequestSchema, type CreateSessionRequest } from "../../gen/ledger/v1/service_pb.js";
 import { newId } from "../ids.js";
-import { checkPathShape } from "../tools/confine.js";
+import { checkPathShape } from "../files/confine.js";
 import { appendEvents } from "../storage/event-store.js";
 import { insertMessage, insertParts, listMessageRows } from "../storage/message-store.js";
 import * as store from "../storage/session-store.js";

@@ -1,7 +1,7 @@
 import parseDataURL from "data-urls";
 import { TextDecoder } from "node:util";
 import { InvalidArgumentError } from "../errors.js";
-import { decodeText, decodeWindows1252, detectBom, FALLBACK_ENCODING, stripBom } from "../tools/text-decode.js";
+import { decodeText, decodeWindows1252, detectBom, FALLBACK_ENCODING, stripBom } from "../files/text-decode.js";
 
 /** A parsed `data:` URL. */
 export interface DataUrl {

@@ -1,7 +1,7 @@
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { InvalidArgumentError, PathNotAllowedError } from "../errors.js";
-import { checkPathShape } from "../tools/confine.js";
+import { checkPathShape } from "../files/confine.js";
 
 /** What a `file:` URL asks to read. */
 export interface FileUrlTarget {

@@ -1,5 +1,6 @@
-import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS, searchGlobs } from "./find-files.js";
-import { resolveToolPath, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
+import { z } from "zod";
+import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS } from "../files/find-files.js";
+import { resolveToolPath, searchGlobs, ToolInputError, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
 
 /** Most paths returned by one glob call (files). Follows OpenCode glob.ts `limit`. */
 export const GLOB_LIMIT = 100;
@@ -12,6 +13,14 @@ export interface GlobInput {
   path?: string;
 }
 
+/** The `glob` tool as the model sees it (description, input schema) and {@link globTool}. Follows OpenCode glob.ts. */
+export const globDefinition: ToolDefinition<GlobInput> = {
+  id: "glob",
+  description: "Find files by glob pattern (e.g. **/*.ts), newest first.",
+  inputSchema: z.object({ pattern: z.string(), path: z.string().optional() }),
+  execute: globTool,
+};
+
 /**
  * The model's `glob` tool: files whose path matches a pattern, newest modification time first.
  * Follows OpenCode glob.ts.
@@ -19,7 +28,7 @@ export interface GlobInput {
  * Output: one absolute (real) path per line; `No files found` when nothing matches; when more
  * than {@link GLOB_LIMIT} match, the newest 100 then a blank line and
  * `(Results are truncated: showing first 100 results. Consider using a more specific path or pattern.)`.
- * Hidden files are included; the `SEARCH_IGNORE_PATTERNS` directories (find-files.ts) are skipped.
+ * Hidden files are included; the `SEARCH_IGNORE_PATTERNS` directories (files/find-files.ts) are skipped.
  *
  * Differences from OpenCode (ripgrep): no `.gitignore` files are read (the fixed ignore list
  * stands in); symlinks are neither listed nor followed (they could lead outside the roots); all

@@ -1,11 +1,9 @@
-import { constants } from "node:fs";
-import { open } from "node:fs/promises";
 import { basename, dirname } from "node:path";
 import { RE2JS, RE2JSException } from "re2js";
-import { BINARY_SAMPLE_BYTES, isBinary } from "./binary.js";
-import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS, searchGlobs, type FoundFile } from "./find-files.js";
-import { decodeText } from "./text-decode.js";
-import { resolveToolPath, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
+import { z } from "zod";
+import { findFiles, newestFirst, pathKind, SEARCH_IGNORE_GLOBS, type FoundFile } from "../files/find-files.js";
+import { readSearchable, type Searchable } from "../files/read-searchable.js";
+import { resolveToolPath, searchGlobs, ToolInputError, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
 
 /** Most matching lines shown (lines). Follows OpenCode grep.ts `limit`. */
 export const GREP_LIMIT = 100;
@@ -24,12 +22,20 @@ export interface GrepInput {
   include?: string;
 }
 
+/** The `grep` tool as the model sees it (description, input schema) and {@link grepTool}. Follows OpenCode grep.ts. */
+export const grepDefinition: ToolDefinition<GrepInput> = {
+  id: "grep",
+  description:
+    "Search file contents with a regular expression (RE2/ripgrep syntax: no lookaround or backreferences); `include` filters files by glob.",
+  inputSchema: z.object({ pattern: z.string(), path: z.string().optional(), include: z.string().optional() }),
+  execute: grepTool,
+};
+
 interface Match {
   path: string;
   line: number;
   text: string;
 }
-type Searchable = { kind: "text"; text: string } | { kind: "binary" } | { kind: "large" };
 
 /**
  * The model's `grep` tool: lines matching a regular expression, in files newest first.
@@ -43,7 +49,7 @@ type Searchable = { kind: "text"; text: string } | { kind: "binary" } | { kind: 
  * Consider using a more specific path or pattern.)`. `(Some paths were inaccessible and skipped)`
  * when a file could not be read. `No files found` when nothing matches.
  *
- * Files: hidden ones included, `SEARCH_IGNORE_PATTERNS` directories (find-files.ts) skipped,
+ * Files: hidden ones included, `SEARCH_IGNORE_PATTERNS` directories (files/find-files.ts) skipped,
  * binary files (`isBinary` on the first 4 KiB) skipped silently, files over
  * {@link GREP_MAX_FILE_BYTES} skipped with a `(N file(s) over 1 MiB not searched)` footer (our
  * addition). Text is decoded like the read tool (BOM, UTF-8, windows-1252).
@@ -87,7 +93,7 @@ export async function grepTool(input: GrepInput, ctx: ToolContext): Promise<Tool
     ctx.signal?.throwIfAborted();
     let content: Searchable;
     try {
-      content = await readSearchable(file.path);
+      content = await readSearchable(file.path, GREP_MAX_FILE_BYTES);
     } catch (err) {
       if (!(err instanceof Error && "code" in err)) throw err;
       unreadable++;
@@ -191,31 +197,5 @@ function compilePattern(pattern: string): RE2JS {
         ? err.message.replace(/^error parsing regexp: /, "")
         : `${known[1]}; grep uses RE2 syntax (as ripgrep does), which has no lookaround or backreferences`;
     throw new ToolInputError(`Invalid regex pattern ${JSON.stringify(pattern)}: ${why}`);
-  }
-}
-
-/**
- * Opens without blocking (a FIFO swapped in cannot hang us), sniffs the head for binary content,
- * then reads and decodes the whole file if it is within the size cap.
- */
-async function readSearchable(path: string): Promise<Searchable> {
-  const handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
-  try {
-    const info = await handle.stat();
-    if (!info.isFile()) return { kind: "binary" };
-    const head = new Uint8Array(Math.min(info.size, BINARY_SAMPLE_BYTES));
-    const { bytesRead } = await handle.read(head, 0, head.length, 0);
-    if (isBinary(path, head.subarray(0, bytesRead))) return { kind: "binary" };
-    if (info.size > GREP_MAX_FILE_BYTES) return { kind: "large" };
-    const buf = new Uint8Array(info.size);
-    let n = 0;
-    while (n < buf.length) {
-      const { bytesRead: got } = await handle.read(buf, n, buf.length - n, n);
-      if (got === 0) break;
-      n += got;
-    }
-    return { kind: "text", text: decodeText(buf.subarray(0, n)) };
-  } finally {
-    await handle.close();
   }
 }

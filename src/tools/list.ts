@@ -1,5 +1,6 @@
-import { findFiles, ignoreGlobs, pathKind } from "./find-files.js";
-import { resolveToolPath, ToolInputError, type ToolContext, type ToolOutput } from "./tool-context.js";
+import { z } from "zod";
+import { findFiles, ignoreGlobs, pathKind } from "../files/find-files.js";
+import { resolveToolPath, ToolInputError, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
 
 /**
  * Names the list tool never shows, in gitignore form (trailing `/` = directory). Same entries
@@ -45,6 +46,20 @@ export interface ListInput {
   /** Extra gitignore-style patterns to leave out (e.g. `"*.log"`, `"fixtures/"`). */
   ignore?: string[];
 }
+
+/**
+ * The `list` tool as the model sees it (description, input schema) and {@link listTool}; a missing
+ * `path` is passed on as `"."`. Follows OpenCode ls.ts.
+ */
+export const listDefinition: ToolDefinition<ListInput> = {
+  id: "list",
+  description: "List a directory as a tree (common build and VCS folders are ignored).",
+  inputSchema: z.object({
+    path: z.string().optional().describe("Directory; default the project directory"),
+    ignore: z.array(z.string()).optional(),
+  }),
+  execute: (input, ctx) => listTool({ path: input.path ?? ".", ignore: input.ignore }, ctx),
+};
 
 /**
  * The model's `list` tool: a tree of the files under a directory. Follows OpenCode ls.ts.

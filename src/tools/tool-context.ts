@@ -1,5 +1,6 @@
-import { relative, resolve } from "node:path";
-import { checkPathShape, confinePath } from "./confine.js";
+import { isAbsolute, relative, resolve } from "node:path";
+import type { z } from "zod";
+import { checkPathShape, confinePath } from "../files/confine.js";
 
 /** What every model tool gets besides its input: where the session works and what it may touch. */
 export interface ToolContext {
@@ -19,6 +20,36 @@ export interface ToolOutput {
   output: string;
   /** Facts for UIs and logs (counts, truncation), never shown to the model. */
   metadata: Record<string, unknown>;
+}
+
+/**
+ * One model tool as the registry offers it (see `createTools` in registry.ts). Follows OpenCode
+ * tool.ts `Tool.Def`: `id`, `description`, `parameters`, `execute`.
+ *
+ * @example
+ * ```ts
+ * export const readDefinition: ToolDefinition<ReadInput> = {
+ *   id: "read",
+ *   description: "Read a file (numbered lines, 2000 lines from `offset`) or list a directory. ...",
+ *   inputSchema: z.object({ filePath: z.string(), offset: z.number().int().min(1).optional(), ... }),
+ *   execute: readTool,
+ * };
+ * ```
+ */
+export interface ToolDefinition<Input> {
+  /** The name the model calls the tool by, and that permission rules name (`read`, `grep`, ...). */
+  id: string;
+  /** What the model is told the tool does. */
+  description: string;
+  /** The input the model must send (zod); the AI SDK sends it to the model as JSON Schema and validates each call against it. */
+  inputSchema: z.ZodType<Input>;
+  /**
+   * Runs one call with the validated input. Errors it throws become a tool error the model sees.
+   *
+   * @param input - the call's input, as `inputSchema` parsed it.
+   * @param ctx - the session directory, roots and the call's abort signal.
+   */
+  execute(input: Input, ctx: ToolContext): Promise<ToolOutput>;
 }
 
 /** The model gave a tool an input it cannot use (bad regex, bad glob, missing directory). */
@@ -55,4 +86,26 @@ export async function resolveToolPath(ctx: ToolContext, field: string, input: st
   const lexical = resolve(ctx.directory, input ?? ".");
   const path = await confinePath(field, lexical, [ctx.directory, ...ctx.roots]);
   return { path, title: relative(ctx.directory, lexical) };
+}
+
+/**
+ * Turns a model-written file pattern (glob `pattern`, grep `include`) into tinyglobby patterns
+ * with ripgrep `--glob` meaning: a pattern without `/` matches file names at any depth
+ * (`"*.ts"` → `"**\/*.ts"`), one with `/` is relative to the search directory.
+ *
+ * @param field - input field named in errors.
+ * @param pattern - the glob, e.g. `"*.{ts,tsx}"` or `"src/**\/*.ts"`.
+ * @returns one tinyglobby pattern (as a one-element array).
+ * @throws ToolInputError when the pattern is empty, absolute, or has a `..` segment (it would
+ *   search outside the search directory; put the directory in `path` instead).
+ */
+export function searchGlobs(field: string, pattern: string): string[] {
+  const p = pattern.trim().replace(/^(\.\/)+/, "");
+  if (p === "") throw new ToolInputError(`${field} is required`);
+  if (isAbsolute(p) || /(^|\/)\.\.(\/|$)/.test(p)) {
+    throw new ToolInputError(
+      `${field} must be relative to the search directory and must not contain "..": ${pattern} (put the directory in "path")`,
+    );
+  }
+  return [p.includes("/") ? p : `**/${p}`];
 }

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { AssistantMessage, MessageWithParts, OutputFormatSchema } from "../../gen/ledger/v1/message_pb.js";
 import type { Part, ReasoningPart, TextPart, ToolPart } from "../../gen/ledger/v1/part_pb.js";
-import { readTool } from "../../src/tools/read-tool.js";
+import { readTool } from "../../src/tools/read.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import {
   lengthReply,

@@ -4,8 +4,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidArgumentError, PathNotAllowedError } from "../../src/errors.js";
 import { parseFileUrl } from "../../src/parts/file-url.js";
-import { confinePath } from "../../src/tools/confine.js";
-import { readPath } from "../../src/tools/read.js";
+import { confinePath } from "../../src/files/confine.js";
+import { readPath } from "../../src/files/read-file.js";
 
 const F = "parts[0].file.url";
 

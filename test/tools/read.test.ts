@@ -1,243 +1,82 @@
-import { execFileSync } from "node:child_process";
-import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { symlink } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { LimitExceededError } from "../../src/errors.js";
-import { isBinary } from "../../src/tools/binary.js";
-import { readPath, ReadFailure, type ReadResult } from "../../src/tools/read.js";
+import { PathNotAllowedError } from "../../src/errors.js";
+import { readPath, ReadFailure } from "../../src/files/read-file.js";
+import { readTool } from "../../src/tools/read.js";
+import { aborted, rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
 
 const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
-let dir: string;
+const PDF = "%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n";
+let t: ToolTree;
 
 beforeAll(async () => {
-  dir = await realpath(await mkdtemp(join(tmpdir(), "read-")));
+  t = await toolTree("read-tool-");
+  await t.write("src/a.txt", "one\ntwo\nthree\n");
+  await t.write("pic.bin", Buffer.from(PNG_1X1, "base64"));
+  await t.write("doc.bin", PDF);
+  await t.write("blob.txt", new Uint8Array([1, 0, 2, 0]));
+  await symlink(join(t.outside, "secret.txt"), join(t.session, "leak.txt"));
 });
-afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => t.cleanup());
 
-async function file(name: string, content: string | Uint8Array): Promise<string> {
-  const p = join(dir, name);
-  await writeFile(p, content);
-  return p;
-}
-const lines = (n: number, f: (i: number) => string = (i) => `line ${i}`): string =>
-  Array.from({ length: n }, (_, i) => f(i + 1)).join("\n") + "\n";
-const text = (p: string, numbered: string[], footer: string): string =>
-  `<path>${p}</path>\n<type>file</type>\n<content>\n${numbered.join("\n")}\n\n${footer}\n</content>`;
-
-async function textOf(p: string, options?: { offset?: number; limit?: number }): Promise<Extract<ReadResult, { kind: "text" }>> {
-  const r = await readPath(p, options);
-  if (r.kind !== "text") throw new Error(`expected text, got ${r.kind}`);
-  return r;
-}
-async function failure(p: string, options?: { offset?: number; limit?: number }): Promise<string> {
-  const err: unknown = await readPath(p, options).then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ReadFailure);
-  expect((err as Error).message).not.toMatch(/\n\s+at /);
-  return (err as Error).message;
-}
-
-describe("readPath: text", () => {
-  it("reads a whole small file with the end-of-file footer", async () => {
-    const p = await file("ten.txt", lines(10));
-    const r = await textOf(p);
-    const all = Array.from({ length: 10 }, (_, i) => `${i + 1}: line ${i + 1}`);
-    expect(r).toEqual({ kind: "text", output: text(p, all, "(End of file - total 10 lines)"), totalLines: 10, truncated: false });
-  });
-
-  it("shows exactly lines 3-5 for offset 3, limit 3", async () => {
-    const p = await file("ten.txt", lines(10));
-    const r = await textOf(p, { offset: 3, limit: 3 });
-    expect(r.output).toBe(
-      `<path>${p}</path>\n<type>file</type>\n<content>\n3: line 3\n4: line 4\n5: line 5\n\n` +
-        `(Showing lines 3-5 of 10. Use offset=6 to continue.)\n</content>`,
-    );
-    expect(r.truncated).toBe(true);
-    expect(r.totalLines).toBe(10);
-  });
-
-  it("says end of file when the limit reaches the last line exactly", async () => {
-    const p = await file("ten.txt", lines(10));
-    expect((await textOf(p, { offset: 8, limit: 3 })).output).toBe(
-      text(p, ["8: line 8", "9: line 9", "10: line 10"], "(End of file - total 10 lines)"),
-    );
-  });
-
-  it("stops a 3000-line file at 2000 lines", async () => {
-    const p = await file("big.txt", lines(3000));
-    const r = await textOf(p);
-    const shown = Array.from({ length: 2000 }, (_, i) => `${i + 1}: line ${i + 1}`);
-    expect(r.output).toBe(text(p, shown, "(Showing lines 1-2000 of 3000. Use offset=2001 to continue.)"));
-    expect(r.totalLines).toBe(3000);
-  });
-
-  it("caps the output at 50 KB", async () => {
-    const row = "x".repeat(100);
-    const p = await file(
-      "wide.txt",
-      lines(1000, () => row),
-    );
-    const r = await textOf(p);
-    // 100 bytes for the first line, 101 for each next one: 100 + 505 * 101 = 51105 <= 51200.
-    const shown = Array.from({ length: 506 }, (_, i) => `${i + 1}: ${row}`);
-    expect(r.output).toBe(text(p, shown, "(Output capped at 50 KB. Showing lines 1-506. Use offset=507 to continue.)"));
-    expect(r).toMatchObject({ totalLines: 1000, truncated: true });
-  });
-
-  it("cuts a long line at 2000 chars", async () => {
-    const p = await file("long.txt", `${"a".repeat(2500)}\nshort\n`);
-    expect((await textOf(p)).output).toBe(
-      text(p, [`1: ${"a".repeat(2000)}... (line truncated to 2000 chars)`, "2: short"], "(End of file - total 2 lines)"),
-    );
-  });
-
-  it("keeps a line of exactly 2000 chars whole", async () => {
-    const p = await file("exact.txt", `${"b".repeat(2000)}\n`);
-    expect((await textOf(p)).output).toBe(text(p, [`1: ${"b".repeat(2000)}`], "(End of file - total 1 lines)"));
-  });
-
-  it("handles CRLF, a lone CR and a missing final newline", async () => {
-    const p = await file("crlf.txt", "one\r\ntwo\r\nthree\rfour");
-    expect((await textOf(p)).output).toBe(text(p, ["1: one", "2: two", "3: three", "4: four"], "(End of file - total 4 lines)"));
-  });
-
-  it("keeps empty lines", async () => {
-    const p = await file("blank.txt", "\n\nx\n");
-    expect((await textOf(p)).output).toBe(text(p, ["1: ", "2: ", "3: x"], "(End of file - total 3 lines)"));
-  });
-
-  it("splits CRLF and multi-byte characters across 64 KiB read chunks", async () => {
-    const p = await file("chunks.txt", `${"x".repeat(65535)}\r\n${"y".repeat(65533)}\né\n`);
-    const r = await textOf(p, { offset: 2 });
-    expect(r.output).toBe(text(p, [`2: ${"y".repeat(2000)}... (line truncated to 2000 chars)`, "3: é"], "(End of file - total 3 lines)"));
-  });
-
-  it("reads an empty file at offset 1, and refuses offset 2", async () => {
-    const p = await file("empty.txt", "");
-    expect((await textOf(p)).output).toBe(`<path>${p}</path>\n<type>file</type>\n<content>\n\n\n(End of file - total 0 lines)\n</content>`);
-    expect(await failure(p, { offset: 2 })).toBe("Offset 2 is out of range for this file (0 lines)");
-  });
-
-  it("refuses an offset past the end", async () => {
-    const p = await file("ten.txt", lines(10));
-    expect(await failure(p, { offset: 11 })).toBe("Offset 11 is out of range for this file (10 lines)");
-  });
-
-  it("refuses an offset or limit below 1", async () => {
-    const p = await file("ten.txt", lines(10));
-    expect(await failure(p, { offset: 0 })).toBe("offset must be greater than or equal to 1");
-    expect(await failure(p, { limit: 0 })).toBe("limit must be greater than or equal to 1");
-  });
-
-  it("decodes Latin-1, UTF-16LE with a BOM, and drops a UTF-8 BOM", async () => {
-    const latin1 = await file("latin1.txt", new Uint8Array([0x63, 0x61, 0x66, 0xe9, 0x0a]));
-    expect((await textOf(latin1)).output).toBe(text(latin1, ["1: café"], "(End of file - total 1 lines)"));
-    const utf16 = await file("utf16.txt", new Uint8Array([0xff, 0xfe, ...Buffer.from("café\r\nthé\r\n", "utf16le")]));
-    expect((await textOf(utf16)).output).toBe(text(utf16, ["1: café", "2: thé"], "(End of file - total 2 lines)"));
-    const bom = await file("bom.txt", new Uint8Array([0xef, 0xbb, 0xbf, ...Buffer.from("café\n")]));
-    expect((await textOf(bom)).output).toBe(text(bom, ["1: café"], "(End of file - total 1 lines)"));
-  });
-
-  it("decodes the whole file as windows-1252 when a late byte is not UTF-8", async () => {
-    const head = Buffer.from(lines(10000, () => "plain ascii line"));
-    const p = await file("late.txt", new Uint8Array([...head, 0x93, 0x63, 0x61, 0x66, 0xe9, 0x94, 0x0a]));
-    expect((await textOf(p, { offset: 10001 })).output).toBe(text(p, ["10001: “café”"], "(End of file - total 10001 lines)"));
-  });
-});
-
-describe("readPath: binary and attachments", () => {
-  it("returns a PNG as an attachment, found by content not name", async () => {
-    const bytes = Buffer.from(PNG_1X1, "base64");
-    const p = await file("pixel.txt", bytes);
-    const r = await readPath(p);
-    expect(r).toEqual({ kind: "attachment", mime: "image/png", data: new Uint8Array(bytes), output: "Image read successfully" });
-  });
-
-  it("returns a PDF as an attachment", async () => {
-    const p = await file("doc.bin", "%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n");
-    const r = await readPath(p);
-    expect(r).toMatchObject({ kind: "attachment", mime: "application/pdf", output: "PDF read successfully" });
-  });
-
-  it("refuses an attachment over the size limit", async () => {
-    const p = await file("pixel.png", Buffer.from(PNG_1X1, "base64"));
-    const err: unknown = await readPath(p, { maxAttachmentBytes: 10, field: "parts[2].file.url" }).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(LimitExceededError);
-    expect((err as LimitExceededError).message).toBe("parts[2].file.url: 70 bytes exceeds limit attachment_bytes (10 bytes)");
-  });
-
-  it("refuses bytes 0x00-0xFF as binary", async () => {
-    const p = await file("all.data", new Uint8Array(Array.from({ length: 256 }, (_, i) => i)));
-    expect(await failure(p)).toBe(`Cannot read binary file: ${p}`);
-  });
-
-  it("refuses a binary extension even with text content", async () => {
-    const p = await file("notes.zip", "hello\n");
-    expect(await failure(p)).toBe(`Cannot read binary file: ${p}`);
-  });
-});
-
-describe("readPath: directories and failures", () => {
-  it("lists a directory sorted with localeCompare, subdirectories ending with /", async () => {
-    const d = join(dir, "tree");
-    await mkdir(join(d, "sub"), { recursive: true });
-    await writeFile(join(d, "B.txt"), "");
-    await writeFile(join(d, "a.md"), "");
-    await symlink(join(d, "sub"), join(d, "link"));
-    const r = await readPath(d);
+describe("readTool", () => {
+  it("reads a text file given relative to the session directory", async () => {
+    const r = await readTool({ filePath: "src/a.txt", offset: 2, limit: 1 }, t.ctx);
+    const path = join(t.session, "src/a.txt");
     expect(r).toEqual({
-      kind: "directory",
-      entries: 4,
-      output: `<path>${d}</path>\n<type>directory</type>\n<entries>\na.md\nB.txt\nlink/\nsub/\n\n(4 entries)\n</entries>`,
+      title: "src/a.txt",
+      output: `<path>${path}</path>\n<type>file</type>\n<content>\n2: two\n\n(Showing lines 2-2 of 3. Use offset=3 to continue.)\n</content>`,
+      metadata: { truncated: true, totalLines: 3 },
     });
-    expect((await readPath(d, { offset: 2, limit: 2 })).output).toBe(
-      `<path>${d}</path>\n<type>directory</type>\n<entries>\nB.txt\nlink/\n\n` +
-        `(Showing 2 of 4 entries. Use 'offset' parameter to read beyond entry 4)\n</entries>`,
+    expect(r.attachments).toBeUndefined();
+  });
+
+  it("lists a directory like readPath", async () => {
+    const r = await readTool({ filePath: t.session }, t.ctx);
+    const direct = await readPath(t.session);
+    expect(r).toEqual({ title: "", output: direct.output, metadata: { truncated: false, entries: 5 } });
+    expect((await readTool({ filePath: ".", limit: 2 }, t.ctx)).metadata).toEqual({ truncated: true, entries: 5 });
+  });
+
+  it("returns an image and a PDF as data: URL attachments", async () => {
+    const img = await readTool({ filePath: "pic.bin" }, t.ctx);
+    expect(img).toEqual({
+      title: "pic.bin",
+      output: "Image read successfully",
+      metadata: { truncated: false, mime: "image/png", bytes: Buffer.from(PNG_1X1, "base64").length },
+      attachments: [{ mime: "image/png", url: `data:image/png;base64,${PNG_1X1}` }],
+    });
+    const pdf = await readTool({ filePath: join(t.session, "doc.bin") }, t.ctx);
+    expect(pdf.output).toBe("PDF read successfully");
+    expect(pdf.attachments).toEqual([
+      { mime: "application/pdf", url: `data:application/pdf;base64,${Buffer.from(PDF).toString("base64")}` },
+    ]);
+  });
+
+  it("turns a ReadFailure into a plain Error with the same message", async () => {
+    const missing = await rejection(readTool({ filePath: "nope.txt" }, t.ctx));
+    expect(missing).not.toBeInstanceOf(ReadFailure);
+    expect(missing.message).toBe(`File not found: ${join(t.session, "nope.txt")}`);
+    expect((await rejection(readTool({ filePath: "blob.txt" }, t.ctx))).message).toBe(
+      `Cannot read binary file: ${join(t.session, "blob.txt")}`,
+    );
+    expect((await rejection(readTool({ filePath: "src/a.txt", offset: 0 }, t.ctx))).message).toBe(
+      "offset must be greater than or equal to 1",
     );
   });
 
-  it("says a missing file is not found", async () => {
-    const p = join(dir, "missing.txt");
-    expect(await failure(p)).toBe(`File not found: ${p}`);
-    expect(await failure(join(dir, "ten.txt", "x"))).toBe(`File not found: ${join(dir, "ten.txt", "x")}`);
+  it("refuses ../outside, an absolute path outside the roots, and a symlink leading out", async () => {
+    for (const filePath of ["../outside/secret.txt", join(t.outside, "secret.txt"), "leak.txt"]) {
+      const err = await rejection(readTool({ filePath }, t.ctx));
+      expect(err).toBeInstanceOf(PathNotAllowedError);
+      expect(err.message).toMatch(
+        /^filePath: .* (is outside|leads through a symlink outside) the session directory and the configured roots$/,
+      );
+    }
   });
 
-  it("refuses a FIFO without opening it", async () => {
-    const p = join(dir, "fifo");
-    execFileSync("mkfifo", [p]);
-    expect(await failure(p)).toBe(`Not a regular file or directory: ${p}`);
-  });
-
-  it.skipIf(process.getuid?.() === 0)("reports a permission error by its message", async () => {
-    const p = await file("locked.txt", "x");
-    execFileSync("chmod", ["000", p]);
-    expect(await failure(p)).toBe(`EACCES: permission denied, open '${p}'`);
-  });
-});
-
-describe("isBinary", () => {
-  it("follows OpenCode: extension, NUL byte, >30% control bytes", () => {
-    const enc = (s: string): Uint8Array => new TextEncoder().encode(s);
-    expect(isBinary("/x/a.PYC", enc("text"))).toBe(true);
-    expect(isBinary("/x/a.txt", new Uint8Array())).toBe(false);
-    expect(isBinary("/x/a.txt", enc("a\0b"))).toBe(true);
-    expect(isBinary("/x/a.txt", new Uint8Array([1, 2, 3, 0x61, 0x62, 0x63, 0x64, 0x65]))).toBe(true); // 3/8
-    expect(isBinary("/x/a.txt", new Uint8Array([1, 2, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68]))).toBe(false); // 2/10
-    expect(isBinary("/x/a.txt", enc("tab\tcr\r\nff\f"))).toBe(false);
-  });
-  it("treats a UTF-16 BOM as text despite NUL bytes", () => {
-    expect(isBinary("/x/a.txt", new Uint8Array([0xff, 0xfe, 0x61, 0x00]))).toBe(false);
-    expect(isBinary("/x/a.txt", new Uint8Array([0xfe, 0xff, 0x00, 0x61]))).toBe(false);
-    expect(isBinary("/x/a.txt", new Uint8Array([0x61, 0x00]))).toBe(true);
-  });
-  it("looks only at the first 4096 bytes", () => {
-    const head = new Uint8Array(5000).fill(0x61);
-    head[4500] = 0;
-    expect(isBinary("/x/a.txt", head)).toBe(false);
+  it("stops when the signal is aborted", async () => {
+    expect((await rejection(readTool({ filePath: "src/a.txt" }, aborted(t.ctx)))).name).toBe("AbortError");
   });
 });

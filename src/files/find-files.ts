@@ -1,8 +1,7 @@
 import { stat } from "node:fs/promises";
-import { isAbsolute, join, relative } from "node:path";
+import { join, relative } from "node:path";
 import { glob } from "tinyglobby";
 import { isInside, isSpecialPath, SPECIAL_DIRS } from "./confine.js";
-import { ToolInputError } from "./tool-context.js";
 
 /**
  * Directories that glob and grep never enter, in gitignore form (trailing `/` = directory, at any
@@ -59,28 +58,6 @@ export function ignoreGlobs(pattern: string): string[] {
 
 /** Ignore globs for {@link SEARCH_IGNORE_PATTERNS}. */
 export const SEARCH_IGNORE_GLOBS: readonly string[] = SEARCH_IGNORE_PATTERNS.flatMap(ignoreGlobs);
-
-/**
- * Turns a model-written file pattern (glob `pattern`, grep `include`) into tinyglobby patterns
- * with ripgrep `--glob` meaning: a pattern without `/` matches file names at any depth
- * (`"*.ts"` → `"**\/*.ts"`), one with `/` is relative to the search directory.
- *
- * @param field - input field named in errors.
- * @param pattern - the glob, e.g. `"*.{ts,tsx}"` or `"src/**\/*.ts"`.
- * @returns one tinyglobby pattern (as a one-element array).
- * @throws ToolInputError when the pattern is empty, absolute, or has a `..` segment (it would
- *   search outside the search directory; put the directory in `path` instead).
- */
-export function searchGlobs(field: string, pattern: string): string[] {
-  const p = pattern.trim().replace(/^(\.\/)+/, "");
-  if (p === "") throw new ToolInputError(`${field} is required`);
-  if (isAbsolute(p) || /(^|\/)\.\.(\/|$)/.test(p)) {
-    throw new ToolInputError(
-      `${field} must be relative to the search directory and must not contain "..": ${pattern} (put the directory in "path")`,
-    );
-  }
-  return [p.includes("/") ? p : `**/${p}`];
-}
 
 /**
  * What a path names: `"directory"`, `"file"` (anything else that exists) or undefined when it

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidArgumentError, PathNotAllowedError } from "../../src/errors.js";
-import { confinePath, isInside, isSpecialPath, MAX_PATH_BYTES } from "../../src/tools/confine.js";
+import { confinePath, isInside, isSpecialPath, MAX_PATH_BYTES } from "../../src/files/confine.js";
 
 const F = "parts[0].file.url";
 let base: string; // realpath of the temp dir

@@ -67,7 +67,7 @@ export function detectBom(bytes: Uint8Array): BomEncoding | undefined {
  * that fails the whole input is decoded as windows-1252 (every byte maps to a character, so this
  * never fails). The result never starts with a BOM (U+FEFF). `63 61 66 E9 0A` gives `"café\n"`.
  *
- * Streaming readers (see `src/tools/read.ts`) make the same choice chunk by chunk.
+ * Streaming readers (see `src/files/read-file.ts`) make the same choice chunk by chunk.
  *
  * @param bytes - the complete content of a file or body, in bytes.
  * @returns the decoded text. Never throws.

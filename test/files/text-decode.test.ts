@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { chunkDecoder, decodeText, decodeWindows1252, detectBom, stripBom } from "../../src/tools/text-decode.js";
+import { chunkDecoder, decodeText, decodeWindows1252, detectBom, stripBom } from "../../src/files/text-decode.js";
 
 const bytes = (...b: number[]): Uint8Array => new Uint8Array(b);
 

@@ -1,0 +1,123 @@
+import { create } from "@bufbuild/protobuf";
+import { asSchema, type ToolExecutionOptions, type ToolSet } from "ai";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PermissionAction, PermissionRuleSchema, type PermissionRule } from "../../gen/ledger/v1/session_pb.js";
+import { BUILT_IN_AGENTS, type AgentInfo } from "../../src/config/agents.js";
+import { createTools, isAllowed } from "../../src/tools/registry.js";
+import type { TaskRunner } from "../../src/tools/task.js";
+import { aborted, rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
+
+const [build, , general] = BUILT_IN_AGENTS;
+const rule = (permission: string, allow: boolean): PermissionRule =>
+  create(PermissionRuleSchema, { permission, action: allow ? PermissionAction.ALLOW : PermissionAction.DENY });
+const agent = (permission: AgentInfo["permission"]): AgentInfo => ({ ...build!, name: "custom", permission });
+const call = (abortSignal?: AbortSignal): ToolExecutionOptions => ({ toolCallId: "call_1", messages: [], abortSignal });
+const run = (tools: ToolSet, name: string, input: unknown, options = call()): Promise<unknown> => tools[name]!.execute!(input, options);
+
+let t: ToolTree;
+beforeAll(async () => {
+  t = await toolTree("registry-");
+  await t.write("a.txt", "one\n");
+});
+afterAll(() => t.cleanup());
+
+describe("isAllowed", () => {
+  it("uses the agent's map: the tool's own entry, then `*`, then allow", () => {
+    expect(isAllowed(agent({ read: "deny", "*": "allow" }), [], "read")).toBe(false);
+    expect(isAllowed(agent({ "*": "deny" }), [], "grep")).toBe(false);
+    expect(isAllowed(agent({ "*": "deny", grep: "allow" }), [], "grep")).toBe(true);
+    expect(isAllowed(agent({}), [], "glob")).toBe(true);
+  });
+
+  it("counts `ask` as deny", () => {
+    expect(isAllowed(agent({ read: "ask" }), [], "read")).toBe(false);
+  });
+
+  it("lets the session's rules win over the agent's map, the last matching rule first", () => {
+    expect(isAllowed(agent({ read: "deny" }), [rule("read", true)], "read")).toBe(true);
+    expect(isAllowed(agent({ "*": "allow" }), [rule("read", false)], "read")).toBe(false);
+    expect(isAllowed(agent({ "*": "allow" }), [rule("read", true), rule("*", false)], "read")).toBe(false);
+    expect(isAllowed(agent({ "*": "allow" }), [rule("*", false), rule("read", true)], "read")).toBe(true);
+    expect(isAllowed(agent({ "*": "allow" }), [rule("grep", false)], "read")).toBe(true);
+  });
+});
+
+describe("createTools", () => {
+  const runTask: TaskRunner = async (input) => ({ title: input.description, output: `ran ${input.agent}`, metadata: {} });
+  const options = { agent: build!, rules: [], subagents: ["general", "explore"], runTask };
+
+  it("offers read, list, glob and grep, then task for a primary agent with subagents", () => {
+    expect(Object.keys(createTools({ ...options, context: t.ctx }))).toEqual(["read", "list", "glob", "grep", "task"]);
+  });
+
+  it("leaves task out without a runner, for a subagent, and without subagents", () => {
+    const builtin = ["read", "list", "glob", "grep"];
+    expect(Object.keys(createTools({ ...options, context: t.ctx, runTask: undefined }))).toEqual(builtin);
+    expect(Object.keys(createTools({ ...options, context: t.ctx, agent: general! }))).toEqual(builtin);
+    expect(Object.keys(createTools({ ...options, context: t.ctx, subagents: [] }))).toEqual(builtin);
+  });
+
+  it("describes task with the subagents and accepts only their names", async () => {
+    const task = createTools({ ...options, context: t.ctx }).task!;
+    expect(task.description).toBe(
+      "Run a subagent on a focused task in a child session and get its final answer. Subagents: general, explore.",
+    );
+    expect(await asSchema(task.inputSchema).jsonSchema).toMatchObject({
+      properties: { subagent_type: { type: "string", enum: ["general", "explore"] } },
+      required: ["description", "prompt", "subagent_type"],
+    });
+  });
+
+  it("runs a tool in the session directory", async () => {
+    const output = await run(createTools({ ...options, context: t.ctx }), "read", { filePath: "a.txt" });
+    const path = join(t.session, "a.txt");
+    expect(output).toEqual({
+      title: "a.txt",
+      output: `<path>${path}</path>\n<type>file</type>\n<content>\n1: one\n\n(End of file - total 1 lines)\n</content>`,
+      metadata: { truncated: false, totalLines: 1 },
+    });
+  });
+
+  it("runs a tool with the call's abort signal in place of the context's", async () => {
+    const tools = createTools({ ...options, context: aborted(t.ctx) });
+    expect(await run(tools, "read", { filePath: "a.txt" }, call(new AbortController().signal))).toMatchObject({ title: "a.txt" });
+    expect((await rejection(run(tools, "read", { filePath: "a.txt" }))).name).toBe("AbortError");
+  });
+
+  it("refuses a call the agent may not make, naming the agent and the tool", async () => {
+    const tools = createTools({ ...options, context: t.ctx, rules: [rule("read", false)] });
+    expect((await rejection(run(tools, "read", { filePath: "a.txt" }))).message).toBe(
+      "permission denied: the build agent may not use the read tool",
+    );
+    const denied = createTools({ ...options, context: t.ctx, agent: agent({ task: "deny" }) });
+    expect((await rejection(run(denied, "task", { description: "d", prompt: "p", subagent_type: "general" }))).message).toBe(
+      "permission denied: the custom agent may not use the task tool",
+    );
+  });
+
+  it("passes task the subagent's name and the call's abort signal", async () => {
+    const seen: { input: Parameters<TaskRunner>[0]; signal: AbortSignal }[] = [];
+    const spy: TaskRunner = async (input, signal) => {
+      seen.push({ input, signal });
+      return { title: "t", output: "done", metadata: {} };
+    };
+    const tools = createTools({ ...options, context: t.ctx, runTask: spy });
+    const controller = new AbortController();
+    const input = { description: "dig", prompt: "look around", subagent_type: "explore" };
+    expect(await run(tools, "task", input, call(controller.signal))).toEqual({ title: "t", output: "done", metadata: {} });
+    expect(seen).toEqual([{ input: { description: "dig", prompt: "look around", agent: "explore" }, signal: controller.signal }]);
+  });
+
+  it("gives task a signal that never aborts when neither the call nor the context has one", async () => {
+    let signal: AbortSignal | undefined;
+    const spy: TaskRunner = async (_input, s) => {
+      signal = s;
+      return { title: "", output: "", metadata: {} };
+    };
+    const tools = createTools({ ...options, context: t.ctx, runTask: spy });
+    await run(tools, "task", { description: "d", prompt: "p", subagent_type: "general" });
+    expect(signal).toBeInstanceOf(AbortSignal);
+    expect(signal?.aborted).toBe(false);
+  });
+});
