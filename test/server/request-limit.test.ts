@@ -1,4 +1,6 @@
 import http from "node:http";
+import http2 from "node:http2";
+import type net from "node:net";
 import { create, fromBinary, toBinary, toJsonString } from "@bufbuild/protobuf";
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
@@ -9,13 +11,17 @@ import {
   createConnectTransport,
   createGrpcTransport,
   createGrpcWebTransport,
+  connectNodeAdapter,
   Http2SessionManager,
 } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
+import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { PromptRequestSchema, SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { errorInterceptor } from "../../src/server/errors.js";
+import { withProtocolErrors } from "../../src/server/protocol-errors.js";
 import { grpcLedgerClient } from "../support/grpc-js.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
@@ -276,5 +282,106 @@ describe("an undecodable binary request message is INVALID_ARGUMENT on every pro
 
   it("gRPC server stream (PromptStream) over h2c: grpc-status 3", async () => {
     expect(await grpcStatusOverH2c(t.ledger.url, "PromptStream", frame())).toBe("3");
+  });
+});
+
+describe("the limit is the server's own: connect-es has none and is never asked", () => {
+  // This adapter is built like the ledger's (withProtocolErrors, errorInterceptor) but sets no
+  // readMaxBytes, so connect-es's default (4 GiB) never refuses: each refusal below comes from
+  // the server alone, and none can depend on connect-es's wording. The regular expressions this
+  // replaced needed connect-es to refuse first, in words they knew; here every call would have
+  // gone through.
+  const SERVING = HealthCheckResponse_ServingStatus.SERVING;
+  let h1: http.Server;
+  let h2s: http2.Http2Server;
+  let url1: string;
+  let url2: string;
+  let bareH2: Http2SessionManager;
+  const sessions = new Set<http2.ServerHttp2Session>();
+
+  beforeAll(async () => {
+    const adapter = connectNodeAdapter(
+      withProtocolErrors(
+        {
+          routes: (router) =>
+            router.service(Health, {
+              check: () => ({ status: SERVING }),
+              async *watch() {
+                yield { status: SERVING };
+              },
+            }),
+          interceptors: [errorInterceptor],
+        },
+        LIMIT,
+      ),
+    );
+    h1 = http.createServer(adapter);
+    h2s = http2.createServer(adapter);
+    h2s.on("session", (session) => {
+      sessions.add(session);
+      session.once("close", () => sessions.delete(session));
+    });
+    url1 = await listen(h1);
+    url2 = await listen(h2s);
+    bareH2 = new Http2SessionManager(url2);
+  });
+
+  afterAll(async () => {
+    bareH2?.abort();
+    for (const session of sessions) session.destroy();
+    h1?.closeAllConnections();
+    await Promise.all([h1, h2s].map((server) => server && new Promise((resolve) => server.close(resolve))));
+  });
+
+  async function listen(server: net.Server): Promise<string> {
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+  }
+
+  /** A Check request of exactly `bytes` bytes in the binary format (tag, 2-byte length, text). */
+  const checkOf = (bytes: number) => ({ service: "x".repeat(bytes - 3) });
+  const sizeOf = (bytes: number) => toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, checkOf(bytes))).byteLength;
+
+  it("gRPC over h2c: a message of exactly request_bytes passes, one byte more is refused naming its size", async () => {
+    expect(sizeOf(LIMIT)).toBe(LIMIT);
+    const client = createClient(Health, createGrpcTransport({ baseUrl: url2, sessionManager: bareH2 }));
+    expect((await client.check(checkOf(LIMIT))).status).toBe(SERVING);
+    expectConnectTooLarge(await failure(client.check(checkOf(LIMIT + 1))), LIMIT + 1);
+    expectConnectTooLarge(await drainFailure(client.watch(checkOf(LIMIT + 1))), LIMIT + 1);
+  });
+
+  it("Connect unary JSON: with a content-length (size named), and streamed by connect-es (size unknown)", async () => {
+    const body = toJsonString(HealthCheckRequestSchema, create(HealthCheckRequestSchema, checkOf(2 * LIMIT)));
+    const res = await fetch(`${url1}/grpc.health.v1.Health/Check`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body,
+    });
+    expect(res.status).toBe(429);
+    const bytes = new Uint8Array(await res.arrayBuffer());
+    expectConnectTooLarge(errorFromJsonBytes(bytes, undefined, new ConnectError("unparsable", Code.Unknown)), Buffer.byteLength(body));
+    const client = createClient(Health, createConnectTransport({ baseUrl: url1, httpVersion: "1.1" }));
+    expectConnectTooLarge(await failure(client.check(checkOf(2 * LIMIT))));
+  });
+
+  it("Connect server stream and gRPC-Web (unary and stream) over HTTP/1.1: size from the envelope", async () => {
+    const connect = createClient(Health, createConnectTransport({ baseUrl: url1, httpVersion: "1.1", useBinaryFormat: true }));
+    expectConnectTooLarge(await drainFailure(connect.watch(checkOf(LIMIT + 1))), LIMIT + 1);
+    const web = createClient(Health, createGrpcWebTransport({ baseUrl: url1, httpVersion: "1.1" }));
+    expectConnectTooLarge(await failure(web.check(checkOf(LIMIT + 1))), LIMIT + 1);
+    expectConnectTooLarge(await drainFailure(web.watch(checkOf(LIMIT + 1))), LIMIT + 1);
+  });
+
+  it("gzip under the limit but over it decompressed: Connect unary and gRPC", async () => {
+    const connect = createClient(
+      Health,
+      createConnectTransport({ baseUrl: url1, httpVersion: "1.1", useBinaryFormat: true, sendCompression: compressionGzip }),
+    );
+    expectConnectTooLarge(await failure(connect.check(checkOf(3 * LIMIT))), undefined, true);
+    const grpcClient = createClient(
+      Health,
+      createGrpcTransport({ baseUrl: url2, sessionManager: bareH2, sendCompression: compressionGzip }),
+    );
+    expectConnectTooLarge(await failure(grpcClient.check(checkOf(3 * LIMIT))), undefined, true);
   });
 });
