@@ -5,7 +5,6 @@ import { create, fromBinary, toBinary, toJsonString } from "@bufbuild/protobuf";
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
-import { trailerParse } from "@connectrpc/connect/protocol-grpc-web";
 import {
   compressionGzip,
   createConnectTransport,
@@ -26,7 +25,6 @@ import { grpcLedgerClient } from "../support/grpc-js.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 import { connectFailure as failure } from "../support/busy.js";
-import { grpcStatusOverH2c } from "../support/h2c.js";
 
 // A request message over `limits.request_bytes` is refused before any handler runs, by the
 // server itself before connect-es reads it (src/server/request-limit.ts). The README promises
@@ -228,60 +226,6 @@ describe("a request over limits.request_bytes", () => {
   it("a request under the limit still works on the same server", async () => {
     const res = await t.client.prompt({ sessionId, noReply: true, parts: [text("small")] });
     expect(res.message?.parts).toHaveLength(1);
-  });
-});
-
-describe("an undecodable binary request message is INVALID_ARGUMENT on every protocol", () => {
-  const garbage = Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]);
-  const frame = (flags = 0) => {
-    const out = Buffer.alloc(5 + garbage.length);
-    out[0] = flags;
-    out.writeUInt32BE(garbage.length, 1);
-    garbage.copy(out, 5);
-    return out;
-  };
-
-  /** Posts `body` over HTTP/1.1 and returns the gRPC-Web trailer frame of the response. */
-  async function grpcWebTrailer(procedure: string, body: Buffer): Promise<Headers> {
-    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/${procedure}`, {
-      method: "POST",
-      headers: { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" },
-      body,
-    });
-    expect(res.status).toBe(200);
-    const bytes = new Uint8Array(await res.arrayBuffer());
-    expect(bytes[0]).toBe(0x80);
-    const length = new DataView(bytes.buffer, bytes.byteOffset).getUint32(1);
-    expect(bytes.byteLength).toBe(5 + length);
-    return trailerParse(bytes.subarray(5));
-  }
-
-  it("gRPC-Web unary (Prompt) and server stream (PromptStream): grpc-status 3", async () => {
-    for (const procedure of ["Prompt", "PromptStream"]) {
-      const trailer = await grpcWebTrailer(procedure, frame());
-      expect(trailer.get("grpc-status"), procedure).toBe("3");
-      expect(decodeURIComponent(trailer.get("grpc-message") ?? "")).toMatch(/^parse binary:/);
-    }
-  });
-
-  it("Connect server stream (PromptStream): the end-stream error is invalid_argument", async () => {
-    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/PromptStream`, {
-      method: "POST",
-      headers: { "content-type": "application/connect+proto" },
-      body: frame(),
-    });
-    expect(res.status).toBe(200);
-    const bytes = Buffer.from(await res.arrayBuffer());
-    expect(bytes[0]).toBe(0b10);
-    const end = JSON.parse(bytes.subarray(5, 5 + bytes.readUInt32BE(1)).toString("utf8")) as {
-      error?: { code?: string; message?: string };
-    };
-    expect(end.error?.code).toBe("invalid_argument");
-    expect(end.error?.message).toMatch(/^parse binary:/);
-  });
-
-  it("gRPC server stream (PromptStream) over h2c: grpc-status 3", async () => {
-    expect(await grpcStatusOverH2c(t.ledger.url, "PromptStream", frame())).toBe("3");
   });
 });
 
