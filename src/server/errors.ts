@@ -61,11 +61,9 @@ function codeOf(error: LedgerError): Code {
  *   {reason, domain, metadata} and, when it names a field, a `BadRequest` violation;
  * - a protovalidate `InvalidArgument` → the same error plus an `ErrorInfo` (reason
  *   `INVALID_ARGUMENT`, the first field and rule) and a `BadRequest` per violation;
- * - a `ConnectError` connect-es raised while reading the request (a message over
- *   `limits.request_bytes`, an undecodable binary message) → `refineProtocolError`'s error;
- *   this is how server-streaming calls, which read their request inside the interceptors, get
- *   it (unary calls read theirs before, see `protocol-errors.ts`);
- * - any other `ConnectError` → unchanged;
+ * - any other `ConnectError` → unchanged (errors raised while reading the request, such as a
+ *   message over `limits.request_bytes` or an undecodable one, already arrive as the ledger's,
+ *   see `protocol-errors.ts`);
  * - anything else → logged with its stack to stderr, answered as `INTERNAL` "internal error".
  */
 export function toConnectError(error: unknown, procedure: string): ConnectError {
@@ -79,7 +77,7 @@ export function toConnectError(error: unknown, procedure: string): ConnectError 
     const details = [{ desc: ErrorInfoSchema, value: errorInfo }, ...(badRequest ? [{ desc: BadRequestSchema, value: badRequest }] : [])];
     return new ConnectError(error.message, code, undefined, details);
   }
-  if (error instanceof ConnectError) return withBadRequest(refineProtocolError(error));
+  if (error instanceof ConnectError) return withBadRequest(error);
   log(procedure, error);
   return new ConnectError("internal error", Code.Internal);
 }
@@ -130,54 +128,38 @@ function isClientGone(error: unknown): boolean {
   return false;
 }
 
-/** `ErrorInfo.metadata.limit` of a request message over connect's `readMaxBytes`. */
+/** `ErrorInfo.metadata.limit` of a request message over `limits.request_bytes`. */
 const REQUEST_BYTES = "request_bytes";
 
-/** connect-es's messages for a request message over `readMaxBytes` (connect-es `protocol/limit-io.ts`, connect-node `compression.ts`). */
-const READ_MAX_BYTES = [
-  // Size known from the Connect content-length or the gRPC / gRPC-Web / Connect-stream envelope header.
-  /^message size (?<actual>\d+) is larger than configured readMaxBytes (?<max>\d+)$/,
-  // Body without a content-length: connect stopped reading at the limit.
-  /^message size is larger than configured readMaxBytes (?<max>\d+)$/,
-  // A compressed message that inflates past the limit.
-  /^message is larger than configured readMaxBytes (?<max>\d+) (?<after>after decompression)$/,
-];
-
-/** What connect-es says when a binary request message cannot be decoded (connect-es `protocol/serialization.ts`). */
-const PARSE_BINARY = "parse binary:";
-
 /**
- * Makes the errors connect-es raises itself while reading a request, before any handler or
- * interceptor of ours runs, speak like the ledger's own errors. Returns a new `ConnectError` for:
- * - `RESOURCE_EXHAUSTED` "message size N is larger than configured readMaxBytes M" (and its
- *   variants without a size, or "after decompression"): a request message over
- *   `limits.request_bytes` → `RESOURCE_EXHAUSTED` "request message: N bytes exceeds limit
- *   request_bytes (M bytes)" ("more than M bytes [after decompression]" when connect stopped
- *   reading before the end), with an `ErrorInfo` {reason `LIMIT_EXCEEDED`, domain `ledger.v1`,
- *   metadata {limit: "request_bytes", max: M, actual: N (only when known)}}, the shape of a
- *   `LimitExceededError` minus `field` (the message as a whole is over, not one field). Sizes
- *   are bytes;
- * - `INTERNAL` "parse binary: ..." (an undecodable binary request message) → `INVALID_ARGUMENT`
- *   with the same message, as connect-es already answers an undecodable JSON one.
- * Every other error is returned as is (the same object).
+ * The error for a request message over `limits.request_bytes` (`max` bytes):
+ * `RESOURCE_EXHAUSTED` "request message: N bytes exceeds limit request_bytes (M bytes)" when
+ * its size `actual` is known (a content-length, an envelope header), else "more than M bytes"
+ * (reading stopped at the limit), or "more than M bytes after decompression" when
+ * `afterDecompression`. It carries an `ErrorInfo` {reason `LIMIT_EXCEEDED`, domain `ledger.v1`,
+ * metadata {limit: "request_bytes", max: M, actual: N (only when known)}}, the shape of a
+ * `LimitExceededError` minus `field` (the message as a whole is over, not one field). Sizes are
+ * bytes; `cause` (e.g. zlib's error) is kept for logs and never sent.
  */
-export function refineProtocolError(error: ConnectError): ConnectError {
-  if (error.code === Code.Internal && error.rawMessage.startsWith(PARSE_BINARY)) {
-    return new ConnectError(error.rawMessage, Code.InvalidArgument, undefined, undefined, error);
-  }
-  if (error.code !== Code.ResourceExhausted || error.details.length > 0) return error;
-  const match = READ_MAX_BYTES.map((re) => re.exec(error.rawMessage)).find((m) => m !== null)?.groups;
-  if (!match?.max) return error;
-  const { actual, max, after } = match;
-  const size = actual !== undefined ? `${actual} bytes` : `more than ${max} bytes${after ? ` ${after}` : ""}`;
-  const metadata: Record<string, string> = { limit: REQUEST_BYTES, max, ...(actual !== undefined ? { actual } : {}) };
+export function requestTooLargeError(
+  max: number,
+  size: { actual?: number; afterDecompression?: boolean } = {},
+  cause?: unknown,
+): ConnectError {
+  const { actual, afterDecompression = false } = size;
+  const described = actual !== undefined ? `${actual} bytes` : `more than ${max} bytes${afterDecompression ? " after decompression" : ""}`;
+  const metadata: Record<string, string> = {
+    limit: REQUEST_BYTES,
+    max: String(max),
+    ...(actual !== undefined ? { actual: String(actual) } : {}),
+  };
   const errorInfo = create(ErrorInfoSchema, { reason: "LIMIT_EXCEEDED", domain: ERROR_DOMAIN, metadata });
   return new ConnectError(
-    `request message: ${size} exceeds limit ${REQUEST_BYTES} (${max} bytes)`,
+    `request message: ${described} exceeds limit ${REQUEST_BYTES} (${max} bytes)`,
     Code.ResourceExhausted,
     undefined,
     [{ desc: ErrorInfoSchema, value: errorInfo }],
-    error,
+    cause,
   );
 }
 

@@ -1,131 +1,137 @@
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
-import { encodeEnvelope, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
-import { codeToHttpStatus, errorFromJsonBytes, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
-import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
-import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
-import { refineProtocolError } from "./errors.js";
+import {
+  Code,
+  ConnectError,
+  createContextKey,
+  createContextValues,
+  type ConnectRouter,
+  type HandlerContext,
+  type Interceptor,
+} from "@connectrpc/connect";
+import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/connect/protocol";
+import { headerStreamEncoding } from "@connectrpc/connect/protocol-connect";
+import { headerEncoding } from "@connectrpc/connect/protocol-grpc";
+import type { ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
+import { failingRequest, limitedCompressions, limitRequestBody } from "./request-limit.js";
 
 /**
- * Rewrites, on the wire, the errors connect-es raises while reading a unary request, before any
- * interceptor runs, so they reach clients as the ledger's errors (`refineProtocolError`):
- * - a request message over `limits.request_bytes` (connect's `readMaxBytes`: the size from the
- *   content-length or the envelope header, a body that kept coming, or a message that inflated
- *   past it) → `RESOURCE_EXHAUSTED` naming `request_bytes`, the limit and the size when known,
- *   with an `ErrorInfo` (reason `LIMIT_EXCEEDED`, metadata limit/max/actual);
- * - an undecodable binary request message (`INTERNAL` "parse binary: ...") → `INVALID_ARGUMENT`.
- * Per protocol: the Connect unary JSON error body and its HTTP status (429 / 500 → 400); the gRPC
- * `grpc-status`, `grpc-message` and `grpc-status-details-bin` headers or trailers; the gRPC-Web
- * trailer frame at the start of the body. Streaming calls read their request inside the
- * interceptors, where `errorInterceptor` does the same. Other responses pass unchanged (a
- * gRPC-Web body is re-yielded after its first chunk was looked at).
- * Call after every service is registered on `router`.
+ * Adds to `options` (for `connectNodeAdapter`) the ledger's handling of what can go wrong while
+ * connect-es reads a request, so those errors reach clients as the ledger's own on every
+ * protocol (Connect unary JSON and its HTTP status, Connect end-stream, gRPC trailers, gRPC-Web
+ * trailer frame). Nothing here reads an error's message text:
+ * - a request message over `requestBytes` is refused by us before connect-es reads it
+ *   (`limitRequestBody`, `limitedCompressions`): `RESOURCE_EXHAUSTED` with an `ErrorInfo`
+ *   naming `request_bytes`, the limit and the size when known (`requestTooLargeError`). A
+ *   `readMaxBytes` the caller sets is only a backstop: each of our checks runs before
+ *   connect-es's own, which therefore never answers while it is at least `requestBytes`;
+ * - a binary request message that cannot be decoded: connect-es raises `INTERNAL` (no details)
+ *   while reading the request, and this is recognised by where it was raised, not by its text:
+ *   for a unary call, before the request reached any interceptor (connect-es decodes a unary
+ *   request before the interceptors run), its client still connected; for a streaming call,
+ *   from the request messages' iterator itself. It becomes `INVALID_ARGUMENT` with connect-es's
+ *   message unchanged (as connect-es already answers undecodable JSON). An enveloped message
+ *   flagged compressed on a request that declared no encoding stays `INTERNAL` (gRPC's rule;
+ *   connect-es raises that from the same place). A compressed message that does not inflate
+ *   is `INVALID_ARGUMENT` "decompression failed" (`limitedCompressions`).
+ * Installs a wrapper around every handler `options.routes` registers, a `requestGate` (run
+ * before the caller's), an interceptor (first; it only marks and watches) and
+ * `acceptCompression` (gzip and brotli, capped at `requestBytes`; replaces the caller's).
+ *
+ * ```ts
+ * connectNodeAdapter(withProtocolErrors({ routes, interceptors, readMaxBytes: limit }, limit));
+ * ```
  */
-export function rewriteProtocolErrors(router: ConnectRouter): void {
-  const handlers = router.handlers;
-  for (let i = 0; i < handlers.length; i++) handlers[i] = wrap(handlers[i]!);
-}
-
-function wrap(handler: UniversalHandler): UniversalHandler {
-  const wrapped = async (req: Parameters<UniversalHandler>[0]) => rewrite(await handler(req));
-  // Keep the handler's routing facts (requestPath, protocolNames, method, ...).
-  return Object.assign(wrapped, handler);
-}
-
-async function rewrite(res: UniversalServerResponse): Promise<UniversalServerResponse> {
-  const type = res.header?.get("content-type") ?? "";
-  if (type.startsWith("application/grpc-web")) return rewriteGrpcWeb(res);
-  if (type.startsWith("application/grpc")) {
-    rewriteGrpcStatus(res.header);
-    rewriteGrpcStatus(res.trailer);
-    return res;
-  }
-  // Connect unary errors: RESOURCE_EXHAUSTED is HTTP 429, INTERNAL 500.
-  if ((res.status === 429 || res.status === 500) && type.startsWith("application/json")) return rewriteConnectUnary(res);
-  return res;
-}
-
-/**
- * Rewrites the status in gRPC (or gRPC-Web trailer) headers when `refineProtocolError` refines it.
- * Returns whether it did.
- */
-function rewriteGrpcStatus(headers: Headers | undefined): boolean {
-  const status = headers?.get("grpc-status");
-  // connect-es's own errors carry no details; one that has them is already ours.
-  if (!headers || !status || status === "0" || headers.has("grpc-status-details-bin")) return false;
-  let message: string;
-  try {
-    message = decodeURIComponent(headers.get("grpc-message") ?? "");
-  } catch {
-    return false;
-  }
-  const error = new ConnectError(message, Number(status) as Code);
-  const refined = refineProtocolError(error);
-  if (refined === error) return false;
-  setTrailerStatus(headers, refined);
-  return true;
-}
-
-/**
- * gRPC-Web carries its status in a trailer frame inside the body. A request refused before the
- * handler gets a body that is just that frame, and connect-es has already produced it (it waits for
- * the first chunk before answering), so looking at the first chunk costs no waiting.
- */
-async function rewriteGrpcWeb(res: UniversalServerResponse): Promise<UniversalServerResponse> {
-  if (!res.body) return res;
-  const rest = res.body[Symbol.asyncIterator]();
-  const first = await rest.next();
-  if (first.done === true) return { ...res, body: prepend(undefined, rest) };
-  return { ...res, body: prepend(rewriteTrailerFrame(first.value) ?? first.value, rest) };
-}
-
-/** A rewritten copy of `chunk` when it is exactly one uncompressed trailer frame whose status is refined. */
-function rewriteTrailerFrame(chunk: Uint8Array): Uint8Array | undefined {
-  if (chunk.byteLength < 5 || chunk[0] !== trailerFlag) return undefined;
-  const length = new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength).getUint32(1);
-  if (chunk.byteLength !== 5 + length) return undefined;
-  const trailer = trailerParse(chunk.subarray(5));
-  return rewriteGrpcStatus(trailer) ? encodeEnvelope(trailerFlag, trailerSerialize(trailer)) : undefined;
-}
-
-/** `first` (when given), then the rest of `rest`; `return`/`throw` go to `rest`. */
-function prepend(first: Uint8Array | undefined, rest: AsyncIterator<Uint8Array>): AsyncIterable<Uint8Array> {
-  let pending = first;
-  const iterator: AsyncIterator<Uint8Array> = {
-    next: () => {
-      if (pending === undefined) return rest.next();
-      const value = pending;
-      pending = undefined;
-      return Promise.resolve({ done: false, value });
+export function withProtocolErrors(options: ConnectNodeAdapterOptions, requestBytes: number): ConnectNodeAdapterOptions {
+  const gate = options.requestGate;
+  return {
+    ...options,
+    routes: (router: ConnectRouter) => {
+      options.routes(router);
+      const handlers = router.handlers;
+      for (let i = 0; i < handlers.length; i++) handlers[i] = guard(handlers[i]!, requestBytes);
     },
-    return: (value?: unknown) => rest.return?.(value) ?? Promise.resolve({ done: true, value: undefined }),
-    throw: (error?: unknown) => rest.throw?.(error) ?? Promise.reject(error),
+    requestGate: async (context: HandlerContext) => {
+      const state = context.values.get(readStateKey);
+      if (state) state.context = context;
+      await gate?.(context);
+    },
+    interceptors: [watchRequest, ...(options.interceptors ?? [])],
+    acceptCompression: limitedCompressions(requestBytes),
   };
-  return { [Symbol.asyncIterator]: () => iterator };
 }
 
-/** The Connect protocol's unary error: a small JSON body `{code, message, details?}` and an HTTP status. */
-async function rewriteConnectUnary(res: UniversalServerResponse): Promise<UniversalServerResponse> {
-  // A compressed body is not connect-es's short error (those are under compressMinBytes).
-  if (!res.body || res.header?.has("content-encoding")) return res;
-  const chunks: Uint8Array[] = [];
-  for await (const chunk of res.body) chunks.push(chunk);
-  const bytes = Buffer.concat(chunks);
-  let refined: ConnectError | undefined;
+/** What one call's request reading has shown so far. */
+interface ReadState {
+  /** The call's context (from the request gate): its signal's reason is the error connect-es answered with. */
+  context?: HandlerContext;
+  /** The request reached the interceptors (for a unary call: its message was decoded). */
+  reached: boolean;
+  /** An enveloped message was flagged compressed although the request declared no encoding. */
+  compressedWithoutEncoding: boolean;
+}
+
+const readStateKey = createContextKey<ReadState | undefined>(undefined, { description: "ledger request read state" });
+
+/** Envelope flag of a compressed message (the same in gRPC, gRPC-Web and Connect streaming). */
+const COMPRESSED_FLAG = 0b1;
+
+/**
+ * `handler`, with its request body limited to `max` bytes and watched, and a unary call that
+ * connect-es refused with an undecodable message (see `undecodable`) answered again with the
+ * `INVALID_ARGUMENT` error: the handler runs once more on a body that fails with it at once, so
+ * connect-es writes it in the call's protocol (the request was already read; nothing else runs).
+ */
+function guard(handler: UniversalHandler, max: number): UniversalHandler {
+  const guarded = async (req: UniversalServerRequest) => {
+    const state: ReadState = { reached: false, compressedWithoutEncoding: false };
+    const contextValues = req.contextValues ?? createContextValues();
+    contextValues.set(readStateKey, state);
+    const encoding = req.header.get(headerEncoding) ?? req.header.get(headerStreamEncoding);
+    const declaresEncoding = encoding !== null && encoding !== "identity";
+    const limited = limitRequestBody({ ...req, contextValues }, max, {
+      onEnvelope: (flags) => {
+        if ((flags & COMPRESSED_FLAG) !== 0 && !declaresEncoding) state.compressedWithoutEncoding = true;
+      },
+    });
+    const res = await handler(limited);
+    // A client that went away made the request signal's reason the call's: nothing to refine.
+    if (state.reached || req.signal.aborted) return res;
+    const refined = undecodable(state.context?.signal.reason, state);
+    if (!refined) return res;
+    return handler(failingRequest(limited, refined));
+  };
+  // Keep the handler's routing facts (requestPath, protocolNames, method, ...).
+  return Object.assign(guarded, handler);
+}
+
+/**
+ * Marks that the request reached the interceptors and, for streaming calls, turns an
+ * undecodable request message into `INVALID_ARGUMENT` where its iterator raises it.
+ */
+const watchRequest: Interceptor = (next) => async (req) => {
+  const state = req.contextValues.get(readStateKey);
+  if (!state) return next(req);
+  state.reached = true;
+  if (!req.stream) return next(req);
+  return next({ ...req, message: refineReadErrors(req.message, state) });
+};
+
+async function* refineReadErrors<T>(messages: AsyncIterable<T>, state: ReadState): AsyncIterable<T> {
   try {
-    const error = errorFromJsonBytes(bytes, undefined, new ConnectError("", Code.Unknown));
-    if (error.details.length === 0) {
-      const candidate = refineProtocolError(error);
-      if (candidate !== error) refined = candidate;
-    }
-  } catch {
-    // not a Connect error body: pass it on unchanged
+    yield* messages;
+  } catch (error) {
+    throw undecodable(error, state) ?? error;
   }
-  if (!refined) return { ...res, body: once(bytes) };
-  const out = errorToJsonBytes(refined, {});
-  res.header!.set("content-length", String(out.byteLength));
-  return { ...res, status: codeToHttpStatus(refined.code), body: once(out) };
 }
 
-async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
-  yield bytes;
+/**
+ * The `INVALID_ARGUMENT` error (same message, `error` as cause) for an error connect-es raised
+ * while reading a request message it could not decode: a `ConnectError` with `Code.Internal` and
+ * no details (connect-es's own errors carry none; ours always do), unless the request sent a
+ * compressed message without declaring an encoding. Undefined for anything else (a failed
+ * transport reaches here as Node's own error, not a `ConnectError`).
+ */
+function undecodable(error: unknown, state: ReadState): ConnectError | undefined {
+  if (!(error instanceof ConnectError) || error.code !== Code.Internal || error.details.length > 0) return undefined;
+  if (state.compressedWithoutEncoding) return undefined;
+  return new ConnectError(error.rawMessage, Code.InvalidArgument, undefined, undefined, error);
 }

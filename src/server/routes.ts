@@ -4,7 +4,6 @@ import { file_google_rpc_status } from "../../gen/google/rpc/status_pb.js";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import type { LedgerDeps } from "../ledger/deps.js";
-import { rewriteProtocolErrors } from "./protocol-errors.js";
 import { createHealthHandlers } from "./health.js";
 import { createLedgerHandlers } from "./ledger-handlers.js";
 import { createReflectionHandlers, ServerReflection, ServerReflectionV1Alpha } from "./reflection.js";
@@ -24,6 +23,5 @@ export function createRoutes(deps: LedgerDeps): (router: ConnectRouter) => void 
     router.service(Health, createHealthHandlers(deps));
     router.service(ServerReflection, reflection.v1);
     router.service(ServerReflectionV1Alpha, reflection.v1alpha);
-    rewriteProtocolErrors(router);
   };
 }

@@ -16,6 +16,7 @@ import { corsHeaders } from "./cors.js";
 import { bearerAuth, isLoopback } from "./auth.js";
 import { errorInterceptor } from "./errors.js";
 import { failPendingWritesOnClose } from "./pending-writes.js";
+import { withProtocolErrors } from "./protocol-errors.js";
 import { createRoutes } from "./routes.js";
 
 /** A started or startable server on one plaintext port. */
@@ -39,7 +40,8 @@ export interface LedgerServer {
  * (`http2.createServer({allowHTTP1})` ignores HTTP/1.1 without TLS). CORS answers browsers from
  * loopback origins and `config.cors.origins`; with a configured token every RPC but health needs
  * it (`UNAUTHENTICATED` otherwise); requests are validated with protovalidate and capped at
- * `limits.request_bytes` (`RESOURCE_EXHAUSTED` beyond). A POST to a procedure with a content type
+ * `limits.request_bytes` (`RESOURCE_EXHAUSTED` beyond; an undecodable message is
+ * `INVALID_ARGUMENT`, see `withProtocolErrors`). A POST to a procedure with a content type
  * no protocol accepts gets 415 with a Connect error body naming the expected types (see
  * `checkContentType`).
  *
@@ -57,23 +59,31 @@ export function createServer(deps: LedgerDeps): LedgerServer {
   const serveMetrics = metricsHandler(metrics, { token: deps.config.token });
   const routes = createRoutes(deps);
   const handlers = new Map<string, UniversalHandler>();
-  const adapter = connectNodeAdapter({
-    routes: (router) => {
-      routes(router);
-      for (const h of router.handlers) handlers.set(h.requestPath, h);
-      observer.setProcedures(handlers.keys());
-    },
-    // The observer comes first (outermost), so it logs the code errorInterceptor settled on.
-    interceptors: [
-      observer.interceptor,
-      errorInterceptor,
-      ...(deps.config.token ? [bearerAuth(deps.config.token)] : []),
-      createValidateInterceptor(),
-    ],
-    contextValues: (req) => observer.contextValues(req),
-    readMaxBytes: deps.config.limits.request_bytes,
-    shutdownSignal: shutdown.signal,
-  });
+  const requestBytes = deps.config.limits.request_bytes;
+  const adapter = connectNodeAdapter(
+    withProtocolErrors(
+      {
+        routes: (router) => {
+          routes(router);
+          for (const h of router.handlers) handlers.set(h.requestPath, h);
+          observer.setProcedures(handlers.keys());
+        },
+        // The observer comes first (outermost but for withProtocolErrors's marker), so it logs the
+        // code errorInterceptor settled on.
+        interceptors: [
+          observer.interceptor,
+          errorInterceptor,
+          ...(deps.config.token ? [bearerAuth(deps.config.token)] : []),
+          createValidateInterceptor(),
+        ],
+        contextValues: (req) => observer.contextValues(req),
+        // A backstop only: withProtocolErrors refuses a message over the limit before connect-es reads it.
+        readMaxBytes: requestBytes,
+        shutdownSignal: shutdown.signal,
+      },
+      requestBytes,
+    ),
+  );
   let inFlight = 0;
   let lastRequestAt = 0;
   let closing = false;

@@ -1,31 +1,38 @@
 import http from "node:http";
+import http2 from "node:http2";
+import type net from "node:net";
 import { create, fromBinary, toBinary, toJsonString } from "@bufbuild/protobuf";
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
-import { trailerParse } from "@connectrpc/connect/protocol-grpc-web";
 import {
   compressionGzip,
   createConnectTransport,
   createGrpcTransport,
   createGrpcWebTransport,
+  connectNodeAdapter,
   Http2SessionManager,
 } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
+import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { PromptRequestSchema, SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { errorInterceptor } from "../../src/server/errors.js";
+import { withProtocolErrors } from "../../src/server/protocol-errors.js";
 import { grpcLedgerClient } from "../support/grpc-js.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 import { connectFailure as failure } from "../support/busy.js";
-import { grpcStatusOverH2c } from "../support/h2c.js";
 
-// A request message over `limits.request_bytes` is refused by connect-es before any handler runs
-// (its `readMaxBytes`). The README promises every limit over-run is RESOURCE_EXHAUSTED naming the
-// limit and the value, with a google.rpc.ErrorInfo; these tests send oversized requests through
-// real clients of every protocol the port speaks and check the code, message and ErrorInfo.
+// A request message over `limits.request_bytes` is refused before any handler runs, by the
+// server itself before connect-es reads it (src/server/request-limit.ts). The README promises
+// every limit over-run is RESOURCE_EXHAUSTED naming the limit and the value, with a
+// google.rpc.ErrorInfo; these tests send oversized requests through real clients of every
+// protocol the port speaks and check the code, message and ErrorInfo. The last group runs the
+// same refusals on a server where connect-es has no limit at all, so none of them depends on
+// what connect-es would say.
 
 const LIMIT = 4096;
 
@@ -222,56 +229,103 @@ describe("a request over limits.request_bytes", () => {
   });
 });
 
-describe("an undecodable binary request message is INVALID_ARGUMENT on every protocol", () => {
-  const garbage = Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]);
-  const frame = (flags = 0) => {
-    const out = Buffer.alloc(5 + garbage.length);
-    out[0] = flags;
-    out.writeUInt32BE(garbage.length, 1);
-    garbage.copy(out, 5);
-    return out;
-  };
+describe("the limit is the server's own: connect-es has none and is never asked", () => {
+  // This adapter is built like the ledger's (withProtocolErrors, errorInterceptor) but sets no
+  // readMaxBytes, so connect-es's default (4 GiB) never refuses: each refusal below comes from
+  // the server alone, and none can depend on connect-es's wording. The regular expressions this
+  // replaced needed connect-es to refuse first, in words they knew; here every call would have
+  // gone through.
+  const SERVING = HealthCheckResponse_ServingStatus.SERVING;
+  let h1: http.Server;
+  let h2s: http2.Http2Server;
+  let url1: string;
+  let url2: string;
+  let bareH2: Http2SessionManager;
+  const sessions = new Set<http2.ServerHttp2Session>();
 
-  /** Posts `body` over HTTP/1.1 and returns the gRPC-Web trailer frame of the response. */
-  async function grpcWebTrailer(procedure: string, body: Buffer): Promise<Headers> {
-    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/${procedure}`, {
-      method: "POST",
-      headers: { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" },
-      body,
+  beforeAll(async () => {
+    const adapter = connectNodeAdapter(
+      withProtocolErrors(
+        {
+          routes: (router) =>
+            router.service(Health, {
+              check: () => ({ status: SERVING }),
+              async *watch() {
+                yield { status: SERVING };
+              },
+            }),
+          interceptors: [errorInterceptor],
+        },
+        LIMIT,
+      ),
+    );
+    h1 = http.createServer(adapter);
+    h2s = http2.createServer(adapter);
+    h2s.on("session", (session) => {
+      sessions.add(session);
+      session.once("close", () => sessions.delete(session));
     });
-    expect(res.status).toBe(200);
-    const bytes = new Uint8Array(await res.arrayBuffer());
-    expect(bytes[0]).toBe(0x80);
-    const length = new DataView(bytes.buffer, bytes.byteOffset).getUint32(1);
-    expect(bytes.byteLength).toBe(5 + length);
-    return trailerParse(bytes.subarray(5));
+    url1 = await listen(h1);
+    url2 = await listen(h2s);
+    bareH2 = new Http2SessionManager(url2);
+  });
+
+  afterAll(async () => {
+    bareH2?.abort();
+    for (const session of sessions) session.destroy();
+    h1?.closeAllConnections();
+    await Promise.all([h1, h2s].map((server) => server && new Promise((resolve) => server.close(resolve))));
+  });
+
+  async function listen(server: net.Server): Promise<string> {
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
   }
 
-  it("gRPC-Web unary (Prompt) and server stream (PromptStream): grpc-status 3", async () => {
-    for (const procedure of ["Prompt", "PromptStream"]) {
-      const trailer = await grpcWebTrailer(procedure, frame());
-      expect(trailer.get("grpc-status"), procedure).toBe("3");
-      expect(decodeURIComponent(trailer.get("grpc-message") ?? "")).toMatch(/^parse binary:/);
-    }
+  /** A Check request of exactly `bytes` bytes in the binary format (tag, 2-byte length, text). */
+  const checkOf = (bytes: number) => ({ service: "x".repeat(bytes - 3) });
+  const sizeOf = (bytes: number) => toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, checkOf(bytes))).byteLength;
+
+  it("gRPC over h2c: a message of exactly request_bytes passes, one byte more is refused naming its size", async () => {
+    expect(sizeOf(LIMIT)).toBe(LIMIT);
+    const client = createClient(Health, createGrpcTransport({ baseUrl: url2, sessionManager: bareH2 }));
+    expect((await client.check(checkOf(LIMIT))).status).toBe(SERVING);
+    expectConnectTooLarge(await failure(client.check(checkOf(LIMIT + 1))), LIMIT + 1);
+    expectConnectTooLarge(await drainFailure(client.watch(checkOf(LIMIT + 1))), LIMIT + 1);
   });
 
-  it("Connect server stream (PromptStream): the end-stream error is invalid_argument", async () => {
-    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/PromptStream`, {
+  it("Connect unary JSON: with a content-length (size named), and streamed by connect-es (size unknown)", async () => {
+    const body = toJsonString(HealthCheckRequestSchema, create(HealthCheckRequestSchema, checkOf(2 * LIMIT)));
+    const res = await fetch(`${url1}/grpc.health.v1.Health/Check`, {
       method: "POST",
-      headers: { "content-type": "application/connect+proto" },
-      body: frame(),
+      headers: { "content-type": "application/json" },
+      body,
     });
-    expect(res.status).toBe(200);
-    const bytes = Buffer.from(await res.arrayBuffer());
-    expect(bytes[0]).toBe(0b10);
-    const end = JSON.parse(bytes.subarray(5, 5 + bytes.readUInt32BE(1)).toString("utf8")) as {
-      error?: { code?: string; message?: string };
-    };
-    expect(end.error?.code).toBe("invalid_argument");
-    expect(end.error?.message).toMatch(/^parse binary:/);
+    expect(res.status).toBe(429);
+    const bytes = new Uint8Array(await res.arrayBuffer());
+    expectConnectTooLarge(errorFromJsonBytes(bytes, undefined, new ConnectError("unparsable", Code.Unknown)), Buffer.byteLength(body));
+    const client = createClient(Health, createConnectTransport({ baseUrl: url1, httpVersion: "1.1" }));
+    expectConnectTooLarge(await failure(client.check(checkOf(2 * LIMIT))));
   });
 
-  it("gRPC server stream (PromptStream) over h2c: grpc-status 3", async () => {
-    expect(await grpcStatusOverH2c(t.ledger.url, "PromptStream", frame())).toBe("3");
+  it("Connect server stream and gRPC-Web (unary and stream) over HTTP/1.1: size from the envelope", async () => {
+    const connect = createClient(Health, createConnectTransport({ baseUrl: url1, httpVersion: "1.1", useBinaryFormat: true }));
+    expectConnectTooLarge(await drainFailure(connect.watch(checkOf(LIMIT + 1))), LIMIT + 1);
+    const web = createClient(Health, createGrpcWebTransport({ baseUrl: url1, httpVersion: "1.1" }));
+    expectConnectTooLarge(await failure(web.check(checkOf(LIMIT + 1))), LIMIT + 1);
+    expectConnectTooLarge(await drainFailure(web.watch(checkOf(LIMIT + 1))), LIMIT + 1);
+  });
+
+  it("gzip under the limit but over it decompressed: Connect unary and gRPC", async () => {
+    const connect = createClient(
+      Health,
+      createConnectTransport({ baseUrl: url1, httpVersion: "1.1", useBinaryFormat: true, sendCompression: compressionGzip }),
+    );
+    expectConnectTooLarge(await failure(connect.check(checkOf(3 * LIMIT))), undefined, true);
+    const grpcClient = createClient(
+      Health,
+      createGrpcTransport({ baseUrl: url2, sessionManager: bareH2, sendCompression: compressionGzip }),
+    );
+    expectConnectTooLarge(await failure(grpcClient.check(checkOf(3 * LIMIT))), undefined, true);
   });
 });
