@@ -73,7 +73,8 @@ async function kyselyWrite(deps: { db: Kysely<DB>; bus: EventBus }, sessionId: s
  */
 const SQL = {
   lock: "",
-  message: 'insert into "message" ("id", "session_id", "position", "role", "data", "request_hash") values ($1, $2, $3, $4, $5, $6)',
+  message:
+    'insert into "message" ("id", "session_id", "position", "role", "parent_id", "data", "request_hash") values ($1, $2, $3, $4, $5, $6, $7)',
   part: (rows: number) =>
     `insert into "part" ("id", "session_id", "message_id", "position", "kind", "data") values ${placeholders(rows, 6)}`,
   event: (rows: number) => `insert into "session_event" ("session_id", "seq", "kind", "data", "time") values ${placeholders(rows, 5)}`,
@@ -117,6 +118,7 @@ async function rawWrite(pool: pg.Pool, bus: EventBus, sessionId: string, data: I
       user.sessionId,
       ++lastPosition,
       data.message.kind.case,
+      null,
       toJsonb(MessageSchema, data.message),
       "bench",
     ]);

@@ -25,7 +25,10 @@ export interface NewPart {
 
 /**
  * Inserts one message row; its strings are made storable in place first (`makeStorable`), so
- * `entry.message` is what was stored. Throws the driver's unique-violation error (23505) on a duplicate id. */
+ * `entry.message` is what was stored. An assistant message's `parent_id` also goes to its column
+ * (`getLastAnswerRow` reads it). Throws the driver's unique-violation error (23505,
+ * `message_pkey`) on a duplicate id.
+ */
 export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Promise<void> {
   const { id, sessionId } = messageIds(entry.message);
   await trx
@@ -35,18 +38,19 @@ export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Pr
       session_id: sessionId,
       position: entry.position,
       role: entry.message.kind.case ?? "user",
+      parent_id: parentId(entry.message),
       data: toJsonb(MessageSchema, entry.message),
       request_hash: entry.requestHash ?? null,
     })
     .execute();
 }
 
-/** Replaces a stored message's data (the position never changes); strings made storable in place. */
+/** Replaces a stored message's data and `parent_id` (the position never changes); strings made storable in place. */
 export async function updateMessage(trx: Transaction<DB>, message: Message): Promise<void> {
   const { id } = messageIds(message);
   await trx
     .updateTable("message")
-    .set({ data: toJsonb(MessageSchema, message) })
+    .set({ data: toJsonb(MessageSchema, message), parent_id: parentId(message) })
     .where("id", "=", id)
     .execute();
 }
@@ -107,6 +111,33 @@ export async function listMessageRows(
   return query.execute();
 }
 
+/**
+ * The last (highest position) assistant message of `sessionId` answering `userMessageId` (its
+ * `parent_id`) and stored after it, or undefined when there is none or the user message does not
+ * exist. With several steps, this is the final one. One query, served by
+ * `message_parent_id_position_idx` (read backwards from the newest answer) and the primary key:
+ *
+ * ```sql
+ * select answer.* from message as answer join message as prompt on prompt.id = answer.parent_id
+ * where answer.parent_id = $1 and answer.session_id = $2 and answer.role = 'assistant'
+ *   and answer.position > prompt.position
+ * order by answer.position desc limit 1
+ * ```
+ */
+export async function getLastAnswerRow(db: Kysely<DB>, sessionId: string, userMessageId: string): Promise<MessageRow | undefined> {
+  return db
+    .selectFrom("message as answer")
+    .innerJoin("message as prompt", "prompt.id", "answer.parent_id")
+    .selectAll("answer")
+    .where("answer.parent_id", "=", userMessageId)
+    .where("answer.session_id", "=", sessionId)
+    .where("answer.role", "=", "assistant")
+    .whereRef("answer.position", ">", "prompt.position")
+    .orderBy("answer.position", "desc")
+    .limit(1)
+    .executeTakeFirst();
+}
+
 /** Reads the parts of the given messages in position order. */
 export async function listPartRows(db: Kysely<DB>, messageIds: string[]): Promise<PartRow[]> {
   if (messageIds.length === 0) return [];
@@ -128,6 +159,11 @@ export function messageIds(message: Message): { id: string; sessionId: string } 
   const inner = message.kind.value;
   if (!inner) throw new Error("message has no kind");
   return { id: inner.id, sessionId: inner.sessionId };
+}
+
+/** An assistant message's `parent_id` for its column (null when empty, and for user messages). */
+function parentId(message: Message): string | null {
+  return message.kind.case === "assistant" ? message.kind.value.parentId || null : null;
 }
 
 /** Reads one part row by id, or undefined. */

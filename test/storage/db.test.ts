@@ -38,6 +38,7 @@ describe(`storage on ${TEST_ENGINE}`, () => {
       "2026-11-30T0200-create-ledger",
       "2026-11-30T0300-event-retention",
       "2026-11-30T2200-event-data-bytes",
+      "2026-12-02T0900-message-parent-id",
     ]);
   });
 
