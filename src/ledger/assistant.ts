@@ -3,7 +3,8 @@ import { SessionEventSchema, type SessionEvent, type SessionStatus, type Session
 import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { storableText } from "../storage/jsonb.js";
-import { insertMessage, insertParts, updateMessage, updatePart } from "../storage/message-store.js";
+import { insertMessage, updateMessageRow } from "../storage/message-store.js";
+import { insertParts, updatePartRow } from "../storage/part-store.js";
 import type { WriterDeps } from "./writer.js";
 import { writeSession } from "./writer.js";
 
@@ -46,12 +47,12 @@ export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedge
       }),
     saveMessage: (message) =>
       one(async (w) => {
-        await updateMessage(w.trx, message);
+        await updateMessageRow(w.trx, message);
         return w.emit({ case: "messageUpdated", value: { message: clone(MessageSchema, message) } });
       }),
     savePart: (part, options) =>
       one(async (w) => {
-        if (stored.has(part.id) || options?.existing) await updatePart(w.trx, part);
+        if (stored.has(part.id) || options?.existing) await updatePartRow(w.trx, part);
         else await insertParts(w.trx, [{ part, position: w.nextPosition() }]);
         stored.add(part.id);
         return w.emit({ case: "partUpdated", value: { part: clone(PartSchema, part) } });

@@ -10,15 +10,17 @@ import { allowedRoots } from "../config/config.js";
 import { newId } from "../ids.js";
 import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
 import { makeStorable } from "../storage/jsonb.js";
-import { insertMessage, insertParts } from "../storage/message-store.js";
-import { getSession, rowToSession } from "../storage/session-store.js";
+import { insertMessage } from "../storage/message-store.js";
+import { insertParts } from "../storage/part-store.js";
+import { duplicateId, isUniqueViolation } from "../storage/pg-errors.js";
+import { getSessionRow, rowToSession } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { AlreadyExistsError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
 import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
 import { promptFingerprint } from "./prompt-hash.js";
 import { applyRevert } from "./revert.js";
 import { resolveAgent, resolveModel, resolveVariant, sameModel } from "./selection.js";
-import { isUniqueViolation, writeSession, type EventKind } from "./writer.js";
+import { writeSession, type EventKind } from "./writer.js";
 
 export type { StoredPrompt } from "./prompt-replay.js";
 
@@ -56,7 +58,7 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest, opti
   checkCounts(deps, request);
   // The storage rule, applied up front: the fingerprint, plugins and drafts see what will be stored.
   makeStorable(request);
-  const row = await getSession(deps.db, request.sessionId);
+  const row = await getSessionRow(deps.db, request.sessionId);
   if (!row) throw new SessionNotFoundError(request.sessionId);
   const session = rowToSession(row);
   const fingerprint = promptFingerprint(request);
@@ -178,7 +180,7 @@ function mapConflict(error: unknown, request: PromptRequest, messageId: string):
     return new AlreadyExistsError("message_id", messageId, "is already used by another session or prompt");
   }
   if (isUniqueViolation(error, "part_pkey")) {
-    const id = /\(id\)=\(([^)]+)\)/.exec(String((error as { detail?: unknown }).detail))?.[1] ?? "";
+    const id = duplicateId(error) ?? "";
     const index = request.parts.findIndex((p) => p.kind.value?.id === id);
     return new AlreadyExistsError(index >= 0 ? `parts[${index}].id` : "parts", id, "is already used by another part");
   }

@@ -3,7 +3,8 @@ import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
 import { PreconditionError, SessionNotFoundError, StoppedWaitingError } from "../errors.js";
 import { followSession } from "../events/feed.js";
-import { getSession, rowToSession } from "../storage/session-store.js";
+import { getLastPromptId } from "../storage/message-store.js";
+import { getSessionRow, rowToSession, sessionExists } from "../storage/session-store.js";
 import { finalAnswer } from "./answers.js";
 import type { LedgerDeps, Replier } from "./deps.js";
 import { storePrompt, type StoredPrompt, type StorePromptOptions } from "./prompt.js";
@@ -78,7 +79,7 @@ export async function promptAsync(deps: LedgerDeps, request: PromptRequest): Pro
  * NO_MODEL_PROVIDER like `prompt`.
  */
 export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
-  const row = await getSession(deps.db, sessionId);
+  const row = await getSessionRow(deps.db, sessionId);
   if (!row) throw new SessionNotFoundError(sessionId);
   const revert = rowToSession(row).revert;
   if (revert) {
@@ -93,9 +94,9 @@ export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal
       },
     );
   }
-  const user = await lastPrompt(deps, sessionId);
-  if (!user) throw new PreconditionError("NOTHING_TO_RESUME", `session ${sessionId} has no prompt to answer`, { session_id: sessionId });
-  const answer = (await finalAnswer(deps, sessionId, user.id))?.message?.kind;
+  const userId = await getLastPromptId(deps.db, sessionId);
+  if (!userId) throw new PreconditionError("NOTHING_TO_RESUME", `session ${sessionId} has no prompt to answer`, { session_id: sessionId });
+  const answer = (await finalAnswer(deps, sessionId, userId))?.message?.kind;
   const last = answer?.case === "assistant" ? answer.value : undefined;
   const resumable =
     !last ||
@@ -104,17 +105,17 @@ export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal
     last.error?.kind.case === "aborted" ||
     last.finish === "tool-calls";
   if (!resumable)
-    throw new PreconditionError("NOTHING_TO_RESUME", `the last prompt (${user.id}) of session ${sessionId} is already answered`, {
+    throw new PreconditionError("NOTHING_TO_RESUME", `the last prompt (${userId}) of session ${sessionId} is already answered`, {
       session_id: sessionId,
-      message_id: user.id,
+      message_id: userId,
     });
-  const replier = requireReplier(deps, user);
-  yield* untilAnswered(deps, sessionId, user.id, BigInt(row.last_seq), replier.run(sessionId, { resume: user.id }), signal);
+  const replier = requireReplier(deps, { id: userId, sessionId });
+  yield* untilAnswered(deps, sessionId, userId, BigInt(row.last_seq), replier.run(sessionId, { resume: userId }), signal);
 }
 
 /** The `Abort` RPC: cancels the session's running loop; false when none ran. Throws `SessionNotFoundError`. */
 export async function abortSession(deps: LedgerDeps, sessionId: string): Promise<boolean> {
-  if (!(await getSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+  if (!(await sessionExists(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
   return (await deps.replier?.abort(sessionId)) ?? false;
 }
 
@@ -220,17 +221,4 @@ function requireReplier(deps: LedgerDeps, stored: StoredPrompt | { id: string; s
     `no_reply: the message ${user?.id} was stored, but no model provider is configured to answer it; add a provider to ledger.json or send no_reply`,
     { message_id: user?.id ?? "", session_id: user?.sessionId ?? "" },
   );
-}
-
-/** The session's last user message that asked for an answer (not `no_reply`), or undefined. */
-async function lastPrompt(deps: LedgerDeps, sessionId: string): Promise<{ id: string; sessionId: string } | undefined> {
-  const rows = await deps.db
-    .selectFrom("message")
-    .select(["id", "data"])
-    .where("session_id", "=", sessionId)
-    .where("role", "=", "user")
-    .orderBy("position", "desc")
-    .execute();
-  const row = rows.find((r) => !(r.data as { user?: { noReply?: boolean } }).user?.noReply);
-  return row ? { id: row.id, sessionId } : undefined;
 }

@@ -9,14 +9,16 @@ import { CreateSessionRequestSchema, type CreateSessionRequest } from "../../gen
 import { newId } from "../ids.js";
 import { checkPathShape } from "../tools/confine.js";
 import { appendEvents } from "../storage/event-store.js";
-import { insertMessage, insertParts, listMessageRows } from "../storage/message-store.js";
+import { insertMessage, listMessageRows } from "../storage/message-store.js";
+import { insertParts } from "../storage/part-store.js";
+import { isForeignKeyViolation } from "../storage/pg-errors.js";
 import * as store from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { withParts } from "./messages.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { checkModelRef, resolveAgent } from "./selection.js";
-import { isForeignKeyViolation, writeSession } from "./writer.js";
+import { writeSession } from "./writer.js";
 
 /** Default and maximum `page_size` of ListSessions. */
 export const SESSION_PAGE = { default: 50, max: 1000 } as const;
@@ -45,7 +47,7 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
     );
   }
   const directory = await resolveDirectory(request.directory);
-  if (request.parentId && !(await store.getSession(deps.db, request.parentId)))
+  if (request.parentId && !(await store.sessionExists(deps.db, request.parentId)))
     throw new SessionNotFoundError(request.parentId, "parent_id");
   const agent = request.agent ? resolveAgent(deps.config, request.agent).name : "";
   const now = new Date();
@@ -74,24 +76,24 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
       throw error;
     }
     await appendEvents(trx, [event]);
-    await trx.updateTable("session").set({ last_seq: 1 }).where("id", "=", session.id).execute();
+    await store.setLastSeq(trx, session.id, 1);
     await deps.relay?.notify(trx, session.id, 1n);
   });
   deps.bus.publish([event]);
   return session;
 }
 
-/** Reads a session. Throws `SessionNotFoundError` (NOT_FOUND). */
+/** Reads a session, with its message count. Throws `SessionNotFoundError` (NOT_FOUND). */
 export async function getSession(deps: LedgerDeps, sessionId: string): Promise<Session> {
-  const row = await store.getSession(deps.db, sessionId);
+  const row = await store.getSessionRowWithCount(deps.db, sessionId);
   if (!row) throw new SessionNotFoundError(sessionId);
   return store.rowToSession(row);
 }
 
 /** The sessions whose parent is `sessionId`, newest first. Throws `SessionNotFoundError`. */
 export async function listChildren(deps: LedgerDeps, sessionId: string): Promise<Session[]> {
-  if (!(await store.getSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
-  return (await store.listChildSessions(deps.db, sessionId)).map(store.rowToSession);
+  if (!(await store.sessionExists(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+  return (await store.listChildSessionRows(deps.db, sessionId)).map(store.rowToSession);
 }
 
 /**
@@ -108,7 +110,7 @@ export async function listSessions(
   const cursor = token ? { timeUpdated: new Date(String(token.t)), id: String(token.id) } : undefined;
   if (page.directory) checkPathShape("directory", page.directory);
   const directory = page.directory ? await realpath(path.resolve(deps.cwd, page.directory)).catch(() => page.directory) : undefined;
-  const rows = await store.listSessions(deps.db, { limit: limit + 1, cursor, directory });
+  const rows = await store.listSessionRows(deps.db, { limit: limit + 1, cursor, directory });
   const pageRows = rows.slice(0, limit);
   const last = pageRows.at(-1);
   return {
@@ -145,7 +147,7 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
   const time = timestampFromDate(new Date());
   const events = await deps.db.transaction().execute(async (trx) => {
     const rows = await store.lockSessionTree(trx, sessionId);
-    if (rows.length === 0 || !(await store.deleteSession(trx, sessionId))) throw new SessionNotFoundError(sessionId);
+    if (rows.length === 0 || !(await store.deleteSessionRow(trx, sessionId))) throw new SessionNotFoundError(sessionId);
     const deleted = rows.map((row) =>
       create(SessionEventSchema, {
         sessionId: row.id,

@@ -7,7 +7,7 @@ import type { EventBus } from "../events/bus.js";
 import type { Relay } from "../events/pg-relay.js";
 import { appendEvents } from "../storage/event-store.js";
 import type { DB } from "../storage/schema.js";
-import { lockSession, rowToSession, updateSession } from "../storage/session-store.js";
+import { lockSession, rowToSession, updateSessionRow } from "../storage/session-store.js";
 import { SessionNotFoundError } from "../errors.js";
 
 /** The `kind` of a new `SessionEvent`, as an init shape (`{ case: "partUpdated", value: { part } }`). */
@@ -78,24 +78,9 @@ export async function writeSession<T>(
     await appendEvents(trx, events);
     if (events.length > 0) await deps.relay?.notify(trx, sessionId, BigInt(lastSeq));
     const touched = options.touch ?? true;
-    await updateSession(trx, session, { lastSeq, lastPosition }, touched ? now : row.time_updated);
+    await updateSessionRow(trx, session, { lastSeq, lastPosition }, touched ? now : row.time_updated);
     return { result, events };
   });
   deps.bus.publish(outcome.events);
   return outcome;
-}
-
-/** True when `error` is a foreign-key violation (SQLSTATE 23503) from `pg` or PGlite. */
-export function isForeignKeyViolation(error: unknown): boolean {
-  return typeof error === "object" && error !== null && (error as { code?: unknown }).code === "23503";
-}
-
-/**
- * True when `error` is a unique violation (SQLSTATE 23505) from `pg` or PGlite, optionally of
- * the named constraint.
- */
-export function isUniqueViolation(error: unknown, constraint?: string): boolean {
-  if (!error || typeof error !== "object") return false;
-  const e = error as { code?: unknown; constraint?: unknown };
-  return e.code === "23505" && (constraint === undefined || e.constraint === constraint);
 }
