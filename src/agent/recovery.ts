@@ -3,7 +3,7 @@ import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
 import { AssistantTimeSchema, type AssistantMessage } from "../../gen/ledger/v1/message_pb.js";
 import { ToolStateSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
-import { sessionLedger } from "../ledger/assistant.js";
+import { sessionLedger } from "../ledger/session-ledger.js";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { withParts } from "../ledger/messages.js";
 import { lastStatusEvents } from "../storage/event-store.js";

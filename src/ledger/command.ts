@@ -9,7 +9,7 @@ import { requireSubagent } from "../config/agents.js";
 import { CommandNotFoundError, SessionNotFoundError } from "../errors.js";
 import { getSessionRow } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
-import { prompt } from "./reply.js";
+import { prompt } from "./prompt.js";
 
 type Draft = MessageInitShape<typeof PartInputSchema>;
 

@@ -1,17 +1,18 @@
 import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
-import { SessionEventSchema, type SessionEvent, type SessionStatus, type SessionStatusSchema } from "../../gen/ledger/v1/event_pb.js";
+import { SessionEventSchema, type SessionEvent, type SessionStatusSchema } from "../../gen/ledger/v1/event_pb.js";
 import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { storableText } from "../storage/jsonb.js";
 import { insertMessage, updateMessageRow } from "../storage/message-store.js";
 import { insertParts, updatePartRow } from "../storage/part-store.js";
-import type { WriterDeps } from "./writer.js";
-import { writeSession } from "./writer.js";
+import { writeSession, type WriterDeps } from "./writer.js";
 
 /**
  * The writes the agent loop makes to a session, each its own short transaction under the
  * session row lock (so seq and positions stay gap-free and user prompts can interleave
- * between them). Every write appends its event; events reach the bus after commit.
+ * between them). Every write appends its event; events reach the bus after commit
+ * (`writeSession`). Implemented by `sessionLedger`; the agent loop, its step processor and
+ * recovery write through it.
  */
 export interface SessionLedger {
   /** Inserts a new message (assistant or user) at the next position; emits `message_updated`. */
@@ -29,7 +30,7 @@ export interface SessionLedger {
   reportError(error: NonNullable<MessageInitShape<typeof SessionEventSchema>["kind"]> & { case: "sessionError" }): Promise<SessionEvent>;
   /**
    * Sends a live `part_delta` (not stored) carrying `seq`, the seq of the part snapshot it
-   * extends, straight to the bus; its text follows the storage rule (`storableText`).
+   * extends, straight to the bus and the relay; its text follows the storage rule (`storableText`).
    */
   publishDelta(delta: { messageId: string; partId: string; field: string; delta: string; seq: bigint; offset: bigint }): void;
 }
@@ -68,9 +69,4 @@ export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedge
       deps.relay?.delta(event);
     },
   };
-}
-
-/** Whether a status event says the loop is idle. */
-export function isIdle(status: SessionStatus | undefined): boolean {
-  return status?.status.case === "idle";
 }
