@@ -5,7 +5,7 @@ import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { storableText } from "../storage/jsonb.js";
 import { insertMessage, updateMessageRow } from "../storage/message-store.js";
 import { insertParts, updatePartRow } from "../storage/part-store.js";
-import { writeSession, type WriterDeps } from "./writer.js";
+import { publishLive, writeSession, type WriterDeps } from "./writer.js";
 
 /**
  * The writes the agent loop makes to a session, each its own short transaction under the
@@ -30,7 +30,7 @@ export interface SessionLedger {
   reportError(error: NonNullable<MessageInitShape<typeof SessionEventSchema>["kind"]> & { case: "sessionError" }): Promise<SessionEvent>;
   /**
    * Sends a live `part_delta` (not stored) carrying `seq`, the seq of the part snapshot it
-   * extends, straight to the bus and the relay; its text follows the storage rule (`storableText`).
+   * extends, straight to the bus and the relay (`publishLive`); its text follows the storage rule (`storableText`).
    */
   publishDelta(delta: { messageId: string; partId: string; field: string; delta: string; seq: bigint; offset: bigint }): void;
 }
@@ -64,9 +64,7 @@ export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedge
       const { seq, ...value } = delta;
       // Not stored, but held to the storage rule, so a client's assembled text matches the snapshots.
       value.delta = storableText(value.delta);
-      const event = create(SessionEventSchema, { sessionId, seq, kind: { case: "partDelta", value } });
-      deps.bus.publish([event]);
-      deps.relay?.delta(event);
+      publishLive(deps, create(SessionEventSchema, { sessionId, seq, kind: { case: "partDelta", value } }));
     },
   };
 }

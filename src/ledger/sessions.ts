@@ -18,7 +18,7 @@ import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from
 import { withParts } from "./messages.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { checkModelRef, resolveAgent } from "./selection.js";
-import { writeSession } from "./writer.js";
+import { inTransaction, writeSession } from "./writer.js";
 
 /** Default and maximum `page_size` of ListSessions. */
 export const SESSION_PAGE = { default: 50, max: 1000 } as const;
@@ -67,19 +67,19 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
     time: timestampFromDate(now),
     kind: { case: "sessionUpdated", value: { session } },
   });
-  await deps.db.transaction().execute(async (trx) => {
+  await inTransaction(deps, async (tx) => {
     try {
-      await store.insertSession(trx, session, now);
+      await store.insertSession(tx.trx, session, now);
     } catch (error) {
       // The parent was deleted between the check above and this insert.
       if (request.parentId && isForeignKeyViolation(error)) throw new SessionNotFoundError(request.parentId, "parent_id");
       throw error;
     }
-    await appendEvents(trx, [event]);
-    await store.setLastSeq(trx, session.id, 1);
-    await deps.relay?.notify(trx, session.id, 1n);
+    await appendEvents(tx.trx, [event]);
+    await store.setLastSeq(tx.trx, session.id, 1);
+    await deps.relay?.notify(tx.trx, session.id, 1n);
+    tx.publish([event]);
   });
-  deps.bus.publish([event]);
   return session;
 }
 
@@ -145,9 +145,9 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
   // client's PromptStream would end there instead of at session_deleted); each running loop
   // hears session_deleted on the bus after commit, here as on every replica, and stops quietly.
   const time = timestampFromDate(new Date());
-  const events = await deps.db.transaction().execute(async (trx) => {
-    const rows = await store.lockSessionTree(trx, sessionId);
-    if (rows.length === 0 || !(await store.deleteSessionRow(trx, sessionId))) throw new SessionNotFoundError(sessionId);
+  await inTransaction(deps, async (tx) => {
+    const rows = await store.lockSessionTree(tx.trx, sessionId);
+    if (rows.length === 0 || !(await store.deleteSessionRow(tx.trx, sessionId))) throw new SessionNotFoundError(sessionId);
     const deleted = rows.map((row) =>
       create(SessionEventSchema, {
         sessionId: row.id,
@@ -156,10 +156,9 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
         kind: { case: "sessionDeleted", value: { session: store.rowToSession(row) } },
       }),
     );
-    await deps.relay?.deleted(trx, deleted);
-    return deleted;
+    await deps.relay?.deleted(tx.trx, deleted);
+    tx.publish(deleted);
   });
-  deps.bus.publish(events);
 }
 
 /**
