@@ -12,7 +12,8 @@
  * each message has PARTS text parts, so messages sit at every (PARTS + 1)-th position.
  */
 import pg from "pg";
-import { listMessageRows, listPartRows } from "../src/storage/message-store.js";
+import { listMessageRows } from "../src/storage/message-store.js";
+import { listPartRows } from "../src/storage/part-store.js";
 import { atMost, connectClient, createBenchDatabase, log, paired, percentile, prose, row, scaled, tempDir, type Row } from "./common.js";
 import { lastSeq, startBenchLedger, writtenRows } from "./ledger.js";
 

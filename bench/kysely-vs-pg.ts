@@ -19,7 +19,8 @@ import { newId } from "../src/ids.js";
 import { writeSession, type EventKind } from "../src/ledger/writer.js";
 import { openDatabase } from "../src/storage/db.js";
 import { toJsonb } from "../src/storage/jsonb.js";
-import { insertMessage, insertParts, listMessageRows, listPartRows, type NewPart } from "../src/storage/message-store.js";
+import { insertMessage, listMessageRows } from "../src/storage/message-store.js";
+import { insertParts, listPartRows, type NewPart } from "../src/storage/part-store.js";
 import { protoCaseName } from "../src/storage/proto-names.js";
 import type { DB, MessageRow, PartRow } from "../src/storage/schema.js";
 import { insertSession, rowToSession, type SessionRowWithCount } from "../src/storage/session-store.js";
@@ -73,10 +74,12 @@ async function kyselyWrite(deps: { db: Kysely<DB>; bus: EventBus }, sessionId: s
  */
 const SQL = {
   lock: "",
-  message: 'insert into "message" ("id", "session_id", "position", "role", "data", "request_hash") values ($1, $2, $3, $4, $5, $6)',
+  message:
+    'insert into "message" ("id", "session_id", "position", "role", "parent_id", "data", "request_hash") values ($1, $2, $3, $4, $5, $6, $7)',
   part: (rows: number) =>
     `insert into "part" ("id", "session_id", "message_id", "position", "kind", "data") values ${placeholders(rows, 6)}`,
-  event: (rows: number) => `insert into "session_event" ("session_id", "seq", "kind", "data", "time") values ${placeholders(rows, 5)}`,
+  event: (rows: number) =>
+    `insert into "session_event" ("session_id", "seq", "kind", "data", "data_bytes", "time") values ${placeholders(rows, 6)}`,
   update: 'update "session" set "data" = $1, "last_seq" = $2, "last_position" = $3, "time_updated" = $4 where "id" = $5',
   messages: 'select * from "message" where "session_id" = $1 and "position" > $2 order by "position" asc limit $3',
   parts: (ids: number) =>
@@ -117,6 +120,7 @@ async function rawWrite(pool: pg.Pool, bus: EventBus, sessionId: string, data: I
       user.sessionId,
       ++lastPosition,
       data.message.kind.case,
+      null,
       toJsonb(MessageSchema, data.message),
       "bench",
     ]);
@@ -131,13 +135,17 @@ async function rawWrite(pool: pg.Pool, bus: EventBus, sessionId: string, data: I
     ]);
     await query(SQL.part(data.parts.length), partParams);
     promptEvents(emit, data, () => session);
-    const eventParams = events.flatMap((event) => [
-      event.sessionId,
-      Number(event.seq),
-      protoCaseName(SessionEventSchema, event.kind.case ?? ""),
-      toJsonb(SessionEventSchema, event),
-      now,
-    ]);
+    const eventParams = events.flatMap((event) => {
+      const json = toJsonb(SessionEventSchema, event);
+      return [
+        event.sessionId,
+        Number(event.seq),
+        protoCaseName(SessionEventSchema, event.kind.case ?? ""),
+        json,
+        Buffer.byteLength(json),
+        now,
+      ];
+    });
     await query(SQL.event(events.length), eventParams);
     const sessionData = toJsonb(
       SessionSchema,

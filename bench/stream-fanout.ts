@@ -22,7 +22,7 @@ import { SessionService } from "../gen/ledger/v1/service_pb.js";
 import { create } from "@bufbuild/protobuf";
 import { PartSchema } from "../gen/ledger/v1/part_pb.js";
 import { newId } from "../src/ids.js";
-import { sessionLedger } from "../src/ledger/assistant.js";
+import { sessionLedger } from "../src/ledger/session-ledger.js";
 import { mockResolver, usage } from "../test/support/mock-models.js";
 import {
   atLeast,

@@ -12,7 +12,7 @@ import { TokensSchema } from "../../gen/ledger/v1/model_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { allowedRoots } from "../config/config.js";
 import { newId } from "../ids.js";
-import { sessionLedger, type SessionLedger } from "../ledger/assistant.js";
+import { sessionLedger, type SessionLedger } from "../ledger/session-ledger.js";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { withParts } from "../ledger/messages.js";
 import { getSession } from "../ledger/sessions.js";

@@ -14,7 +14,7 @@ import {
   type ToolPart,
 } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../ids.js";
-import type { SessionLedger } from "../ledger/assistant.js";
+import type { SessionLedger } from "../ledger/session-ledger.js";
 import { tokens, type LoopEvent, type StepUsage } from "./ai-sdk-events.js";
 
 /** Longest time (ms) a streaming text/reasoning part goes without its full text being stored. */

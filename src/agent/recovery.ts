@@ -1,13 +1,13 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
-import { sql } from "kysely";
 import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
 import { AssistantTimeSchema, type AssistantMessage } from "../../gen/ledger/v1/message_pb.js";
 import { ToolStateSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
-import { sessionLedger } from "../ledger/assistant.js";
+import { sessionLedger } from "../ledger/session-ledger.js";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { withParts } from "../ledger/messages.js";
-import { rowToEvent } from "../storage/event-store.js";
+import { lastStatusEvents } from "../storage/event-store.js";
+import { listOpenAnswerRows, listSessionsWithOpenAnswers } from "../storage/message-store.js";
 import type { SessionLocks } from "./session-lock.js";
 
 /** What recovery did. */
@@ -28,14 +28,7 @@ export interface RecoveryReport {
  */
 export async function recoverInterrupted(deps: LedgerDeps, locks: SessionLocks): Promise<RecoveryReport> {
   const report: RecoveryReport = { messages: 0, sessions: 0 };
-  const open = await deps.db
-    .selectFrom("message")
-    .select("session_id")
-    .distinct()
-    .where("role", "=", "assistant")
-    .where(sql<boolean>`not (data -> 'assistant' -> 'time' ? 'completed')`)
-    .execute();
-  const sessions = new Set([...open.map((r) => r.session_id), ...(await stuckSessions(deps))]);
+  const sessions = new Set([...(await listSessionsWithOpenAnswers(deps.db)), ...(await stuckSessions(deps))]);
   for (const sessionId of sessions) {
     const release = await locks.tryAcquire(sessionId);
     if (!release) continue;
@@ -56,14 +49,7 @@ export async function recoverInterrupted(deps: LedgerDeps, locks: SessionLocks):
  * `recoverInterrupted` describes. The runner calls it after taking a lock over from a dead holder.
  */
 export async function recoverSession(deps: LedgerDeps, sessionId: string): Promise<RecoveryReport> {
-  const open = await deps.db
-    .selectFrom("message")
-    .selectAll()
-    .where("session_id", "=", sessionId)
-    .where("role", "=", "assistant")
-    .where(sql<boolean>`not (data -> 'assistant' -> 'time' ? 'completed')`)
-    .orderBy("position")
-    .execute();
+  const open = await listOpenAnswerRows(deps.db, sessionId);
   const busy = (await stuckSessions(deps, sessionId)).length > 0;
   if (open.length === 0 && !busy) return { messages: 0, sessions: 0 };
   const ledger = sessionLedger(deps, sessionId);
@@ -85,12 +71,7 @@ export async function recoverSession(deps: LedgerDeps, sessionId: string): Promi
 
 /** Sessions (or the one given) whose last `session_status` event is not `idle`. */
 async function stuckSessions(deps: LedgerDeps, only?: string): Promise<string[]> {
-  const filter = only ? sql`and session_id = ${only}` : sql``;
-  const rows = await sql<{ session_id: string; data: Record<string, unknown>; seq: string; kind: string; time: Date }>`
-    select distinct on (session_id) session_id, seq, kind, data, time from session_event
-    where kind = 'session_status' ${filter} order by session_id, seq desc`.execute(deps.db);
-  return rows.rows
-    .map(rowToEvent)
+  return (await lastStatusEvents(deps.db, only))
     .filter((e) => e.kind.case === "sessionStatus" && e.kind.value.status.case !== "idle")
     .map((e) => e.sessionId);
 }

@@ -2,9 +2,12 @@ import { create } from "@bufbuild/protobuf";
 import { CreateSessionRequestSchema, PromptRequestSchema } from "../../gen/ledger/v1/service_pb.js";
 import { isHint, type BusItem } from "../events/bus.js";
 import type { LedgerDeps, Replier } from "../ledger/deps.js";
-import { finalAnswer } from "../ledger/answers.js";
-import { storePrompt } from "../ledger/prompt.js";
+import { finalAnswer } from "../ledger/answer.js";
+import { storePrompt } from "../ledger/store-prompt.js";
 import { createSession } from "../ledger/sessions.js";
+import { SessionNotFoundError } from "../errors.js";
+import { lastStatusEvents } from "../storage/event-store.js";
+import { getSessionRow, sessionExists as sessionRowExists } from "../storage/session-store.js";
 import type { ToolOutput } from "../tools/tool-context.js";
 import { runLoop, type LoopDeps } from "./loop.js";
 import type { ModelResolver } from "./providers.js";
@@ -136,27 +139,13 @@ function isDeletion(item: BusItem): boolean {
 
 /** Whether the session's row exists; true when the database cannot tell (so errors stay errors). */
 async function sessionExists(deps: LedgerDeps, sessionId: string): Promise<boolean> {
-  const row = await deps.db
-    .selectFrom("session")
-    .select("id")
-    .where("id", "=", sessionId)
-    .executeTakeFirst()
-    .catch(() => ({ id: sessionId }));
-  return row !== undefined;
+  return sessionRowExists(deps.db, sessionId).catch(() => true);
 }
 
 /** Whether the session's last status event says a loop runs (on any replica). */
 async function runningSomewhere(deps: LedgerDeps, sessionId: string): Promise<boolean> {
-  const last = await deps.db
-    .selectFrom("session_event")
-    .select("data")
-    .where("session_id", "=", sessionId)
-    .where("kind", "=", "session_status")
-    .orderBy("seq", "desc")
-    .limit(1)
-    .executeTakeFirst();
-  const status = (last?.data as { sessionStatus?: Record<string, unknown> } | undefined)?.sessionStatus;
-  return status !== undefined && !("idle" in status);
+  const [last] = await lastStatusEvents(deps.db, sessionId);
+  return last?.kind.case === "sessionStatus" && last.kind.value.status.case !== "idle";
 }
 
 /**
@@ -168,7 +157,8 @@ async function runningSomewhere(deps: LedgerDeps, sessionId: string): Promise<bo
  */
 function taskRunner(deps: LedgerDeps & { models: ModelResolver }, locks: SessionLocks, parentSessionId: string): TaskRunner {
   return async (input, signal): Promise<ToolOutput> => {
-    const parent = await deps.db.selectFrom("session").select("directory").where("id", "=", parentSessionId).executeTakeFirstOrThrow();
+    const parent = await getSessionRow(deps.db, parentSessionId);
+    if (!parent) throw new SessionNotFoundError(parentSessionId);
     const child = await createSession(
       deps,
       create(CreateSessionRequestSchema, {

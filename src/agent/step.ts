@@ -5,7 +5,7 @@ import { jsonSchema, Output, stepCountIs, streamText, type JSONSchema7, type Mod
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../ids.js";
 import type { RetryConfig } from "../config/config.js";
-import type { SessionLedger } from "../ledger/assistant.js";
+import type { SessionLedger } from "../ledger/session-ledger.js";
 import { toLoopEvents, type LoopEvent } from "./ai-sdk-events.js";
 import { retryAdvice, toMessageError } from "./message-error.js";
 import { processStep, type StepResult } from "./processor.js";

@@ -5,6 +5,7 @@ import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event
 import { CursorOutOfRangeError } from "../errors.js";
 import { readEventPage, type PageLimits } from "../storage/event-store.js";
 import type { DB } from "../storage/schema.js";
+import { getLogBounds, sessionExists } from "../storage/session-store.js";
 import { isHint, type EventBus } from "./bus.js";
 import { subscribe } from "./subscription.js";
 
@@ -102,11 +103,6 @@ export async function* followSession(
   }
 }
 
-/** Whether the session's row exists. */
-async function sessionExists(db: Kysely<DB>, sessionId: string): Promise<boolean> {
-  return (await db.selectFrom("session").select("id").where("id", "=", sessionId).executeTakeFirst()) !== undefined;
-}
-
 /** A `session_deleted` event for a session found missing: only its id is known. */
 function deleted(sessionId: string, last: bigint): SessionEvent {
   return create(SessionEventSchema, {
@@ -119,8 +115,7 @@ function deleted(sessionId: string, last: bigint): SessionEvent {
 
 /** Throws CURSOR_EXPIRED when events after `last` were pruned. */
 async function assertRetained(db: Kysely<DB>, sessionId: string, last: bigint): Promise<void> {
-  const row = await db.selectFrom("session").select(["pruned_seq", "last_seq"]).where("id", "=", sessionId).executeTakeFirst();
-  if (!row) return;
-  const bounds = { prunedSeq: BigInt(row.pruned_seq), lastSeq: BigInt(row.last_seq) };
+  const bounds = await getLogBounds(db, sessionId);
+  if (!bounds) return;
   if (bounds.prunedSeq > last) throw new CursorOutOfRangeError("CURSOR_EXPIRED", last, bounds);
 }

@@ -1,10 +1,12 @@
 import { randomUUID } from "node:crypto";
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { sql, type Kysely, type Transaction } from "kysely";
+import type { Kysely, Transaction } from "kysely";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import pg from "pg";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { notify } from "../storage/notify.js";
 import type { DB } from "../storage/schema.js";
+import { listLastSeqs } from "../storage/session-store.js";
 import type { BusItem, EventBus } from "./bus.js";
 
 /** Channel of commit hints: `origin|session_id|seq`. */
@@ -133,8 +135,8 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
   const resync = async () => {
     const watched = bus.watchedSessions();
     if (watched.length === 0) return;
-    const rows = await db.selectFrom("session").select(["id", "last_seq"]).where("id", "in", watched).execute();
-    bus.publish(rows.map((r) => ({ hint: true as const, sessionId: r.id, seq: BigInt(r.last_seq) })));
+    const rows = await listLastSeqs(db, watched);
+    bus.publish(rows.map((r) => ({ hint: true as const, sessionId: r.id, seq: r.lastSeq })));
     // Deleted while we were not listening: the notice is lost, the missing row tells.
     const alive = new Set(rows.map((r) => r.id));
     bus.publish(watched.filter((id) => !alive.has(id)).map((id) => deletedEvent(id)));
@@ -143,8 +145,7 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
     timer = undefined;
     const batch = queue;
     queue = [];
-    for (const payload of pack(batch.map((q) => q.item)))
-      await sql`select pg_notify(${DELTAS_CHANNEL}, ${`${origin}|${payload}`})`.execute(db).catch(() => {});
+    for (const payload of pack(batch.map((q) => q.item))) await notify(db, DELTAS_CHANNEL, `${origin}|${payload}`).catch(() => {});
   };
 
   await connect();
@@ -155,10 +156,9 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       const mine = queue.filter((q) => q.sessionId === sessionId);
       if (mine.length > 0) {
         queue = queue.filter((q) => q.sessionId !== sessionId);
-        for (const payload of pack(mine.map((q) => q.item)))
-          await sql`select pg_notify(${DELTAS_CHANNEL}, ${`${origin}|${payload}`})`.execute(trx);
+        for (const payload of pack(mine.map((q) => q.item))) await notify(trx, DELTAS_CHANNEL, `${origin}|${payload}`);
       }
-      await sql`select pg_notify(${EVENTS_CHANNEL}, ${`${origin}|${sessionId}|${seq}`})`.execute(trx);
+      await notify(trx, EVENTS_CHANNEL, `${origin}|${sessionId}|${seq}`);
     },
     delta(event) {
       if (event.kind.case !== "partDelta") return;
@@ -174,11 +174,10 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       timer ??= setTimeout(() => void flush(), DELTA_FLUSH_MS);
     },
     async deleted(trx, events) {
-      for (const event of events)
-        await sql`select pg_notify(${CONTROL_CHANNEL}, ${`${origin}|deleted|${deletedPayload(event)}`})`.execute(trx);
+      for (const event of events) await notify(trx, CONTROL_CHANNEL, `${origin}|deleted|${deletedPayload(event)}`);
     },
     async requestAbort(sessionId) {
-      await sql`select pg_notify(${CONTROL_CHANNEL}, ${`${origin}|abort|${sessionId}`})`.execute(db);
+      await notify(db, CONTROL_CHANNEL, `${origin}|abort|${sessionId}`);
     },
     onAbort(handler) {
       abortHandler = handler;

@@ -7,9 +7,9 @@ import type { PartInputSchema } from "../../gen/ledger/v1/part_pb.js";
 import { PromptRequestSchema, type CommandRequest } from "../../gen/ledger/v1/service_pb.js";
 import { requireSubagent } from "../config/agents.js";
 import { CommandNotFoundError, SessionNotFoundError } from "../errors.js";
-import { getSession } from "../storage/session-store.js";
+import { getSessionRow } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
-import { prompt } from "./reply.js";
+import { prompt } from "./prompt.js";
 
 type Draft = MessageInitShape<typeof PartInputSchema>;
 
@@ -30,7 +30,7 @@ type Draft = MessageInitShape<typeof PartInputSchema>;
 export async function runCommand(deps: LedgerDeps, request: CommandRequest, signal?: AbortSignal): Promise<MessageWithParts> {
   const command = Object.hasOwn(deps.config.commands, request.command) ? deps.config.commands[request.command] : undefined;
   if (!command) throw new CommandNotFoundError(request.command, Object.keys(deps.config.commands));
-  const row = await getSession(deps.db, request.sessionId);
+  const row = await getSessionRow(deps.db, request.sessionId);
   if (!row) throw new SessionNotFoundError(request.sessionId);
 
   const text = expandTemplate(command.template, request.arguments);

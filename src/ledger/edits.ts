@@ -2,7 +2,8 @@ import { create } from "@bufbuild/protobuf";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { InvalidArgumentError, MessageNotFoundError, PartNotFoundError } from "../errors.js";
 import { ID_FORMAT, isId } from "../ids.js";
-import { deleteMessages, deleteParts, getMessageRow, getPartRow, updatePart as storeUpdatePart } from "../storage/message-store.js";
+import { deleteMessages, getMessageRow } from "../storage/message-store.js";
+import { deleteParts, getPartRow, updatePartRow } from "../storage/part-store.js";
 import { protoCaseName } from "../storage/proto-names.js";
 import type { LedgerDeps } from "./deps.js";
 import { moveRevertPoint } from "./revert.js";
@@ -70,7 +71,7 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
     const kind = protoCaseName(PartSchema, part.kind.case ?? "");
     if (row.kind !== kind) throw new InvalidArgumentError("part.kind", `cannot change a ${row.kind} part into ${kind}`);
     const stored = create(PartSchema, part);
-    await storeUpdatePart(w.trx, stored);
+    await updatePartRow(w.trx, stored);
     w.emit({ case: "partUpdated", value: { part: stored } });
     return stored;
   });

@@ -1,9 +1,10 @@
 import { create } from "@bufbuild/protobuf";
-import { sql, type Kysely } from "kysely";
+import type { Kysely } from "kysely";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { MessageWithPartsSchema, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
-import { rowToEvent } from "../storage/event-store.js";
-import { getMessageRow, listPartRows, rowToMessage, rowToPart } from "../storage/message-store.js";
+import { readPromptEvents } from "../storage/event-store.js";
+import { getMessageRow, rowToMessage } from "../storage/message-store.js";
+import { listPartRows, rowToPart } from "../storage/part-store.js";
 import type { DB } from "../storage/schema.js";
 import { AlreadyExistsError } from "../errors.js";
 
@@ -35,33 +36,5 @@ export async function findStoredPrompt(
   }
   const parts = (await listPartRows(db, [messageId])).map(rowToPart);
   const message = create(MessageWithPartsSchema, { message: rowToMessage(row), parts });
-  return { message, events: await promptEvents(db, sessionId, messageId), replayed: true };
-}
-
-async function promptEvents(db: Kysely<DB>, sessionId: string, messageId: string): Promise<SessionEvent[]> {
-  const first = await db
-    .selectFrom("session_event")
-    .select("seq")
-    .where("session_id", "=", sessionId)
-    .where("kind", "=", "message_updated")
-    .where(sql<boolean>`data @> ${JSON.stringify({ messageUpdated: { message: { user: { id: messageId } } } })}::jsonb`)
-    .orderBy("seq", "asc")
-    .executeTakeFirst();
-  const last = await db
-    .selectFrom("session_event")
-    .select("seq")
-    .where("session_id", "=", sessionId)
-    .where("kind", "=", "prompted")
-    .where(sql<boolean>`data @> ${JSON.stringify({ prompted: { messageId } })}::jsonb`)
-    .executeTakeFirst();
-  if (!first || !last) return [];
-  const rows = await db
-    .selectFrom("session_event")
-    .selectAll()
-    .where("session_id", "=", sessionId)
-    .where("seq", ">=", Number(first.seq))
-    .where("seq", "<=", Number(last.seq))
-    .orderBy("seq", "asc")
-    .execute();
-  return rows.map(rowToEvent);
+  return { message, events: await readPromptEvents(db, sessionId, messageId), replayed: true };
 }

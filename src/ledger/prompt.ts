@@ -1,186 +1,69 @@
-import { create } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import { ModelRefSchema } from "../../gen/ledger/v1/model_pb.js";
-import { MessageSchema, MessageWithPartsSchema, type Message, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
-import type { Part } from "../../gen/ledger/v1/part_pb.js";
-import { PermissionAction, PermissionRuleSchema } from "../../gen/ledger/v1/session_pb.js";
+import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
-import { allowedRoots } from "../config/config.js";
-import { newId } from "../ids.js";
-import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
-import { makeStorable } from "../storage/jsonb.js";
-import { insertMessage, insertParts } from "../storage/message-store.js";
-import { getSession, rowToSession } from "../storage/session-store.js";
+import { PreconditionError, SessionNotFoundError } from "../errors.js";
+import { answerEvents, finalAnswer, requireReplier, startAnswer, untilAnswered } from "./answer.js";
 import type { LedgerDeps } from "./deps.js";
-import { AlreadyExistsError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
-import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
-import { promptFingerprint } from "./prompt-hash.js";
-import { applyRevert } from "./revert.js";
-import { resolveAgent, resolveModel, resolveVariant, sameModel } from "./selection.js";
-import { isUniqueViolation, writeSession, type EventKind } from "./writer.js";
+import { storePrompt, type StorePromptOptions } from "./store-prompt.js";
 
-export type { StoredPrompt } from "./prompt-replay.js";
-
-/** Extras of one `storePrompt` call. */
-export interface StorePromptOptions {
-  /**
-   * Events to append in the prompt's transaction, after its parts' events and before
-   * `prompted` (so a replayed `message_id` returns them too); given the new message's id.
-   * E.g. `command` for the `Command` RPC. Not called for a replayed prompt.
-   */
-  extraEvents?: (messageId: string) => EventKind[];
+/**
+ * The `Prompt` RPC: stores the prompt (`storePrompt`); with `no_reply` returns the user message,
+ * otherwise has the session's agent loop answer it (on this replica or the one running the
+ * session) and returns the final assistant message (`finalAnswer`). Without a configured model
+ * provider it throws `PreconditionError` (FAILED_PRECONDITION, reason `NO_MODEL_PROVIDER`) whose
+ * metadata names the stored `message_id`. `SessionNotFoundError` (NOT_FOUND) when the session is
+ * deleted before the answer is complete. `StoppedWaitingError` (RUN_CONTINUES; DEADLINE_EXCEEDED
+ * on a client deadline) when `signal` fires first: the prompt stays stored and its run goes on.
+ * Same errors as `storePrompt` otherwise. `options` go to `storePrompt` (the `Command` RPC adds
+ * its `command` event).
+ */
+export async function prompt(
+  deps: LedgerDeps,
+  request: PromptRequest,
+  signal?: AbortSignal,
+  options: StorePromptOptions = {},
+): Promise<MessageWithParts> {
+  const stored = await storePrompt(deps, request, options);
+  if (request.noReply) return stored.message;
+  for await (const event of answerEvents(deps, stored, signal)) {
+    // Wait for the answer; the events themselves go to PromptStream/WatchSession readers.
+    if (event.kind.case === "sessionDeleted") throw new SessionNotFoundError(request.sessionId);
+  }
+  const userId = stored.message.message!.kind.value!.id;
+  const answer = await finalAnswer(deps, request.sessionId, userId);
+  if (!answer)
+    throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });
+  return answer;
 }
 
 /**
- * Stores a prompt as a user message with its parts (design.md §3; OpenCode
- * `SessionPrompt.prompt` + `createUserMessage`), in this order: load the session; resolve
- * agent (`resolveAgent`: the request's, else the session's, else the default), model and variant; resolve every draft concurrently; run the `chatMessage` plugin
- * hooks; then ONE transaction: the session's pending revert (`applyRevert`: `message_removed`,
- * `part_removed`), agent/model switch, the message, its parts in order, the events
- * (`agent_switched`, `model_switched`, `message_updated`, `part_updated`..., `session_error`,
- * `synthetic`, `prompted`, `session_updated`) with gap-free `seq`, the session touch, and the
- * permission rules from the deprecated `tools` map (replacing the session's).
- *
- * Every string of `request` is made storable first (`makeStorable`: NUL and lone surrogates →
- * U+FFFD, non-finite numbers in Structs → null), in place.
- *
- * `message_id` is an idempotency key: the same id with the same content returns the stored
- * message (`replayed: true`, no new rows); with other content → `AlreadyExistsError`.
- *
- * Throws `SessionNotFoundError`, `AgentNotFoundError` (NOT_FOUND), `InvalidArgumentError`,
- * `LimitExceededError`, `PathNotAllowedError`, `AlreadyExistsError`, `PluginError`; on any of
- * them nothing is written.
+ * The `PromptStream` RPC: stores the prompt and yields the events of its transaction (the user
+ * message and each part, with their `seq`) first, then every event of the run as it happens
+ * (`session_status`, `message_updated`, `part_updated`, `part_delta`...), ending after the final
+ * assistant message answering it and the `idle` status. A client that goes away (`signal`)
+ * stops only its stream, never the run; it re-attaches with `WatchSession(after_seq)`. On a
+ * replayed `message_id` it yields the original events and ends if the message was answered.
+ * Ends after a `session_deleted` event when the session is deleted before the answer is complete.
+ * When `signal` fires (the client's deadline, a cancel) before the answer and the `idle` after
+ * it, ends with `StoppedWaitingError` (DEADLINE_EXCEEDED on a deadline, never a success).
  */
-export async function storePrompt(deps: LedgerDeps, request: PromptRequest, options: StorePromptOptions = {}): Promise<StoredPrompt> {
-  checkCounts(deps, request);
-  // The storage rule, applied up front: the fingerprint, plugins and drafts see what will be stored.
-  makeStorable(request);
-  const row = await getSession(deps.db, request.sessionId);
-  if (!row) throw new SessionNotFoundError(request.sessionId);
-  const session = rowToSession(row);
-  const fingerprint = promptFingerprint(request);
-  if (request.messageId) {
-    const stored = await findStoredPrompt(deps.db, request.sessionId, request.messageId, fingerprint);
-    if (stored) return stored;
-  }
-
-  const agent = resolveAgent(deps.config, request.agent, session.agent);
-  const model = resolveModel(deps.config, agent, request.model, session.model);
-  const variant = resolveVariant(deps.config, agent, model, request.variant);
-  const messageId = request.messageId || newId("msg");
-  const drafts = await resolveDrafts(
-    {
-      sessionId: session.id,
-      messageId,
-      directory: session.directory,
-      roots: allowedRoots(deps.config),
-      references: deps.config.references,
-      limits: deps.config.limits,
-      agent,
-      agents: deps.config.agents,
-      mcp: deps.mcp,
-    },
-    request.parts,
-  );
-  const draftMessage = create(MessageSchema, {
-    kind: {
-      case: "user",
-      value: {
-        id: messageId,
-        sessionId: session.id,
-        timeCreated: timestampFromDate(new Date()),
-        agent: agent.name,
-        model,
-        variant,
-        system: request.system || undefined,
-        format: request.format,
-        tools: request.tools,
-        noReply: request.noReply,
-      },
-    },
-  });
-  const hooked = await deps.plugins.chatMessage(draftMessage, drafts.parts);
-
-  try {
-    const { result, events } = await writeSession(deps, session.id, async (w) => {
-      // A concurrent request with the same message_id may have committed while we resolved.
-      if (request.messageId) {
-        const stored = await findStoredPrompt(w.trx, session.id, request.messageId, fingerprint);
-        if (stored) return stored;
-      }
-      // Only a prompt that names its agent (or the first one, on a session without) changes the session's.
-      if ((request.agent || !w.session.agent) && w.session.agent !== agent.name) {
-        w.emit({ case: "agentSwitched", value: { previous: w.session.agent, current: agent.name } });
-        w.session.agent = agent.name;
-      }
-      if (model && !sameModel(w.session.model, model)) {
-        w.emit({ case: "modelSwitched", value: { previous: w.session.model, current: model } });
-        w.session.model = create(ModelRefSchema, model);
-      }
-      // A revert point set since the last prompt is carried out now, before the new message.
-      await applyRevert(w);
-      await insertMessage(w.trx, { message: hooked.message, position: w.nextPosition(), requestHash: fingerprint });
-      w.session.messageCount += 1;
-      await insertParts(
-        w.trx,
-        hooked.parts.map((part) => ({ part, position: w.nextPosition() })),
-      );
-      emitPromptEvents(w.emit, hooked.message, hooked.parts, drafts, messageId, request.noReply, options.extraEvents?.(messageId) ?? []);
-      if (Object.keys(request.tools).length > 0) w.session.permission = permissionsFromTools(request.tools);
-      w.emit({ case: "sessionUpdated", value: { session: w.session } });
-      return undefined;
-    });
-    if (result) return result;
-    return { message: create(MessageWithPartsSchema, { message: hooked.message, parts: hooked.parts }), events, replayed: false };
-  } catch (error) {
-    throw mapConflict(error, request, messageId);
-  }
+export async function* promptStream(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
+  const stored = await storePrompt(deps, request);
+  // Start the run before the first yield: a client gone by then must not leave it unanswered.
+  const answer = request.noReply ? undefined : await startAnswer(deps, stored);
+  yield* stored.events;
+  if (!answer) return;
+  if ("error" in answer) throw answer.error;
+  if (answer.ran) yield* untilAnswered(deps, request.sessionId, answer.userId, answer.after, answer.ran, signal);
 }
 
-function emitPromptEvents(
-  emit: (kind: EventKind) => SessionEvent,
-  message: Message,
-  parts: Part[],
-  drafts: ResolvedDrafts,
-  messageId: string,
-  noReply: boolean,
-  extra: EventKind[],
-): void {
-  emit({ case: "messageUpdated", value: { message } });
-  for (const part of parts) emit({ case: "partUpdated", value: { part } });
-  for (const problem of drafts.problems) {
-    emit({
-      case: "sessionError",
-      value: { messageId, error: { message: problem.message, kind: { case: "fileRead", value: { path: problem.path } } } },
-    });
-  }
-  const synthetic = drafts.syntheticIds.filter((id) => parts.some((p) => p.id === id));
-  if (synthetic.length > 0) emit({ case: "synthetic", value: { messageId, partIds: synthetic } });
-  for (const kind of extra) emit(kind);
-  emit({ case: "prompted", value: { messageId, noReply } });
-}
-
-/** OpenCode turns `tools: {name: bool}` into permission rules `{permission: name, pattern: "*", action}`. */
-function permissionsFromTools(tools: Record<string, boolean>) {
-  return Object.entries(tools).map(([permission, enabled]) =>
-    create(PermissionRuleSchema, { permission, pattern: "*", action: enabled ? PermissionAction.ALLOW : PermissionAction.DENY }),
-  );
-}
-
-function checkCounts(deps: LedgerDeps, request: PromptRequest): void {
-  const max = deps.config.limits.parts_per_prompt;
-  if (request.parts.length > max) throw new LimitExceededError("parts", "parts_per_prompt", max, request.parts.length, "parts");
-}
-
-function mapConflict(error: unknown, request: PromptRequest, messageId: string): unknown {
-  if (isUniqueViolation(error, "message_pkey")) {
-    return new AlreadyExistsError("message_id", messageId, "is already used by another session or prompt");
-  }
-  if (isUniqueViolation(error, "part_pkey")) {
-    const id = /\(id\)=\(([^)]+)\)/.exec(String((error as { detail?: unknown }).detail))?.[1] ?? "";
-    const index = request.parts.findIndex((p) => p.kind.value?.id === id);
-    return new AlreadyExistsError(index >= 0 ? `parts[${index}].id` : "parts", id, "is already used by another part");
-  }
-  return error;
+/**
+ * The `PromptAsync` RPC: answers with the user message once it is committed (durable); the loop
+ * runs in the background (unless `no_reply`). Throws like `storePrompt`, and
+ * `NO_MODEL_PROVIDER` when a reply is wanted but no provider is configured (the message stays stored).
+ */
+export async function promptAsync(deps: LedgerDeps, request: PromptRequest): Promise<MessageWithParts> {
+  const stored = await storePrompt(deps, request);
+  if (!request.noReply) void requireReplier(deps, stored).run(request.sessionId);
+  return stored.message;
 }

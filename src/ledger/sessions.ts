@@ -9,14 +9,16 @@ import { CreateSessionRequestSchema, type CreateSessionRequest } from "../../gen
 import { newId } from "../ids.js";
 import { checkPathShape } from "../files/confine.js";
 import { appendEvents } from "../storage/event-store.js";
-import { insertMessage, insertParts, listMessageRows } from "../storage/message-store.js";
+import { insertMessage, listMessageRows } from "../storage/message-store.js";
+import { insertParts } from "../storage/part-store.js";
+import { isForeignKeyViolation } from "../storage/pg-errors.js";
 import * as store from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { withParts } from "./messages.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { checkModelRef, resolveAgent } from "./selection.js";
-import { isForeignKeyViolation, writeSession } from "./writer.js";
+import { inTransaction, writeSession } from "./writer.js";
 
 /** Default and maximum `page_size` of ListSessions. */
 export const SESSION_PAGE = { default: 50, max: 1000 } as const;
@@ -45,7 +47,7 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
     );
   }
   const directory = await resolveDirectory(request.directory);
-  if (request.parentId && !(await store.getSession(deps.db, request.parentId)))
+  if (request.parentId && !(await store.sessionExists(deps.db, request.parentId)))
     throw new SessionNotFoundError(request.parentId, "parent_id");
   const agent = request.agent ? resolveAgent(deps.config, request.agent).name : "";
   const now = new Date();
@@ -65,33 +67,33 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
     time: timestampFromDate(now),
     kind: { case: "sessionUpdated", value: { session } },
   });
-  await deps.db.transaction().execute(async (trx) => {
+  await inTransaction(deps, async (tx) => {
     try {
-      await store.insertSession(trx, session, now);
+      await store.insertSession(tx.trx, session, now);
     } catch (error) {
       // The parent was deleted between the check above and this insert.
       if (request.parentId && isForeignKeyViolation(error)) throw new SessionNotFoundError(request.parentId, "parent_id");
       throw error;
     }
-    await appendEvents(trx, [event]);
-    await trx.updateTable("session").set({ last_seq: 1 }).where("id", "=", session.id).execute();
-    await deps.relay?.notify(trx, session.id, 1n);
+    await appendEvents(tx.trx, [event]);
+    await store.setLastSeq(tx.trx, session.id, 1);
+    await deps.relay?.notify(tx.trx, session.id, 1n);
+    tx.publish([event]);
   });
-  deps.bus.publish([event]);
   return session;
 }
 
-/** Reads a session. Throws `SessionNotFoundError` (NOT_FOUND). */
+/** Reads a session, with its message count. Throws `SessionNotFoundError` (NOT_FOUND). */
 export async function getSession(deps: LedgerDeps, sessionId: string): Promise<Session> {
-  const row = await store.getSession(deps.db, sessionId);
+  const row = await store.getSessionRowWithCount(deps.db, sessionId);
   if (!row) throw new SessionNotFoundError(sessionId);
   return store.rowToSession(row);
 }
 
 /** The sessions whose parent is `sessionId`, newest first. Throws `SessionNotFoundError`. */
 export async function listChildren(deps: LedgerDeps, sessionId: string): Promise<Session[]> {
-  if (!(await store.getSession(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
-  return (await store.listChildSessions(deps.db, sessionId)).map(store.rowToSession);
+  if (!(await store.sessionExists(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+  return (await store.listChildSessionRows(deps.db, sessionId)).map(store.rowToSession);
 }
 
 /**
@@ -108,7 +110,7 @@ export async function listSessions(
   const cursor = token ? { timeUpdated: new Date(String(token.t)), id: String(token.id) } : undefined;
   if (page.directory) checkPathShape("directory", page.directory);
   const directory = page.directory ? await realpath(path.resolve(deps.cwd, page.directory)).catch(() => page.directory) : undefined;
-  const rows = await store.listSessions(deps.db, { limit: limit + 1, cursor, directory });
+  const rows = await store.listSessionRows(deps.db, { limit: limit + 1, cursor, directory });
   const pageRows = rows.slice(0, limit);
   const last = pageRows.at(-1);
   return {
@@ -143,9 +145,9 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
   // client's PromptStream would end there instead of at session_deleted); each running loop
   // hears session_deleted on the bus after commit, here as on every replica, and stops quietly.
   const time = timestampFromDate(new Date());
-  const events = await deps.db.transaction().execute(async (trx) => {
-    const rows = await store.lockSessionTree(trx, sessionId);
-    if (rows.length === 0 || !(await store.deleteSession(trx, sessionId))) throw new SessionNotFoundError(sessionId);
+  await inTransaction(deps, async (tx) => {
+    const rows = await store.lockSessionTree(tx.trx, sessionId);
+    if (rows.length === 0 || !(await store.deleteSessionRow(tx.trx, sessionId))) throw new SessionNotFoundError(sessionId);
     const deleted = rows.map((row) =>
       create(SessionEventSchema, {
         sessionId: row.id,
@@ -154,10 +156,9 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
         kind: { case: "sessionDeleted", value: { session: store.rowToSession(row) } },
       }),
     );
-    await deps.relay?.deleted(trx, deleted);
-    return deleted;
+    await deps.relay?.deleted(tx.trx, deleted);
+    tx.publish(deleted);
   });
-  deps.bus.publish(events);
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { CursorOutOfRangeError, SessionNotFoundError, StoppedWaitingError } from "../errors.js";
 import { followSession } from "../events/feed.js";
-import { getSession } from "../storage/session-store.js";
+import { getLogBounds } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 
 /**
@@ -20,9 +20,8 @@ export async function* watchSession(
   afterSeq: bigint,
   signal?: AbortSignal,
 ): AsyncGenerator<SessionEvent> {
-  const row = await getSession(deps.db, sessionId);
-  if (!row) throw new SessionNotFoundError(sessionId);
-  const bounds = { prunedSeq: BigInt(row.pruned_seq), lastSeq: BigInt(row.last_seq) };
+  const bounds = await getLogBounds(deps.db, sessionId);
+  if (!bounds) throw new SessionNotFoundError(sessionId);
   if (afterSeq < bounds.prunedSeq) throw new CursorOutOfRangeError("CURSOR_EXPIRED", afterSeq, bounds);
   if (afterSeq > bounds.lastSeq) throw new CursorOutOfRangeError("CURSOR_AHEAD", afterSeq, bounds);
   let last = afterSeq;

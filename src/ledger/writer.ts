@@ -7,23 +7,39 @@ import type { EventBus } from "../events/bus.js";
 import type { Relay } from "../events/pg-relay.js";
 import { appendEvents } from "../storage/event-store.js";
 import type { DB } from "../storage/schema.js";
-import { lockSession, rowToSession, updateSession } from "../storage/session-store.js";
+import { lockSession, rowToSession, updateSessionRow } from "../storage/session-store.js";
 import { SessionNotFoundError } from "../errors.js";
+import { logger } from "../observe/log.js";
 
 /** The `kind` of a new `SessionEvent`, as an init shape (`{ case: "partUpdated", value: { part } }`). */
 export type EventKind = MessageInitShape<typeof SessionEventSchema>["kind"];
 
-/** What a write to one session can do inside its transaction. */
-export interface SessionWrite {
-  /** The open transaction; the session row is locked for its whole life. */
+/**
+ * An open transaction and what waits for its commit: the one after-commit path of every write
+ * that publishes events (bsky `db.ts` `onCommit`). Hooks run only once `.execute()` resolved, so
+ * a rolled-back write publishes nothing.
+ */
+export interface Tx {
+  /** The open transaction: pass it to the storage functions. */
   readonly trx: Transaction<DB>;
+  /**
+   * Runs `fn` after the transaction committed (never on rollback), in registration order, before
+   * `inTransaction` returns. `fn` must not throw (one that does is logged and the rest still run).
+   */
+  onCommit(fn: () => void): void;
+  /** Publishes `events` on the bus once the transaction committed (`onCommit`). */
+  publish(events: readonly SessionEvent[]): void;
+}
+
+/** What a write to one session can do inside its transaction. */
+export interface SessionWrite extends Tx {
   /** The session as locked; change it in place and it is saved at commit. */
   readonly session: Session;
   /** The commit time used for events and `time_updated`. */
   readonly now: Date;
   /** The next per-session position for a message or part (1, 2, 3, ... without gaps). */
   nextPosition(): number;
-  /** Appends an event with the next gap-free `seq`; returns it. */
+  /** Appends an event with the next gap-free `seq`; returns it. It is published after commit. */
   emit(kind: EventKind): SessionEvent;
 }
 
@@ -35,10 +51,42 @@ export interface WriterDeps {
 }
 
 /**
+ * Runs `fn` in one transaction and then, only if it committed, the hooks `fn` registered with
+ * `tx.onCommit` / `tx.publish`. Returns what `fn` returned; throws what `fn` or the commit threw
+ * (then no hook runs). Use it for writes that are not to one existing session (creating or
+ * deleting sessions); `writeSession` is built on it.
+ *
+ * ```ts
+ * await inTransaction(deps, async (tx) => {
+ *   await insertSession(tx.trx, session, now);
+ *   tx.publish([event]);
+ * });
+ * ```
+ */
+export async function inTransaction<T>(deps: WriterDeps, fn: (tx: Tx) => Promise<T>): Promise<T> {
+  const hooks: Array<() => void> = [];
+  const result = await deps.db.transaction().execute((trx) =>
+    fn({
+      trx,
+      onCommit: (hook) => void hooks.push(hook),
+      publish: (events) => void hooks.push(() => deps.bus.publish(events)),
+    }),
+  );
+  for (const hook of hooks) {
+    try {
+      hook();
+    } catch (error) {
+      logger.error("after-commit hook failed", { error });
+    }
+  }
+  return result;
+}
+
+/**
  * Runs `fn` in ONE transaction holding the session row lock, then saves the session (data,
  * `last_seq`, `last_position`, `time_updated`) and the emitted events, commits, and only then
- * publishes the events on the bus. If `fn` or any write throws, everything rolls back and
- * nothing is published.
+ * publishes the events on the bus (`onCommit`). If `fn` or any write throws, everything rolls
+ * back and nothing is published.
  *
  * Throws `SessionNotFoundError` (NOT_FOUND) when the session does not exist, plus whatever `fn` throws.
  *
@@ -55,8 +103,8 @@ export async function writeSession<T>(
   fn: (write: SessionWrite) => Promise<T>,
   options: { touch?: boolean } = {},
 ): Promise<{ result: T; events: SessionEvent[] }> {
-  const outcome = await deps.db.transaction().execute(async (trx) => {
-    const row = await lockSession(trx, sessionId);
+  return inTransaction(deps, async (tx) => {
+    const row = await lockSession(tx.trx, sessionId);
     if (!row) throw new SessionNotFoundError(sessionId);
     const session = rowToSession(row);
     const now = new Date();
@@ -64,7 +112,7 @@ export async function writeSession<T>(
     let lastPosition = Number(row.last_position);
     const events: SessionEvent[] = [];
     const write: SessionWrite = {
-      trx,
+      ...tx,
       session,
       now,
       nextPosition: () => ++lastPosition,
@@ -75,27 +123,21 @@ export async function writeSession<T>(
       },
     };
     const result = await fn(write);
-    await appendEvents(trx, events);
-    if (events.length > 0) await deps.relay?.notify(trx, sessionId, BigInt(lastSeq));
+    await appendEvents(tx.trx, events);
+    if (events.length > 0) await deps.relay?.notify(tx.trx, sessionId, BigInt(lastSeq));
     const touched = options.touch ?? true;
-    await updateSession(trx, session, { lastSeq, lastPosition }, touched ? now : row.time_updated);
+    await updateSessionRow(tx.trx, session, { lastSeq, lastPosition }, touched ? now : row.time_updated);
+    tx.publish(events);
     return { result, events };
   });
-  deps.bus.publish(outcome.events);
-  return outcome;
-}
-
-/** True when `error` is a foreign-key violation (SQLSTATE 23503) from `pg` or PGlite. */
-export function isForeignKeyViolation(error: unknown): boolean {
-  return typeof error === "object" && error !== null && (error as { code?: unknown }).code === "23503";
 }
 
 /**
- * True when `error` is a unique violation (SQLSTATE 23505) from `pg` or PGlite, optionally of
- * the named constraint.
+ * Publishes a live event that is never stored (a `part_delta`: streamed text between two stored
+ * snapshots) at once, on the bus and, on Postgres, through the relay to the other replicas. The
+ * one path that publishes without a commit; everything stored is published by `onCommit`.
  */
-export function isUniqueViolation(error: unknown, constraint?: string): boolean {
-  if (!error || typeof error !== "object") return false;
-  const e = error as { code?: unknown; constraint?: unknown };
-  return e.code === "23505" && (constraint === undefined || e.constraint === constraint);
+export function publishLive(deps: WriterDeps, event: SessionEvent): void {
+  deps.bus.publish([event]);
+  deps.relay?.delta(event);
 }

@@ -1,8 +1,8 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { sql } from "kysely";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import type { LedgerDeps } from "../ledger/deps.js";
+import { ping } from "../storage/db.js";
 
 /** Service names `Check`/`Watch` know: "" (the whole server) and the ledger's service. */
 export const HEALTH_SERVICES: readonly string[] = ["", SessionService.typeName];
@@ -70,7 +70,7 @@ function createProbe(deps: Pick<LedgerDeps, "db">, timeoutMs: number): () => Pro
   let pending: Promise<boolean> | undefined;
   return () => {
     if (!pending) {
-      const query = sql`select 1`.execute(deps.db).then(
+      const query = ping(deps.db).then(
         () => true,
         () => false,
       );

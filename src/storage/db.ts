@@ -1,6 +1,6 @@
 import { mkdirSync } from "node:fs";
 import { PGlite } from "@electric-sql/pglite";
-import { Kysely, PGliteDialect, PostgresDialect } from "kysely";
+import { Kysely, PGliteDialect, PostgresDialect, sql } from "kysely";
 import { Migrator } from "kysely/migration";
 import pg from "pg";
 import { migrations } from "./migrations/index.js";
@@ -48,6 +48,11 @@ export async function openDatabase(target: DatabaseTarget): Promise<Database> {
 /** The database could not be opened (unreachable, missing, refused, or a migration failed); the message says which and why. */
 export class DatabaseOpenError extends Error {
   override name = "DatabaseOpenError";
+}
+
+/** Asks the database for `select 1`: resolves when it answered, throws what the driver throws (unreachable, refused, ...). */
+export async function ping(db: Kysely<DB>): Promise<void> {
+  await sql`select 1`.execute(db);
 }
 
 /** Reads `DATABASE_URL`: a Postgres target when set, else PGlite in `dir`. */

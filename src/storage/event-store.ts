@@ -1,4 +1,4 @@
-import { fromJson, type JsonObject } from "@bufbuild/protobuf";
+import { create, fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { sql, type Kysely, type Transaction } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
@@ -87,7 +87,7 @@ export async function readEventPage(db: Kysely<DB>, sessionId: string, afterSeq:
   return { events: result.rows.map(rowToEvent), more: result.rows.length === limits.rows || bytes >= limits.bytes };
 }
 
-/** Maps an event row to `ledger.v1.SessionEvent`. */
+/** Maps an event row to `ledger.v1.SessionEvent`: the one decoder of the `session_event.data` column. */
 export function rowToEvent(row: Pick<SessionEventRow, "data">): SessionEvent {
   return fromJson(SessionEventSchema, row.data as JsonObject, { ignoreUnknownFields: true });
 }
@@ -121,4 +121,33 @@ export async function lastStatusEvents(db: Kysely<DB>, sessionId?: string): Prom
     select distinct on (session_id) session_id, seq, kind, data, time from session_event
     where kind = 'session_status' ${filter} order by session_id, seq desc`.execute(db);
   return rows.rows.map(rowToEvent);
+}
+
+/**
+ * The events of the write that stored the user message `messageId` (a prompt), in seq order:
+ * from its `message_updated` to its `prompted` event. Empty when either is missing (e.g. removed
+ * by retention). One query; the two bounds are found by JSON containment on the stored events,
+ * whose JSON is made from the proto (so it follows a rename of any field on the way).
+ */
+export async function readPromptEvents(db: Kysely<DB>, sessionId: string, messageId: string): Promise<SessionEvent[]> {
+  const stored = create(SessionEventSchema, {
+    kind: { case: "messageUpdated", value: { message: { kind: { case: "user", value: { id: messageId } } } } },
+  });
+  const prompted = create(SessionEventSchema, { kind: { case: "prompted", value: { messageId } } });
+  const seqOf = (event: SessionEvent) =>
+    db
+      .selectFrom("session_event")
+      .select((eb) => eb.fn.min("seq").as("seq"))
+      .where("session_id", "=", sessionId)
+      .where("kind", "=", protoCaseName(SessionEventSchema, event.kind.case ?? ""))
+      .where(sql<boolean>`data @> ${JSON.stringify(toJson(SessionEventSchema, event))}::jsonb`);
+  const rows = await db
+    .selectFrom("session_event")
+    .select("data")
+    .where("session_id", "=", sessionId)
+    .where("seq", ">=", seqOf(stored))
+    .where("seq", "<=", seqOf(prompted))
+    .orderBy("seq", "asc")
+    .execute();
+  return rows.map(rowToEvent);
 }

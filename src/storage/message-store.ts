@@ -1,13 +1,10 @@
-import { fromJson, type JsonObject } from "@bufbuild/protobuf";
-import type { Kysely, Transaction } from "kysely";
-import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
-import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
+import { create, fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { sql, type Kysely, type Transaction } from "kysely";
+import { AssistantMessageSchema, AssistantTimeSchema, MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { toJsonb } from "./jsonb.js";
-import { protoCaseName } from "./proto-names.js";
-import type { DB, MessageRow, PartRow } from "./schema.js";
-
-/** Postgres allows 65,535 bind parameters per statement; part rows have 6 columns. */
-const PART_ROWS_PER_INSERT = Math.floor(65535 / 6);
+import type { RemovedPart } from "./part-store.js";
+import { protoJsonName } from "./proto-names.js";
+import type { DB, MessageRow } from "./schema.js";
 
 /** A message to insert, with its server-assigned position. */
 export interface NewMessage {
@@ -17,15 +14,12 @@ export interface NewMessage {
   requestHash?: string;
 }
 
-/** A part to insert, with its server-assigned position. */
-export interface NewPart {
-  part: Part;
-  position: number;
-}
-
 /**
  * Inserts one message row; its strings are made storable in place first (`makeStorable`), so
- * `entry.message` is what was stored. Throws the driver's unique-violation error (23505) on a duplicate id. */
+ * `entry.message` is what was stored. An assistant message's `parent_id` also goes to its column
+ * (`getLastAnswerRow` reads it). Throws the driver's unique-violation error (23505,
+ * `message_pkey`) on a duplicate id.
+ */
 export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Promise<void> {
   const { id, sessionId } = messageIds(entry.message);
   await trx
@@ -35,52 +29,20 @@ export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Pr
       session_id: sessionId,
       position: entry.position,
       role: entry.message.kind.case ?? "user",
+      parent_id: parentId(entry.message),
       data: toJsonb(MessageSchema, entry.message),
       request_hash: entry.requestHash ?? null,
     })
     .execute();
 }
 
-/** Replaces a stored message's data (the position never changes); strings made storable in place. */
-export async function updateMessage(trx: Transaction<DB>, message: Message): Promise<void> {
+/** Replaces a stored message's data and `parent_id` (the position never changes); strings made storable in place. */
+export async function updateMessageRow(trx: Transaction<DB>, message: Message): Promise<void> {
   const { id } = messageIds(message);
   await trx
     .updateTable("message")
-    .set({ data: toJsonb(MessageSchema, message) })
+    .set({ data: toJsonb(MessageSchema, message), parent_id: parentId(message) })
     .where("id", "=", id)
-    .execute();
-}
-
-/**
- * Inserts parts with multi-row inserts, chunked under the bind-parameter limit, keeping the
- * given order. Each part's strings are made storable in place (`makeStorable`), so the caller's
- * parts are what was stored. Throws the driver's unique-violation error (23505) on a duplicate part id.
- */
-export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promise<void> {
-  for (let i = 0; i < parts.length; i += PART_ROWS_PER_INSERT) {
-    const chunk = parts.slice(i, i + PART_ROWS_PER_INSERT);
-    await trx
-      .insertInto("part")
-      .values(
-        chunk.map(({ part, position }) => ({
-          id: part.id,
-          session_id: part.sessionId,
-          message_id: part.messageId,
-          position,
-          kind: protoCaseName(PartSchema, part.kind.case ?? ""),
-          data: toJsonb(PartSchema, part),
-        })),
-      )
-      .execute();
-  }
-}
-
-/** Replaces a stored part's data (kind and position never change); strings made storable in place. */
-export async function updatePart(trx: Transaction<DB>, part: Part): Promise<void> {
-  await trx
-    .updateTable("part")
-    .set({ data: toJsonb(PartSchema, part) })
-    .where("id", "=", part.id)
     .execute();
 }
 
@@ -107,38 +69,63 @@ export async function listMessageRows(
   return query.execute();
 }
 
-/** Reads the parts of the given messages in position order. */
-export async function listPartRows(db: Kysely<DB>, messageIds: string[]): Promise<PartRow[]> {
-  if (messageIds.length === 0) return [];
-  return db.selectFrom("part").selectAll().where("message_id", "in", messageIds).orderBy("position", "asc").execute();
+/**
+ * The last (highest position) assistant message of `sessionId` answering `userMessageId` (its
+ * `parent_id`) and stored after it, or undefined when there is none or the user message does not
+ * exist. With several steps, this is the final one. One query, served by
+ * `message_parent_id_position_idx` (read backwards from the newest answer) and the primary key:
+ *
+ * ```sql
+ * select answer.* from message as answer join message as prompt on prompt.id = answer.parent_id
+ * where answer.parent_id = $1 and answer.session_id = $2 and answer.role = 'assistant'
+ *   and answer.position > prompt.position
+ * order by answer.position desc limit 1
+ * ```
+ */
+export async function getLastAnswerRow(db: Kysely<DB>, sessionId: string, userMessageId: string): Promise<MessageRow | undefined> {
+  return db
+    .selectFrom("message as answer")
+    .innerJoin("message as prompt", "prompt.id", "answer.parent_id")
+    .selectAll("answer")
+    .where("answer.parent_id", "=", userMessageId)
+    .where("answer.session_id", "=", sessionId)
+    .where("answer.role", "=", "assistant")
+    .whereRef("answer.position", ">", "prompt.position")
+    .orderBy("answer.position", "desc")
+    .limit(1)
+    .executeTakeFirst();
 }
 
-/** Maps a message row to `ledger.v1.Message`. */
-export function rowToMessage(row: MessageRow): Message {
-  return fromJson(MessageSchema, row.data as JsonObject, { ignoreUnknownFields: true });
+/** The id of the session's last user message that asks for an answer (`no_reply` not set), or undefined. */
+export async function getLastPromptId(db: Kysely<DB>, sessionId: string): Promise<string | undefined> {
+  const row = await db
+    .selectFrom("message")
+    .select("id")
+    .where("session_id", "=", sessionId)
+    .where("role", "=", "user")
+    .where(sql<boolean>`not (data @> ${NO_REPLY_JSON}::jsonb)`)
+    .orderBy("position", "desc")
+    .limit(1)
+    .executeTakeFirst();
+  return row?.id;
 }
 
-/** Maps a part row to `ledger.v1.Part`. */
-export function rowToPart(row: PartRow): Part {
-  return fromJson(PartSchema, row.data as JsonObject, { ignoreUnknownFields: true });
+/** The sessions (each once) that hold an assistant message without `time.completed` (an answer left open). */
+export async function listSessionsWithOpenAnswers(db: Kysely<DB>): Promise<string[]> {
+  const rows = await db.selectFrom("message").select("session_id").distinct().where("role", "=", "assistant").where(OPEN_ANSWER).execute();
+  return rows.map((r) => r.session_id);
 }
 
-/** The id and session id of either message kind. */
-export function messageIds(message: Message): { id: string; sessionId: string } {
-  const inner = message.kind.value;
-  if (!inner) throw new Error("message has no kind");
-  return { id: inner.id, sessionId: inner.sessionId };
-}
-
-/** Reads one part row by id, or undefined. */
-export async function getPartRow(db: Kysely<DB>, id: string): Promise<PartRow | undefined> {
-  return db.selectFrom("part").selectAll().where("id", "=", id).executeTakeFirst();
-}
-
-/** A removed part: its id and its message's id. */
-export interface RemovedPart {
-  id: string;
-  message_id: string;
+/** A session's assistant message rows without `time.completed`, in position order. */
+export async function listOpenAnswerRows(db: Kysely<DB>, sessionId: string): Promise<MessageRow[]> {
+  return db
+    .selectFrom("message")
+    .selectAll()
+    .where("session_id", "=", sessionId)
+    .where("role", "=", "assistant")
+    .where(OPEN_ANSWER)
+    .orderBy("position")
+    .execute();
 }
 
 /**
@@ -155,9 +142,25 @@ export async function deleteMessages(trx: Transaction<DB>, messageIds: string[])
   };
 }
 
-/** Deletes the given parts; returns the removed ones in position order. */
-export async function deleteParts(trx: Transaction<DB>, partIds: string[]): Promise<RemovedPart[]> {
-  if (partIds.length === 0) return [];
-  const rows = await trx.deleteFrom("part").where("id", "in", partIds).returning(["id", "message_id", "position"]).execute();
-  return rows.sort((a, b) => Number(a.position) - Number(b.position)).map(({ id, message_id }) => ({ id, message_id }));
+/** Maps a message row to `ledger.v1.Message`: the one decoder of the `message.data` column. */
+export function rowToMessage(row: Pick<MessageRow, "data">): Message {
+  return fromJson(MessageSchema, row.data as JsonObject, { ignoreUnknownFields: true });
 }
+
+/** The id and session id of either message kind. */
+export function messageIds(message: Message): { id: string; sessionId: string } {
+  const inner = message.kind.value;
+  if (!inner) throw new Error("message has no kind");
+  return { id: inner.id, sessionId: inner.sessionId };
+}
+
+/** An assistant message's `parent_id` for its column (null when empty, and for user messages). */
+function parentId(message: Message): string | null {
+  return message.kind.case === "assistant" ? message.kind.value.parentId || null : null;
+}
+
+/** `data` of a user message with `no_reply` set contains this: the proto JSON of `{user: {no_reply: true}}`. */
+const NO_REPLY_JSON = JSON.stringify(toJson(MessageSchema, create(MessageSchema, { kind: { case: "user", value: { noReply: true } } })));
+
+/** An assistant message whose stored `assistant.time` has no `completed` (keys from the proto, checked at load). */
+const OPEN_ANSWER = sql<boolean>`not (data -> ${sql.lit(protoJsonName(MessageSchema, "assistant"))} -> ${sql.lit(protoJsonName(AssistantMessageSchema, "time"))} ? ${sql.lit(protoJsonName(AssistantTimeSchema, "completed"))})`;

@@ -33,6 +33,8 @@ export interface MessageTable {
   position: BigIntColumn;
   /** "user" or "assistant". */
   role: string;
+  /** An assistant message's `parent_id` (the user message it answers); null for user messages. */
+  parent_id: string | null;
   /** The proto JSON form of `ledger.v1.Message`. */
   data: Json;
   /** sha256 of the canonical prompt request that created a user message (idempotency key check). */

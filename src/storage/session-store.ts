@@ -5,7 +5,7 @@ import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import { makeStorable, toJsonb } from "./jsonb.js";
 import type { DB, SessionRow } from "./schema.js";
 
-/** A session row with its message count, as read by `getSession`/`listSessions`. */
+/** A session row with its message count, as read by `getSessionRowWithCount`/`listSessionRows`. */
 export type SessionRowWithCount = SessionRow & { message_count: number | string };
 
 /** Keyset cursor for ListSessions: the last row's `time_updated` and `id`. */
@@ -49,8 +49,8 @@ export async function getSessionRow(db: Kysely<DB>, id: string): Promise<Session
   return db.selectFrom("session").selectAll("session").where("id", "=", id).executeTakeFirst();
 }
 
-/** Reads one session with its message count, or undefined. */
-export async function getSession(db: Kysely<DB>, id: string): Promise<SessionRowWithCount | undefined> {
+/** Reads one session row with its message count (a `count(*)` of its messages), or undefined. */
+export async function getSessionRowWithCount(db: Kysely<DB>, id: string): Promise<SessionRowWithCount | undefined> {
   return db.selectFrom("session").selectAll("session").select(messageCount).where("id", "=", id).executeTakeFirst();
 }
 
@@ -58,7 +58,7 @@ export async function getSession(db: Kysely<DB>, id: string): Promise<SessionRow
  * Lists sessions newest-updated first (ties by id, descending), starting after `cursor`,
  * at most `limit` rows, optionally only those of `directory`.
  */
-export async function listSessions(
+export async function listSessionRows(
   db: Kysely<DB>,
   options: { limit: number; cursor?: SessionCursor; directory?: string },
 ): Promise<SessionRowWithCount[]> {
@@ -77,7 +77,7 @@ export async function listSessions(
  * Writes back a locked session: its proto data, counters and `time_updated`. Call only inside
  * the transaction that called `lockSession`. Strings are made storable in place (`makeStorable`).
  */
-export async function updateSession(
+export async function updateSessionRow(
   trx: Transaction<DB>,
   session: Session,
   counters: { lastSeq: number; lastPosition: number },
@@ -135,7 +135,7 @@ export async function lockSessionTree(trx: Transaction<DB>, rootId: string): Pro
 }
 
 /** Deletes a session; messages, parts, events and child sessions cascade. Returns whether it existed. */
-export async function deleteSession(db: Kysely<DB>, id: string): Promise<boolean> {
+export async function deleteSessionRow(db: Kysely<DB>, id: string): Promise<boolean> {
   const result = await db.deleteFrom("session").where("id", "=", id).executeTakeFirst();
   return result.numDeletedRows > 0n;
 }
@@ -161,7 +161,7 @@ function sessionData(session: Session): string {
 const messageCount = sql<string>`(select count(*) from message m where m.session_id = session.id)`.as("message_count");
 
 /** Lists the sessions whose parent is `parentId`, newest created first (ties by id, descending). */
-export async function listChildSessions(db: Kysely<DB>, parentId: string): Promise<SessionRowWithCount[]> {
+export async function listChildSessionRows(db: Kysely<DB>, parentId: string): Promise<SessionRowWithCount[]> {
   return db
     .selectFrom("session")
     .selectAll("session")
@@ -170,4 +170,38 @@ export async function listChildSessions(db: Kysely<DB>, parentId: string): Promi
     .orderBy("time_created", "desc")
     .orderBy("id", "desc")
     .execute();
+}
+
+/** Whether a session row with this id exists (a primary-key lookup). */
+export async function sessionExists(db: Kysely<DB>, id: string): Promise<boolean> {
+  return (await db.selectFrom("session").select("id").where("id", "=", id).executeTakeFirst()) !== undefined;
+}
+
+/** The bounds of a session's event log: the highest seq retention removed and the last seq written. */
+export interface LogBounds {
+  /** `pruned_seq`: the highest seq retention deleted (0: none); a reader behind it lost events. */
+  prunedSeq: bigint;
+  /** `last_seq`: the seq of the session's latest event (0: none yet). */
+  lastSeq: bigint;
+}
+
+/** Reads a session's `pruned_seq` and `last_seq`, or undefined when it does not exist. */
+export async function getLogBounds(db: Kysely<DB>, id: string): Promise<LogBounds | undefined> {
+  const row = await db.selectFrom("session").select(["pruned_seq", "last_seq"]).where("id", "=", id).executeTakeFirst();
+  return row ? { prunedSeq: BigInt(row.pruned_seq), lastSeq: BigInt(row.last_seq) } : undefined;
+}
+
+/** The `last_seq` of each of the given sessions that exists (in no particular order); a missing one is left out. */
+export async function listLastSeqs(db: Kysely<DB>, ids: string[]): Promise<Array<{ id: string; lastSeq: bigint }>> {
+  if (ids.length === 0) return [];
+  const rows = await db.selectFrom("session").select(["id", "last_seq"]).where("id", "in", ids).execute();
+  return rows.map((r) => ({ id: r.id, lastSeq: BigInt(r.last_seq) }));
+}
+
+/**
+ * Sets a session's `last_seq` (a new session's first events were appended with seqs up to it).
+ * Call only in the transaction that inserted the session or holds its row lock.
+ */
+export async function setLastSeq(trx: Transaction<DB>, id: string, lastSeq: number): Promise<void> {
+  await trx.updateTable("session").set({ last_seq: lastSeq }).where("id", "=", id).execute();
 }

@@ -6,8 +6,9 @@ import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { newId } from "../../src/ids.js";
 import { DatabaseOpenError, migrate, openDatabase, type Database } from "../../src/storage/db.js";
-import { insertMessage, insertParts, listPartRows, rowToPart } from "../../src/storage/message-store.js";
-import { deleteSession, insertSession } from "../../src/storage/session-store.js";
+import { insertMessage } from "../../src/storage/message-store.js";
+import { insertParts, listPartRows, rowToPart } from "../../src/storage/part-store.js";
+import { deleteSessionRow, insertSession } from "../../src/storage/session-store.js";
 import { ADMIN_URL, createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
 
 let test: TestDatabase;
@@ -38,6 +39,7 @@ describe(`storage on ${TEST_ENGINE}`, () => {
       "2026-11-30T0200-create-ledger",
       "2026-11-30T0300-event-retention",
       "2026-11-30T2200-event-data-bytes",
+      "2026-12-02T0900-message-parent-id",
     ]);
   });
 
@@ -78,7 +80,7 @@ describe(`storage on ${TEST_ENGINE}`, () => {
       ]);
       await trx.insertInto("session_event").values({ session_id: sessionId, seq: 1, kind: "prompted", data: "{}" }).execute();
     });
-    expect(await deleteSession(database.db, sessionId)).toBe(true);
+    expect(await deleteSessionRow(database.db, sessionId)).toBe(true);
     for (const table of ["message", "part", "session_event"] as const) {
       expect(await database.db.selectFrom(table).select("session_id").where("session_id", "=", sessionId).execute()).toEqual([]);
     }

@@ -1,16 +1,18 @@
 import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
-import { SessionEventSchema, type SessionEvent, type SessionStatus, type SessionStatusSchema } from "../../gen/ledger/v1/event_pb.js";
+import { SessionEventSchema, type SessionEvent, type SessionStatusSchema } from "../../gen/ledger/v1/event_pb.js";
 import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { storableText } from "../storage/jsonb.js";
-import { insertMessage, insertParts, updateMessage, updatePart } from "../storage/message-store.js";
-import type { WriterDeps } from "./writer.js";
-import { writeSession } from "./writer.js";
+import { insertMessage, updateMessageRow } from "../storage/message-store.js";
+import { insertParts, updatePartRow } from "../storage/part-store.js";
+import { publishLive, writeSession, type WriterDeps } from "./writer.js";
 
 /**
  * The writes the agent loop makes to a session, each its own short transaction under the
  * session row lock (so seq and positions stay gap-free and user prompts can interleave
- * between them). Every write appends its event; events reach the bus after commit.
+ * between them). Every write appends its event; events reach the bus after commit
+ * (`writeSession`). Implemented by `sessionLedger`; the agent loop, its step processor and
+ * recovery write through it.
  */
 export interface SessionLedger {
   /** Inserts a new message (assistant or user) at the next position; emits `message_updated`. */
@@ -28,7 +30,7 @@ export interface SessionLedger {
   reportError(error: NonNullable<MessageInitShape<typeof SessionEventSchema>["kind"]> & { case: "sessionError" }): Promise<SessionEvent>;
   /**
    * Sends a live `part_delta` (not stored) carrying `seq`, the seq of the part snapshot it
-   * extends, straight to the bus; its text follows the storage rule (`storableText`).
+   * extends, straight to the bus and the relay (`publishLive`); its text follows the storage rule (`storableText`).
    */
   publishDelta(delta: { messageId: string; partId: string; field: string; delta: string; seq: bigint; offset: bigint }): void;
 }
@@ -46,12 +48,12 @@ export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedge
       }),
     saveMessage: (message) =>
       one(async (w) => {
-        await updateMessage(w.trx, message);
+        await updateMessageRow(w.trx, message);
         return w.emit({ case: "messageUpdated", value: { message: clone(MessageSchema, message) } });
       }),
     savePart: (part, options) =>
       one(async (w) => {
-        if (stored.has(part.id) || options?.existing) await updatePart(w.trx, part);
+        if (stored.has(part.id) || options?.existing) await updatePartRow(w.trx, part);
         else await insertParts(w.trx, [{ part, position: w.nextPosition() }]);
         stored.add(part.id);
         return w.emit({ case: "partUpdated", value: { part: clone(PartSchema, part) } });
@@ -62,14 +64,7 @@ export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedge
       const { seq, ...value } = delta;
       // Not stored, but held to the storage rule, so a client's assembled text matches the snapshots.
       value.delta = storableText(value.delta);
-      const event = create(SessionEventSchema, { sessionId, seq, kind: { case: "partDelta", value } });
-      deps.bus.publish([event]);
-      deps.relay?.delta(event);
+      publishLive(deps, create(SessionEventSchema, { sessionId, seq, kind: { case: "partDelta", value } }));
     },
   };
-}
-
-/** Whether a status event says the loop is idle. */
-export function isIdle(status: SessionStatus | undefined): boolean {
-  return status?.status.case === "idle";
 }

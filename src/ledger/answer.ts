@@ -1,0 +1,133 @@
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import { PreconditionError, StoppedWaitingError } from "../errors.js";
+import { followSession } from "../events/feed.js";
+import { getLastAnswerRow } from "../storage/message-store.js";
+import type { LedgerDeps, Replier } from "./deps.js";
+import { withParts } from "./messages.js";
+import type { StoredPrompt } from "./prompt-replay.js";
+
+/**
+ * The answer to a prompt: the last assistant message answering `userMessageId` (its
+ * `parent_id`), with its parts, or undefined when the loop has not answered it. With several
+ * steps, this is the final one. One indexed query (`getLastAnswerRow`) plus its parts.
+ */
+export async function finalAnswer(
+  deps: Pick<LedgerDeps, "db">,
+  sessionId: string,
+  userMessageId: string,
+): Promise<MessageWithParts | undefined> {
+  const row = await getLastAnswerRow(deps.db, sessionId, userMessageId);
+  return row ? (await withParts(deps.db, [row]))[0] : undefined;
+}
+
+/** True for the `message_updated` of a completed assistant message that ends the answer to `userId`. */
+export function isFinalAnswer(event: SessionEvent, userId: string): boolean {
+  if (event.kind.case !== "messageUpdated") return false;
+  const message = event.kind.value.message?.kind;
+  if (message?.case !== "assistant" || message.value.parentId !== userId || !message.value.time?.completed) return false;
+  return message.value.error !== undefined || message.value.finish !== "tool-calls";
+}
+
+/**
+ * Starts (or joins) the loop for a stored prompt and yields the session's events after it until
+ * the final answer to it and the next `idle`. Ends at once for a replayed, already answered
+ * prompt. Throws like `startAnswer` and `untilAnswered`.
+ */
+export async function* answerEvents(deps: LedgerDeps, stored: StoredPrompt, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
+  const answer = await startAnswer(deps, stored);
+  if ("error" in answer) throw answer.error;
+  if (answer.ran)
+    yield* untilAnswered(deps, stored.message.message!.kind.value!.sessionId, answer.userId, answer.after, answer.ran, signal);
+}
+
+/**
+ * Starts (or joins) the loop for a stored prompt. `after` is the seq of the prompt's last event;
+ * `ran` is undefined for a replayed prompt that is already answered; `error` is
+ * NO_MODEL_PROVIDER when nothing can answer.
+ */
+export async function startAnswer(
+  deps: LedgerDeps,
+  stored: StoredPrompt,
+): Promise<{ userId: string; after: bigint; ran?: Promise<void> } | { error: PreconditionError }> {
+  const user = stored.message.message!.kind.value!;
+  let replier: Replier;
+  try {
+    replier = requireReplier(deps, stored);
+  } catch (error) {
+    return { error: error as PreconditionError };
+  }
+  const after = stored.events.at(-1)?.seq ?? 0n;
+  if (stored.replayed && (await finalAnswer(deps, user.sessionId, user.id))) return { userId: user.id, after };
+  return { userId: user.id, after, ran: replier.run(user.sessionId) };
+}
+
+/**
+ * Follows the session from `after` until the final answer to `userId` and the next `idle`.
+ * `ran` resolves when this process's loop run ended: if the message is still unanswered then
+ * (e.g. aborted before its first step), nothing will answer it and this throws
+ * `PreconditionError` NOT_ANSWERED. When `signal` fires first (deadline, client gone), throws
+ * `StoppedWaitingError` (RUN_CONTINUES) naming the message and the last seq yielded: the run goes on.
+ */
+export async function* untilAnswered(
+  deps: LedgerDeps,
+  sessionId: string,
+  userId: string,
+  after: bigint,
+  ran: Promise<void>,
+  signal?: AbortSignal,
+): AsyncGenerator<SessionEvent> {
+  const stop = new AbortController();
+  let answered = false;
+  let grace: NodeJS.Timeout | undefined;
+  void ran
+    .then(async () => {
+      await new Promise((resolve) => (grace = setTimeout(resolve, RUN_END_GRACE_MS)));
+      if (!answered && !(await finalAnswer(deps, sessionId, userId))) stop.abort();
+    })
+    .catch(() => stop.abort());
+  const feedSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;
+  let last = after;
+  try {
+    for await (const event of followSession(deps, sessionId, after, feedSignal)) {
+      yield event;
+      last = event.seq;
+      if (isFinalAnswer(event, userId)) answered = true;
+      if (answered && event.kind.case === "sessionStatus" && event.kind.value.status.case === "idle") return;
+    }
+  } finally {
+    clearTimeout(grace);
+  }
+  if (signal?.aborted) throw runContinues(sessionId, userId, last, signal.reason);
+  if (!answered && stop.signal.aborted) {
+    throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });
+  }
+}
+
+/**
+ * The replier that answers `stored` (a stored prompt, or the id and session of a user message).
+ * Throws `PreconditionError` (FAILED_PRECONDITION, reason NO_MODEL_PROVIDER, naming the stored
+ * message) when no model provider is configured.
+ */
+export function requireReplier(deps: LedgerDeps, stored: StoredPrompt | { id: string; sessionId: string }): Replier {
+  if (deps.replier?.available) return deps.replier;
+  const user = "message" in stored ? stored.message.message?.kind.value : stored;
+  throw new PreconditionError(
+    "NO_MODEL_PROVIDER",
+    `no_reply: the message ${user?.id} was stored, but no model provider is configured to answer it; add a provider to ledger.json or send no_reply`,
+    { message_id: user?.id ?? "", session_id: user?.sessionId ?? "" },
+  );
+}
+
+/** The call stopped waiting for the answer to `userId` (`reason`: the signal's reason); the run goes on. */
+function runContinues(sessionId: string, userId: string, lastSeq: bigint, reason: unknown): StoppedWaitingError {
+  return new StoppedWaitingError(
+    "RUN_CONTINUES",
+    `the call ended before message ${userId} was answered (its deadline passed or it was cancelled); the prompt is stored and its run goes on: follow it with WatchSession(session_id=${sessionId}, after_seq=${lastSeq}) or read the answer later with ListMessages`,
+    { message_id: userId, session_id: sessionId, after_seq: String(lastSeq) },
+    { cause: reason },
+  );
+}
+
+/** After this process's run ends, how long (ms) its last events get to reach a reader. */
+const RUN_END_GRACE_MS = 200;

@@ -1,0 +1,55 @@
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { PreconditionError, SessionNotFoundError } from "../errors.js";
+import { getLastPromptId } from "../storage/message-store.js";
+import { getSessionRow, rowToSession, sessionExists } from "../storage/session-store.js";
+import { finalAnswer, requireReplier, untilAnswered } from "./answer.js";
+import type { LedgerDeps } from "./deps.js";
+
+/**
+ * The `ResumeSession` RPC: reruns the loop for the session's last user message (not
+ * `no_reply`) whose answer was interrupted (crash, shutdown), aborted, or never started, and
+ * streams the run like `promptStream` (from the session's current seq). Throws
+ * `SessionNotFoundError`, `PreconditionError` (FAILED_PRECONDITION) NOTHING_TO_RESUME when that
+ * message is answered, SESSION_REVERTED while the session has a revert point (`Revert`), and
+ * NO_MODEL_PROVIDER like `prompt`.
+ */
+export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
+  const row = await getSessionRow(deps.db, sessionId);
+  if (!row) throw new SessionNotFoundError(sessionId);
+  const revert = rowToSession(row).revert;
+  if (revert) {
+    // Resuming would answer a prompt the client has rolled back; the next Prompt applies the
+    // revert first (OpenCode `SessionRevert.cleanup`), Unrevert restores the conversation.
+    throw new PreconditionError(
+      "SESSION_REVERTED",
+      `session ${sessionId} has a revert point at message ${revert.messageId}; send a new prompt (which applies it) or Unrevert before ResumeSession`,
+      {
+        session_id: sessionId,
+        message_id: revert.messageId,
+      },
+    );
+  }
+  const userId = await getLastPromptId(deps.db, sessionId);
+  if (!userId) throw new PreconditionError("NOTHING_TO_RESUME", `session ${sessionId} has no prompt to answer`, { session_id: sessionId });
+  const answer = (await finalAnswer(deps, sessionId, userId))?.message?.kind;
+  const last = answer?.case === "assistant" ? answer.value : undefined;
+  const resumable =
+    !last ||
+    !last.time?.completed ||
+    last.error?.kind.case === "interrupted" ||
+    last.error?.kind.case === "aborted" ||
+    last.finish === "tool-calls";
+  if (!resumable)
+    throw new PreconditionError("NOTHING_TO_RESUME", `the last prompt (${userId}) of session ${sessionId} is already answered`, {
+      session_id: sessionId,
+      message_id: userId,
+    });
+  const replier = requireReplier(deps, { id: userId, sessionId });
+  yield* untilAnswered(deps, sessionId, userId, BigInt(row.last_seq), replier.run(sessionId, { resume: userId }), signal);
+}
+
+/** The `Abort` RPC: cancels the session's running loop; false when none ran. Throws `SessionNotFoundError`. */
+export async function abortSession(deps: LedgerDeps, sessionId: string): Promise<boolean> {
+  if (!(await sessionExists(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
+  return (await deps.replier?.abort(sessionId)) ?? false;
+}

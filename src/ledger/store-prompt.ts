@@ -1,0 +1,188 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { ModelRefSchema } from "../../gen/ledger/v1/model_pb.js";
+import { MessageSchema, MessageWithPartsSchema, type Message, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import type { Part } from "../../gen/ledger/v1/part_pb.js";
+import { PermissionAction, PermissionRuleSchema } from "../../gen/ledger/v1/session_pb.js";
+import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
+import { allowedRoots } from "../config/config.js";
+import { newId } from "../ids.js";
+import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
+import { makeStorable } from "../storage/jsonb.js";
+import { insertMessage } from "../storage/message-store.js";
+import { insertParts } from "../storage/part-store.js";
+import { duplicateId, isUniqueViolation } from "../storage/pg-errors.js";
+import { getSessionRow, rowToSession } from "../storage/session-store.js";
+import type { LedgerDeps } from "./deps.js";
+import { AlreadyExistsError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
+import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
+import { promptFingerprint } from "./prompt-hash.js";
+import { applyRevert } from "./revert.js";
+import { resolveAgent, resolveModel, resolveVariant, sameModel } from "./selection.js";
+import { writeSession, type EventKind } from "./writer.js";
+
+export type { StoredPrompt } from "./prompt-replay.js";
+
+/** Extras of one `storePrompt` call. */
+export interface StorePromptOptions {
+  /**
+   * Events to append in the prompt's transaction, after its parts' events and before
+   * `prompted` (so a replayed `message_id` returns them too); given the new message's id.
+   * E.g. `command` for the `Command` RPC. Not called for a replayed prompt.
+   */
+  extraEvents?: (messageId: string) => EventKind[];
+}
+
+/**
+ * Stores a prompt as a user message with its parts (design.md §3; OpenCode
+ * `SessionPrompt.prompt` + `createUserMessage`), in this order: load the session; resolve
+ * agent (`resolveAgent`: the request's, else the session's, else the default), model and variant; resolve every draft concurrently; run the `chatMessage` plugin
+ * hooks; then ONE transaction: the session's pending revert (`applyRevert`: `message_removed`,
+ * `part_removed`), agent/model switch, the message, its parts in order, the events
+ * (`agent_switched`, `model_switched`, `message_updated`, `part_updated`..., `session_error`,
+ * `synthetic`, `prompted`, `session_updated`) with gap-free `seq`, the session touch, and the
+ * permission rules from the deprecated `tools` map (replacing the session's).
+ *
+ * Every string of `request` is made storable first (`makeStorable`: NUL and lone surrogates →
+ * U+FFFD, non-finite numbers in Structs → null), in place.
+ *
+ * `message_id` is an idempotency key: the same id with the same content returns the stored
+ * message (`replayed: true`, no new rows); with other content → `AlreadyExistsError`.
+ *
+ * Throws `SessionNotFoundError`, `AgentNotFoundError` (NOT_FOUND), `InvalidArgumentError`,
+ * `LimitExceededError`, `PathNotAllowedError`, `AlreadyExistsError`, `PluginError`; on any of
+ * them nothing is written.
+ */
+export async function storePrompt(deps: LedgerDeps, request: PromptRequest, options: StorePromptOptions = {}): Promise<StoredPrompt> {
+  checkCounts(deps, request);
+  // The storage rule, applied up front: the fingerprint, plugins and drafts see what will be stored.
+  makeStorable(request);
+  const row = await getSessionRow(deps.db, request.sessionId);
+  if (!row) throw new SessionNotFoundError(request.sessionId);
+  const session = rowToSession(row);
+  const fingerprint = promptFingerprint(request);
+  if (request.messageId) {
+    const stored = await findStoredPrompt(deps.db, request.sessionId, request.messageId, fingerprint);
+    if (stored) return stored;
+  }
+
+  const agent = resolveAgent(deps.config, request.agent, session.agent);
+  const model = resolveModel(deps.config, agent, request.model, session.model);
+  const variant = resolveVariant(deps.config, agent, model, request.variant);
+  const messageId = request.messageId || newId("msg");
+  const drafts = await resolveDrafts(
+    {
+      sessionId: session.id,
+      messageId,
+      directory: session.directory,
+      roots: allowedRoots(deps.config),
+      references: deps.config.references,
+      limits: deps.config.limits,
+      agent,
+      agents: deps.config.agents,
+      mcp: deps.mcp,
+    },
+    request.parts,
+  );
+  const draftMessage = create(MessageSchema, {
+    kind: {
+      case: "user",
+      value: {
+        id: messageId,
+        sessionId: session.id,
+        timeCreated: timestampFromDate(new Date()),
+        agent: agent.name,
+        model,
+        variant,
+        system: request.system || undefined,
+        format: request.format,
+        tools: request.tools,
+        noReply: request.noReply,
+      },
+    },
+  });
+  const hooked = await deps.plugins.chatMessage(draftMessage, drafts.parts);
+
+  try {
+    const { result, events } = await writeSession(deps, session.id, async (w) => {
+      // A concurrent request with the same message_id may have committed while we resolved.
+      if (request.messageId) {
+        const stored = await findStoredPrompt(w.trx, session.id, request.messageId, fingerprint);
+        if (stored) return stored;
+      }
+      // Only a prompt that names its agent (or the first one, on a session without) changes the session's.
+      if ((request.agent || !w.session.agent) && w.session.agent !== agent.name) {
+        w.emit({ case: "agentSwitched", value: { previous: w.session.agent, current: agent.name } });
+        w.session.agent = agent.name;
+      }
+      if (model && !sameModel(w.session.model, model)) {
+        w.emit({ case: "modelSwitched", value: { previous: w.session.model, current: model } });
+        w.session.model = create(ModelRefSchema, model);
+      }
+      // A revert point set since the last prompt is carried out now, before the new message.
+      await applyRevert(w);
+      await insertMessage(w.trx, { message: hooked.message, position: w.nextPosition(), requestHash: fingerprint });
+      w.session.messageCount += 1;
+      await insertParts(
+        w.trx,
+        hooked.parts.map((part) => ({ part, position: w.nextPosition() })),
+      );
+      emitPromptEvents(w.emit, hooked.message, hooked.parts, drafts, messageId, request.noReply, options.extraEvents?.(messageId) ?? []);
+      if (Object.keys(request.tools).length > 0) w.session.permission = permissionsFromTools(request.tools);
+      w.emit({ case: "sessionUpdated", value: { session: w.session } });
+      return undefined;
+    });
+    if (result) return result;
+    return { message: create(MessageWithPartsSchema, { message: hooked.message, parts: hooked.parts }), events, replayed: false };
+  } catch (error) {
+    throw mapConflict(error, request, messageId);
+  }
+}
+
+function emitPromptEvents(
+  emit: (kind: EventKind) => SessionEvent,
+  message: Message,
+  parts: Part[],
+  drafts: ResolvedDrafts,
+  messageId: string,
+  noReply: boolean,
+  extra: EventKind[],
+): void {
+  emit({ case: "messageUpdated", value: { message } });
+  for (const part of parts) emit({ case: "partUpdated", value: { part } });
+  for (const problem of drafts.problems) {
+    emit({
+      case: "sessionError",
+      value: { messageId, error: { message: problem.message, kind: { case: "fileRead", value: { path: problem.path } } } },
+    });
+  }
+  const synthetic = drafts.syntheticIds.filter((id) => parts.some((p) => p.id === id));
+  if (synthetic.length > 0) emit({ case: "synthetic", value: { messageId, partIds: synthetic } });
+  for (const kind of extra) emit(kind);
+  emit({ case: "prompted", value: { messageId, noReply } });
+}
+
+/** OpenCode turns `tools: {name: bool}` into permission rules `{permission: name, pattern: "*", action}`. */
+function permissionsFromTools(tools: Record<string, boolean>) {
+  return Object.entries(tools).map(([permission, enabled]) =>
+    create(PermissionRuleSchema, { permission, pattern: "*", action: enabled ? PermissionAction.ALLOW : PermissionAction.DENY }),
+  );
+}
+
+function checkCounts(deps: LedgerDeps, request: PromptRequest): void {
+  const max = deps.config.limits.parts_per_prompt;
+  if (request.parts.length > max) throw new LimitExceededError("parts", "parts_per_prompt", max, request.parts.length, "parts");
+}
+
+function mapConflict(error: unknown, request: PromptRequest, messageId: string): unknown {
+  if (isUniqueViolation(error, "message_pkey")) {
+    return new AlreadyExistsError("message_id", messageId, "is already used by another session or prompt");
+  }
+  if (isUniqueViolation(error, "part_pkey")) {
+    const id = duplicateId(error) ?? "";
+    const index = request.parts.findIndex((p) => p.kind.value?.id === id);
+    return new AlreadyExistsError(index >= 0 ? `parts[${index}].id` : "parts", id, "is already used by another part");
+  }
+  return error;
+}

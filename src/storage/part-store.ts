@@ -1,0 +1,78 @@
+import { fromJson, type JsonObject } from "@bufbuild/protobuf";
+import type { Kysely, Transaction } from "kysely";
+import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
+import { toJsonb } from "./jsonb.js";
+import { protoCaseName } from "./proto-names.js";
+import type { DB, PartRow } from "./schema.js";
+
+/** Postgres allows 65,535 bind parameters per statement; part rows have 6 columns. */
+const PART_ROWS_PER_INSERT = Math.floor(65535 / 6);
+
+/** A part to insert, with its server-assigned position. */
+export interface NewPart {
+  part: Part;
+  position: number;
+}
+
+/** A removed part: its id and its message's id. */
+export interface RemovedPart {
+  id: string;
+  message_id: string;
+}
+
+/**
+ * Inserts parts with multi-row inserts, chunked under the bind-parameter limit, keeping the
+ * given order. Each part's strings are made storable in place (`makeStorable`), so the caller's
+ * parts are what was stored. Throws the driver's unique-violation error (23505, `part_pkey`) on a
+ * duplicate part id.
+ */
+export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promise<void> {
+  for (let i = 0; i < parts.length; i += PART_ROWS_PER_INSERT) {
+    const chunk = parts.slice(i, i + PART_ROWS_PER_INSERT);
+    await trx
+      .insertInto("part")
+      .values(
+        chunk.map(({ part, position }) => ({
+          id: part.id,
+          session_id: part.sessionId,
+          message_id: part.messageId,
+          position,
+          kind: protoCaseName(PartSchema, part.kind.case ?? ""),
+          data: toJsonb(PartSchema, part),
+        })),
+      )
+      .execute();
+  }
+}
+
+/** Replaces a stored part's data (kind and position never change); strings made storable in place. */
+export async function updatePartRow(trx: Transaction<DB>, part: Part): Promise<void> {
+  await trx
+    .updateTable("part")
+    .set({ data: toJsonb(PartSchema, part) })
+    .where("id", "=", part.id)
+    .execute();
+}
+
+/** Reads one part row by id, or undefined. */
+export async function getPartRow(db: Kysely<DB>, id: string): Promise<PartRow | undefined> {
+  return db.selectFrom("part").selectAll().where("id", "=", id).executeTakeFirst();
+}
+
+/** Reads the parts of the given messages in position order (`part_message_id_position_idx`). */
+export async function listPartRows(db: Kysely<DB>, messageIds: string[]): Promise<PartRow[]> {
+  if (messageIds.length === 0) return [];
+  return db.selectFrom("part").selectAll().where("message_id", "in", messageIds).orderBy("position", "asc").execute();
+}
+
+/** Deletes the given parts; returns the removed ones in position order. */
+export async function deleteParts(trx: Transaction<DB>, partIds: string[]): Promise<RemovedPart[]> {
+  if (partIds.length === 0) return [];
+  const rows = await trx.deleteFrom("part").where("id", "in", partIds).returning(["id", "message_id", "position"]).execute();
+  return rows.sort((a, b) => Number(a.position) - Number(b.position)).map(({ id, message_id }) => ({ id, message_id }));
+}
+
+/** Maps a part row to `ledger.v1.Part`: the one decoder of the `part.data` column. */
+export function rowToPart(row: Pick<PartRow, "data">): Part {
+  return fromJson(PartSchema, row.data as JsonObject, { ignoreUnknownFields: true });
+}
