@@ -18,7 +18,6 @@ export async function startBenchLedger(
   return startLedger({
     config: buildConfig(configFileSchema.parse(options.config ?? {}), undefined, dir),
     database,
-    cwd: dir,
     models: options.models,
   });
 }

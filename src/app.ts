@@ -22,8 +22,6 @@ export interface StartOptions {
   host?: string;
   /** Default 0 (a free port). */
   port?: number;
-  /** Working directory: relative session directories are resolved against it. Default `process.cwd()`. */
-  cwd?: string;
   /** Where models come from; default: the providers in `config` (tests may pass scripted models). */
   models?: ModelResolver;
 }
@@ -63,7 +61,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     const plugins = await loadPlugins(options.config.plugins);
     relay = target.kind === "postgres" ? await startPgRelay({ url: target.url, db: database.db, bus }) : undefined;
     const metrics = createMetrics({ pool: () => database.poolStats() });
-    const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, cwd: options.cwd ?? process.cwd(), metrics };
+    const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, metrics };
     deps.mcp = await startMcp(options.config);
     const locks = target.kind === "postgres" ? postgresLocks(target.url) : processLocks();
     deps.replier = createRunner(deps, options.models ?? createModelResolver(options.config), locks);

@@ -1,5 +1,5 @@
 /**
- * Built-in agents (design.md §8), as in OpenCode `agent/agent.ts`: `build` (the default, all
+ * Built-in agents (docs/design.md §8), as in OpenCode `agent/agent.ts`: `build` (the default, all
  * tools), `plan` (read-only: edits and shell denied), and the subagents `general` and `explore`.
  * Config `agent.<name>` entries override fields of these or add new agents.
  */
@@ -19,7 +19,7 @@ export interface AgentInfo {
   hidden: boolean;
   /** The agent's own model as "provider/model", when it has one. */
   model?: { providerId: string; modelId: string };
-  /** The agent's default variant (applies only with its own model; design.md §3). */
+  /** The agent's default variant (applies only with its own model; docs/design.md §3). */
   variant?: string;
   /** System prompt of the agent. */
   prompt?: string;

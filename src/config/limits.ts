@@ -1,6 +1,6 @@
 /**
  * Size and count limits, all enforced before anything is persisted. Over a limit the request
- * fails with `RESOURCE_EXHAUSTED` naming the limit and the value (design.md §2).
+ * fails with `RESOURCE_EXHAUSTED` naming the limit and the value (docs/design.md §2).
  * Configure them under `limits` in ledger.json (snake_case keys, same names).
  */
 export interface Limits {

@@ -26,7 +26,7 @@ const MAX_DELTA_CHARS = 1500;
 /** Deltas are sent in batches at most this often (ms): never one NOTIFY per token. */
 const DELTA_FLUSH_MS = 15;
 
-/** Cross-process fan-out over Postgres LISTEN/NOTIFY (design.md §6). */
+/** Cross-process fan-out over Postgres LISTEN/NOTIFY (docs/design.md §6). */
 export interface Relay {
   /**
    * Queues a hint that `sessionId`'s log reached `seq`, inside the writing transaction: Postgres

@@ -120,7 +120,7 @@ async function onPseudoFs(path: string): Promise<boolean> {
  * spellings of the same file are inside — a session directory `/tmp/linkproj` that is a link to
  * `/tmp/realproj dir` (macOS: `/tmp` → `/private/tmp`) accepts `/tmp/linkproj/src/a.txt` and
  * `/tmp/realproj dir/src/a.txt` — while an escape through a link stays refused. Not in OpenCode
- * (its read tool asks for permission instead); design.md §4 requires it.
+ * (its read tool asks for permission instead); docs/design.md §4 requires it.
  *
  * Steps (every one a path computation or a `realpath`/`stat`/`statfs`: nothing is opened, so a
  * FIFO cannot block and `/dev/zero` is never read):

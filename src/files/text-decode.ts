@@ -1,5 +1,5 @@
 /**
- * Turning file bytes into text without mojibake (design.md §4: "non-UTF-8 text is decoded (BOM,
+ * Turning file bytes into text without mojibake (docs/design.md §4: "non-UTF-8 text is decoded (BOM,
  * then a fallback)"). OpenCode's read tool always decodes as UTF-8 and keeps a UTF-8 BOM; we
  * honour byte-order marks, strip them, and fall back to windows-1252 when the bytes are not UTF-8.
  */

@@ -18,8 +18,6 @@ export interface LedgerDeps {
   relay?: Relay;
   config: LedgerConfig;
   plugins: PluginHost;
-  /** The server's working directory: relative session directories (CreateSession, ListSessions) are resolved against it. */
-  cwd: string;
   /** Answers prompts (the agent loop); absent or unavailable when no model provider is configured. */
   replier?: Replier;
   /** Reads MCP resources for file parts; absent → every MCP resource read fails as not configured. */

@@ -32,7 +32,7 @@ export function visibleAgents(config: LedgerConfig): string[] {
 }
 
 /**
- * Resolves the model of a prompt (design.md §3; OpenCode `input.model ?? agent.model ??
+ * Resolves the model of a prompt (docs/design.md §3; OpenCode `input.model ?? agent.model ??
  * lastModel(session)`): `requested` ?? the agent's model ?? the session's current (last used)
  * model, when it is configured ?? the configured default (`model`, else the first configured
  * model). Undefined when none is known (no provider configured).
@@ -75,7 +75,7 @@ export function isConfiguredModel(config: Pick<LedgerConfig, "providers">, ref: 
 }
 
 /**
- * Resolves the variant (design.md §3): `requested` when set; else the agent's variant when the
+ * Resolves the variant (docs/design.md §3): `requested` when set; else the agent's variant when the
  * chosen model is the agent's own model and that model (in config) defines the variant; else none.
  */
 export function resolveVariant(

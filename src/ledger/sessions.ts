@@ -98,8 +98,8 @@ export async function listChildren(deps: LedgerDeps, sessionId: string): Promise
 
 /**
  * One page of sessions, most recently updated first, optionally of one `directory`
- * (compared resolved). Throws `InvalidArgumentError` on a bad `page_token`, and on a `directory`
- * with a NUL or over 4096 bytes.
+ * (an absolute path, compared resolved). Throws `InvalidArgumentError` on a bad `page_token`, and
+ * on a `directory` that is relative, has a NUL or is over 4096 bytes.
  */
 export async function listSessions(
   deps: LedgerDeps,
@@ -109,7 +109,13 @@ export async function listSessions(
   const token = page.pageToken ? decodePageToken("page_token", page.pageToken, { t: "date", id: "string" }) : undefined;
   const cursor = token ? { timeUpdated: new Date(String(token.t)), id: String(token.id) } : undefined;
   if (page.directory) checkPathShape("directory", page.directory);
-  const directory = page.directory ? await realpath(path.resolve(deps.cwd, page.directory)).catch(() => page.directory) : undefined;
+  if (page.directory && !path.isAbsolute(page.directory)) {
+    throw new InvalidArgumentError(
+      "directory",
+      `${JSON.stringify(page.directory)} is relative: filter by the absolute path of the project directory`,
+    );
+  }
+  const directory = page.directory ? await realpath(page.directory).catch(() => page.directory) : undefined;
   const rows = await store.listSessionRows(deps.db, { limit: limit + 1, cursor, directory });
   const pageRows = rows.slice(0, limit);
   const last = pageRows.at(-1);

@@ -35,7 +35,7 @@ export interface StorePromptOptions {
 }
 
 /**
- * Stores a prompt as a user message with its parts (design.md §3; OpenCode
+ * Stores a prompt as a user message with its parts (docs/design.md §3; OpenCode
  * `SessionPrompt.prompt` + `createUserMessage`), in this order: load the session; resolve
  * agent (`resolveAgent`: the request's, else the session's, else the default), model and variant; resolve every draft concurrently; run the `chatMessage` plugin
  * hooks; then ONE transaction: the session's pending revert (`applyRevert`: `message_removed`,

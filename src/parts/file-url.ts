@@ -44,7 +44,7 @@ function bound(field: string, params: URLSearchParams, name: "start" | "end"): n
  * is part of the file name (POSIX names may contain one); `%2e%2e` is a `..` segment, while a
  * double-encoded `%252e%252e` decodes once, to the literal name `%2e%2e`.
  *
- * Range (design.md §4, OpenCode `resolvePart`): `?start=a&end=b` gives offset = max(a, 1) and
+ * Range (docs/design.md §4, OpenCode `resolvePart`): `?start=a&end=b` gives offset = max(a, 1) and
  * limit = b − offset + 1 (end is inclusive); `?start=a` gives offset = max(a, 1) and no limit
  * (`start=0` means from line 1); `?end=b` alone gives offset 1, limit b. Other query parameters
  * are ignored. When both bounds are given and equal (`?start=12&end=12`), `symbolLine` is that

@@ -3,9 +3,9 @@ import sharp from "sharp";
 import type { Limits } from "../config/limits.js";
 import { InvalidArgumentError, LimitExceededError } from "../errors.js";
 
-/** Longest side a stored image may have, in pixels (design.md §3 step 6). */
+/** Longest side a stored image may have, in pixels (docs/design.md §3 step 6). */
 export const IMAGE_MAX_DIMENSION = 2000;
-/** Largest stored image, in bytes of the encoded file (design.md §3 step 6): 5 MiB. */
+/** Largest stored image, in bytes of the encoded file (docs/design.md §3 step 6): 5 MiB. */
 export const IMAGE_MAX_BYTES = 5 * 1024 * 1024;
 /** JPEG qualities tried, in order, when the resized PNG is over the byte budget. */
 export const JPEG_QUALITIES: readonly number[] = [85, 70, 55, 40, 25, 10];
@@ -49,7 +49,7 @@ export interface NormalizedImage {
   bytes: Uint8Array;
 }
 
-/** Bounds of {@link normalizeImage}; the defaults are design.md's and suit the providers. */
+/** Bounds of {@link normalizeImage}; the defaults are docs/design.md's and suit the providers. */
 export interface ImageBounds {
   /** Longest side, in pixels; default {@link IMAGE_MAX_DIMENSION}. */
   maxDimension?: number;
@@ -81,7 +81,7 @@ export async function sniffImage(bytes: Uint8Array): Promise<string | undefined>
 }
 
 /**
- * Normalizes an image before it is stored (design.md §3 step 6), so that no later turn sends a
+ * Normalizes an image before it is stored (docs/design.md §3 step 6), so that no later turn sends a
  * provider an image it refuses:
  *
  * 1. Empty input → `InvalidArgumentError`.

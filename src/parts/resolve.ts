@@ -59,15 +59,15 @@ export interface ResolvedDrafts {
 type Piece = { part: Part; synthetic: boolean };
 
 /**
- * Resolves every draft concurrently, keeping input order (design.md §4; OpenCode
+ * Resolves every draft concurrently, keeping input order (docs/design.md §4; OpenCode
  * `SessionPrompt.createUserMessage`/`resolvePart`). Empty and whitespace-only text drafts are
  * dropped when other drafts exist; a prompt with nothing else is refused. Per draft
- * (design.md §4; OpenCode
+ * (docs/design.md §4; OpenCode
  * `SessionPrompt.createUserMessage`/`resolvePart`):
  * - text → as given; file `data:` text/plain → S read call, S decoded body, the file part;
  * - file `data:` image (declared `image/*` as the draft's mime or the URL's, or sniffed image
  *   content, whatever the declared mime) → the file part with the image normalized by
- *   `normalizeImage` (design.md §3 step 6) as a base64 `data:` URL with the image's real mime;
+ *   `normalizeImage` (docs/design.md §3 step 6) as a base64 `data:` URL with the image's real mime;
  * - file `data:` other → the file part; `http(s):` → the file part as given;
  * - file `file:` inside a configured reference → first S `Referenced configured reference
  *   @<alias>/<target>.` with `metadata.reference` (see `referenceNote`), then as below;

@@ -27,7 +27,7 @@ import {
 export const ERROR_DOMAIN = "ledger.v1";
 
 /**
- * The one table from domain error class to Connect/gRPC code (design.md §2). Classes not
+ * The one table from domain error class to Connect/gRPC code (docs/design.md §2). Classes not
  * listed are bugs and become `INTERNAL` "internal error" with nothing leaked.
  */
 const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code]> = [

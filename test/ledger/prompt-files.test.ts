@@ -7,7 +7,7 @@ import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { file, partText, promptOnce, shape, text } from "../support/prompt.js";
 
 // Field cases from real user reports: each `file:`/`data:` draft stored with the exact parts of
-// design.md §4, read back through ListMessages.
+// docs/design.md §4, read back through ListMessages.
 
 const PNG_1X1 = Buffer.from("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==", "base64");
 const TEN_LINES = Array.from({ length: 10 }, (_, i) => `line ${i + 1}`).join("\n") + "\n";

@@ -12,7 +12,7 @@ import { parseDataUrl, toDataUrl } from "../../src/parts/data-url.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { file, promptOnce, shape, text, type Draft } from "../support/prompt.js";
 
-// Images are normalized at admission (design.md §3 step 6): real images made by sharp, sent
+// Images are normalized at admission (docs/design.md §3 step 6): real images made by sharp, sent
 // through the real server, read back with ListMessages. A broken image is refused before
 // anything is stored, so no later turn sends a provider an image it rejects.
 

@@ -3,7 +3,7 @@ import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { AgentNotFoundError, InvalidArgumentError } from "../../src/errors.js";
 import { checkModelRef, isConfiguredModel, resolveAgent, resolveModel, resolveVariant } from "../../src/ledger/selection.js";
 
-// design.md §3: model = input ?? agent's model ?? session's last model (when configured) ?? config default;
+// docs/design.md §3: model = input ?? agent's model ?? session's last model (when configured) ?? config default;
 // variant = input, else the agent's variant when the chosen model is the agent's own model and
 // that model defines the variant, else none.
 const config = buildConfig(

@@ -59,6 +59,11 @@ describe("session CRUD", () => {
       Code.InvalidArgument,
       `directory: "src" is relative: send the absolute path of the project directory (the server's working directory is not the client's)`,
     ]);
+    const filter = await connectFailure(t.client.listSessions({ directory: "src" }));
+    expect([filter.code, filter.rawMessage]).toEqual([
+      Code.InvalidArgument,
+      `directory: "src" is relative: filter by the absolute path of the project directory`,
+    ]);
   });
 
   it("refuses a directory that does not exist and an unknown parent", async () => {

@@ -14,7 +14,7 @@ export interface TestLedger {
   ledger: RunningLedger;
   /** Connect client over HTTP/1.1 with JSON. */
   client: Client<typeof SessionService>;
-  /** A fresh temporary directory (resolved): the cwd of the server and of new sessions. */
+  /** A fresh temporary directory (resolved): the directory tests give new sessions. */
   dir: string;
   database: TestDatabase;
   close(): Promise<void>;
@@ -22,7 +22,7 @@ export interface TestLedger {
 
 /**
  * Starts a ledger for one test file: a new database (engine from `LEDGER_TEST_DB`), `config`
- * as the raw ledger.json object, cwd in a new temp dir. `options.models` replaces the
+ * as the raw ledger.json object, relative config paths against a new temp dir. `options.models` replaces the
  * providers of `config` (e.g. `mockResolver` from ./mock-models.ts). Call `close()` in `afterAll`.
  */
 export async function startTestLedger(config: Record<string, unknown> = {}, options: { models?: ModelResolver } = {}): Promise<TestLedger> {
@@ -31,7 +31,6 @@ export async function startTestLedger(config: Record<string, unknown> = {}, opti
   const ledger = await startLedger({
     config: buildConfig(configFileSchema.parse(config), undefined, dir),
     database: database.target,
-    cwd: dir,
     models: options.models,
   });
   const client = createClient(SessionService, createConnectTransport({ baseUrl: ledger.url, httpVersion: "1.1", useBinaryFormat: false }));

@@ -143,7 +143,7 @@ export type ListSessionsRequest = Message<"ledger.v1.ListSessionsRequest"> & {
   pageToken: string;
 
   /**
-   * Only sessions of this directory, when set.
+   * Only sessions of this directory (an absolute path, compared resolved), when set.
    *
    * @generated from field: string directory = 3;
    */

@@ -2,7 +2,7 @@ import { sql, type Kysely } from "kysely";
 
 // Frozen in time: this migration imports nothing from the app.
 
-/** Creates `session`, `message`, `part` and `session_event` (design.md §5). */
+/** Creates `session`, `message`, `part` and `session_event` (docs/design.md §5). */
 export async function up(db: Kysely<any>): Promise<void> {
   await db.schema
     .createTable("session")
