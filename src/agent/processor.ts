@@ -2,6 +2,7 @@ import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import {
   PartSchema,
+  PatchPartSchema,
   ReasoningPartSchema,
   StepFinishPartSchema,
   StepStartPartSchema,
@@ -35,6 +36,32 @@ export interface StepResult {
   structuredError?: unknown;
 }
 
+/**
+ * Carries the progress of running tool calls (bash output so far) from the tools to the step
+ * processor, which stores it on the call's running tool part. One per loop; `emit` is handed to
+ * the tools (`createTools({ progress })`), `attach` is called by `processStep`.
+ */
+export class ToolProgress {
+  #handler?: (callId: string, update: { title?: string; metadata: Record<string, unknown> }) => void;
+  /** Reports progress of the call `callId`; dropped when no step is attached. */
+  readonly emit = (callId: string, update: { title?: string; metadata: Record<string, unknown> }): void => this.#handler?.(callId, update);
+  /** Routes progress to `handler` until the returned function is called. */
+  attach(handler: (callId: string, update: { title?: string; metadata: Record<string, unknown> }) => void): () => void {
+    this.#handler = handler;
+    return () => {
+      if (this.#handler === handler) this.#handler = undefined;
+    };
+  }
+}
+
+/** Snapshots around a step (see src/snapshot): the tree before it, and what it changed. */
+export interface StepSnapshots {
+  /** Records the session directory now; the snapshot id, or undefined when none was taken. */
+  start(): Promise<string | undefined>;
+  /** Records it again after the step: the new snapshot id and the files changed since `before`. */
+  finish(before: string): Promise<{ after?: string; files: string[] }>;
+}
+
 /** Where the step's parts go: the session ledger and the assistant message they belong to. */
 export interface StepTarget {
   ledger: SessionLedger;
@@ -42,6 +69,10 @@ export interface StepTarget {
   messageId: string;
   /** Turns usage into USD for the step_finish part. */
   cost(usage: StepUsage): number;
+  /** Progress of running tool calls, stored on their running parts (throttled to one write per 100 ms). */
+  progress?: ToolProgress;
+  /** Takes a snapshot at the step's start (`step_start.snapshot`) and a `patch` part at its finish. */
+  snapshots?: StepSnapshots;
 }
 
 interface Streaming {
@@ -81,12 +112,46 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   const result: StepResult = { aborted: false, produced: false };
   const newPart = (kind: Part["kind"]) =>
     create(PartSchema, { id: newId("prt"), sessionId: target.sessionId, messageId: target.messageId, kind });
+  let stepSnapshot: string | undefined;
+  // Progress writes of running calls, one at a time; a call's final state waits for them.
+  let progressChain: Promise<unknown> = Promise.resolve();
+  const progressTimers = new Map<string, { last: number; timer?: NodeJS.Timeout }>();
+  const saveProgress = (callId: string) => {
+    const tool = tools.get(callId);
+    if (!tool || tool.value.state?.status.case !== "running") return;
+    progressChain = progressChain.then(() => ledger.savePart(tool.part)).catch(() => undefined);
+  };
+  const detach = target.progress?.attach((callId, update) => {
+    const tool = tools.get(callId);
+    const state = tool?.value.state?.status;
+    if (!tool || state?.case !== "running") return;
+    if (update.title !== undefined) state.value.title = update.title;
+    state.value.metadata = asObject(update.metadata);
+    const entry = progressTimers.get(callId) ?? { last: 0 };
+    progressTimers.set(callId, entry);
+    if (entry.timer) return;
+    const wait = entry.last + SNAPSHOT_INTERVAL_MS - Date.now();
+    const save = () => {
+      entry.timer = undefined;
+      entry.last = Date.now();
+      saveProgress(callId);
+    };
+    if (wait <= 0) save();
+    else entry.timer = setTimeout(save, wait);
+  });
+  const settleProgress = async (callId: string) => {
+    const entry = progressTimers.get(callId);
+    if (entry?.timer) clearTimeout(entry.timer);
+    progressTimers.delete(callId);
+    await progressChain;
+  };
 
   try {
     for await (const event of events) {
       switch (event.type) {
         case "step-start":
-          await ledger.savePart(newPart({ case: "stepStart", value: create(StepStartPartSchema) }));
+          stepSnapshot = await target.snapshots?.start();
+          await ledger.savePart(newPart({ case: "stepStart", value: create(StepStartPartSchema, { snapshot: stepSnapshot ?? "" }) }));
           break;
         case "text-start":
         case "reasoning-start": {
@@ -157,6 +222,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
         }
         case "tool-result":
         case "tool-error": {
+          await settleProgress(event.callId);
           const tool = toolPart(tools, newPart, event.callId, event.tool);
           const started = tool.value.state?.status.case === "running" ? tool.value.state.status.value.timeStart : timestampNow();
           tool.value.state = create(ToolStateSchema, {
@@ -179,16 +245,20 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           result.finishReason = event.finishReason;
           result.usage = event.usage;
           const u = event.usage;
+          const changed = stepSnapshot && target.snapshots ? await target.snapshots.finish(stepSnapshot) : undefined;
           await ledger.savePart(
             newPart({
               case: "stepFinish",
               value: create(StepFinishPartSchema, {
                 reason: event.finishReason,
+                snapshot: changed?.after ?? "",
                 cost: target.cost(u),
                 tokens: tokens(u),
               }),
             }),
           );
+          if (changed && changed.files.length > 0)
+            await ledger.savePart(newPart({ case: "patch", value: create(PatchPartSchema, { hash: stepSnapshot, files: changed.files }) }));
           break;
         }
         case "error":
@@ -206,6 +276,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   } catch (error) {
     result.error ??= error;
   } finally {
+    detach?.();
+    for (const callId of [...progressTimers.keys()]) await settleProgress(callId);
     for (const open of streaming.values()) {
       // Cut off before its end: the provider never finished this item, so its state is not kept.
       open.value.metadata = undefined;
