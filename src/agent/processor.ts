@@ -15,6 +15,7 @@ import {
   type ToolPart,
 } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../ids.js";
+import { logger } from "../observe/log.js";
 import type { SessionLedger } from "../ledger/session-ledger.js";
 import { tokens, type LoopEvent, type StepUsage } from "./ai-sdk-events.js";
 
@@ -113,6 +114,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   const newPart = (kind: Part["kind"]) =>
     create(PartSchema, { id: newId("prt"), sessionId: target.sessionId, messageId: target.messageId, kind });
   let stepSnapshot: string | undefined;
+  let stepFinish: Part | undefined;
   // Progress writes of running calls, one at a time; a call's final state waits for them.
   let progressChain: Promise<unknown> = Promise.resolve();
   const progressTimers = new Map<string, { last: number; timer?: NodeJS.Timeout }>();
@@ -147,10 +149,12 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   };
 
   try {
+    // Before the first pull of `events`, which starts the model call: the SDK runs tools as soon
+    // as it parses their calls, whatever this loop is still writing.
+    stepSnapshot = await target.snapshots?.start();
     for await (const event of events) {
       switch (event.type) {
         case "step-start":
-          stepSnapshot = await target.snapshots?.start();
           await ledger.savePart(newPart({ case: "stepStart", value: create(StepStartPartSchema, { snapshot: stepSnapshot ?? "" }) }));
           break;
         case "text-start":
@@ -245,20 +249,15 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           result.finishReason = event.finishReason;
           result.usage = event.usage;
           const u = event.usage;
-          const changed = stepSnapshot && target.snapshots ? await target.snapshots.finish(stepSnapshot) : undefined;
-          await ledger.savePart(
-            newPart({
-              case: "stepFinish",
-              value: create(StepFinishPartSchema, {
-                reason: event.finishReason,
-                snapshot: changed?.after ?? "",
-                cost: target.cost(u),
-                tokens: tokens(u),
-              }),
+          stepFinish = newPart({
+            case: "stepFinish",
+            value: create(StepFinishPartSchema, {
+              reason: event.finishReason,
+              cost: target.cost(u),
+              tokens: tokens(u),
             }),
-          );
-          if (changed && changed.files.length > 0)
-            await ledger.savePart(newPart({ case: "patch", value: create(PatchPartSchema, { hash: stepSnapshot, files: changed.files }) }));
+          });
+          await ledger.savePart(stepFinish);
           break;
         }
         case "error":
@@ -290,8 +289,32 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
       tool.value.state = create(ToolStateSchema, { status: { case: "error", value: { input, error: why, timeEnd: timestampNow() } } });
       await ledger.savePart(tool.part);
     }
+    // Tools may finish after the provider's finish-step: the files are compared once the step is over.
+    if (stepSnapshot && target.snapshots)
+      await recordPatch(target, stepSnapshot, stepFinish, newPart).catch((error: unknown) =>
+        logger.warn("could not record the step's patch", { session_id: target.sessionId, message_id: target.messageId, error }),
+      );
   }
   return result;
+}
+
+/**
+ * After a step: the snapshot after it on its `step_finish` part, and a `patch` part (hash = the
+ * snapshot before the step) listing the files it changed, when it changed any.
+ */
+async function recordPatch(
+  target: StepTarget,
+  before: string,
+  stepFinish: Part | undefined,
+  newPart: (kind: Part["kind"]) => Part,
+): Promise<void> {
+  const changed = await target.snapshots!.finish(before);
+  if (stepFinish?.kind.case === "stepFinish" && changed.after) {
+    stepFinish.kind.value.snapshot = changed.after;
+    await target.ledger.savePart(stepFinish);
+  }
+  if (changed.files.length > 0)
+    await target.ledger.savePart(newPart({ case: "patch", value: create(PatchPartSchema, { hash: before, files: changed.files }) }));
 }
 
 async function snapshot(ledger: SessionLedger, open: Streaming): Promise<void> {
