@@ -63,6 +63,13 @@ export interface StepSnapshots {
   finish(before: string): Promise<{ after?: string; files: string[] }>;
 }
 
+/** A step's snapshot, taken before its model call (`runStep`), and how to record what it changed. */
+export interface StepSnapshot {
+  /** The snapshot before the step (`step_start.snapshot`, the `patch` part's `hash`). */
+  before: string;
+  snapshots: StepSnapshots;
+}
+
 /** Where the step's parts go: the session ledger and the assistant message they belong to. */
 export interface StepTarget {
   ledger: SessionLedger;
@@ -72,8 +79,11 @@ export interface StepTarget {
   cost(usage: StepUsage): number;
   /** Progress of running tool calls, stored on their running parts (throttled to one write per 100 ms). */
   progress?: ToolProgress;
-  /** Takes a snapshot at the step's start (`step_start.snapshot`) and a `patch` part at its finish. */
-  snapshots?: StepSnapshots;
+  /**
+   * The snapshot taken before the step (put on `step_start`); after a step that ran tools, the
+   * snapshot after it goes on `step_finish` and a `patch` part lists the files it changed.
+   */
+  snapshot?: StepSnapshot;
 }
 
 interface Streaming {
@@ -113,7 +123,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   const result: StepResult = { aborted: false, produced: false };
   const newPart = (kind: Part["kind"]) =>
     create(PartSchema, { id: newId("prt"), sessionId: target.sessionId, messageId: target.messageId, kind });
-  let stepSnapshot: string | undefined;
+  const stepSnapshot = target.snapshot?.before;
+  let ranTools = false;
   let stepFinish: Part | undefined;
   // Progress writes of running calls, one at a time; a call's final state waits for them.
   let progressChain: Promise<unknown> = Promise.resolve();
@@ -149,9 +160,6 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   };
 
   try {
-    // Before the first pull of `events`, which starts the model call: the SDK runs tools as soon
-    // as it parses their calls, whatever this loop is still writing.
-    stepSnapshot = await target.snapshots?.start();
     for await (const event of events) {
       switch (event.type) {
         case "step-start":
@@ -215,6 +223,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           break;
         }
         case "tool-call": {
+          ranTools = true;
           const tool = toolPart(tools, newPart, event.callId, event.tool);
           if (event.metadata) tool.value.metadata = asObject(event.metadata);
           tool.value.state = create(ToolStateSchema, {
@@ -290,7 +299,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
       await ledger.savePart(tool.part);
     }
     // Tools may finish after the provider's finish-step: the files are compared once the step is over.
-    if (stepSnapshot && target.snapshots)
+    // Only tools change files; a step that ran none needs no second snapshot.
+    if (stepSnapshot && ranTools)
       await recordPatch(target, stepSnapshot, stepFinish, newPart).catch((error: unknown) =>
         logger.warn("could not record the step's patch", { session_id: target.sessionId, message_id: target.messageId, error }),
       );
@@ -308,7 +318,7 @@ async function recordPatch(
   stepFinish: Part | undefined,
   newPart: (kind: Part["kind"]) => Part,
 ): Promise<void> {
-  const changed = await target.snapshots!.finish(before);
+  const changed = await target.snapshot!.snapshots.finish(before);
   if (stepFinish?.kind.case === "stepFinish" && changed.after) {
     stepFinish.kind.value.snapshot = changed.after;
     await target.ledger.savePart(stepFinish);

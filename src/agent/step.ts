@@ -48,6 +48,10 @@ export interface StepRequest {
  */
 export async function runStep(request: StepRequest): Promise<StepResult> {
   const { ledger, model } = request;
+  // Before the model call: the SDK runs tools as soon as it parses their calls. Once per step,
+  // not per attempt, and before the retry budget starts.
+  const before = await request.snapshots?.start();
+  const snapshot = before && request.snapshots ? { before, snapshots: request.snapshots } : undefined;
   const deadline = Date.now() + request.retry.maxTotalMs;
   for (let attempt = 1; ; attempt++) {
     const result = await processStep(
@@ -57,7 +61,7 @@ export async function runStep(request: StepRequest): Promise<StepResult> {
         messageId: request.messageId,
         cost: (usage) => stepCost(model.config, usage),
         progress: request.progress,
-        snapshots: request.snapshots,
+        snapshot,
       },
       modelEvents(request),
     );

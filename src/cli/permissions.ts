@@ -46,7 +46,14 @@ export async function answerRequest(
   else if (!policy.interactive) {
     reply = PermissionReply.REJECT;
     message = NOT_INTERACTIVE_REJECTION;
-  } else reply = await askTerminal(err);
+  } else {
+    const asked = await askTerminal(err, () => stillPending(client, request));
+    if (asked === undefined) {
+      err("answered by another client\n");
+      return undefined;
+    }
+    reply = asked;
+  }
   try {
     await client.replyPermission({ sessionId: request.sessionId, permissionId: request.id, reply, message });
   } catch (error) {
@@ -57,17 +64,37 @@ export async function answerRequest(
   return reply;
 }
 
-async function askTerminal(err: (text: string) => void): Promise<PermissionReply> {
+/** Whether the request still waits for an answer (another client may have answered it). */
+async function stillPending(client: Ledger, request: PermissionRequest): Promise<boolean> {
+  const { permissions } = await client.listPermissions({ sessionId: request.sessionId });
+  return permissions.some((p) => p.id === request.id);
+}
+
+/**
+ * Asks on the terminal until a valid answer; undefined when `pending` (polled every 500 ms) says
+ * someone else answered first (the question is then dropped).
+ */
+async function askTerminal(err: (text: string) => void, pending: () => Promise<boolean>): Promise<PermissionReply | undefined> {
+  const controller = new AbortController();
   const rl = createInterface({ input: process.stdin, output: process.stderr });
+  const poll = setInterval(() => {
+    void pending().then(
+      (still) => !still && controller.abort(),
+      () => undefined,
+    );
+  }, 500);
   try {
     for (;;) {
-      const answer = (await rl.question("allow once (o), always (a), reject (r)? ").catch(() => "r")).trim().toLowerCase();
-      if (answer === "o" || answer === "once") return PermissionReply.ONCE;
-      if (answer === "a" || answer === "always") return PermissionReply.ALWAYS;
-      if (answer === "r" || answer === "reject") return PermissionReply.REJECT;
+      const answer = await rl.question("allow once (o), always (a), reject (r)? ", { signal: controller.signal }).catch(() => undefined);
+      if (controller.signal.aborted) return undefined;
+      const word = (answer ?? "r").trim().toLowerCase();
+      if (word === "o" || word === "once") return PermissionReply.ONCE;
+      if (word === "a" || word === "always") return PermissionReply.ALWAYS;
+      if (word === "r" || word === "reject") return PermissionReply.REJECT;
       err('answer "o", "a" or "r"\n');
     }
   } finally {
+    clearInterval(poll);
     rl.close();
   }
 }
