@@ -9,6 +9,7 @@ import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
 import { withClient, type ClientOptions } from "./client.js";
 import { formatDiff, formatMessage, formatSession } from "./print.js";
 import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
+import { answerWhileRunning } from "./permissions.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
 
 const program = new Command("ledger")
@@ -144,10 +145,16 @@ program
   .option("--db <dir>", "embedded database directory when no --url")
   .option("--config <path>", "config file")
   .option("--json", "print the assistant message as one line of JSON")
+  .option("--yes", "allow a permission request once without asking (otherwise asked on a terminal, rejected elsewhere)")
   .addHelpText("after", "\nPrints the command's output; the exit code is the command's (1 when the call failed).")
-  .action(async (sessionId: string, command: string, opts: ClientOptions & { json?: boolean; agent: string }) => {
+  .action(async (sessionId: string, command: string, opts: ClientOptions & { json?: boolean; agent: string; yes?: boolean }) => {
     process.exitCode = await withClient(opts, async (client) => {
-      const { message } = await client.shell({ sessionId, agent: opts.agent, command });
+      // The agent's bash rules may ask: answer like `ledger prompt` while the command runs.
+      const watching = new AbortController();
+      const policy = { yes: opts.yes === true, interactive: process.stdin.isTTY === true && process.stderr.isTTY === true };
+      const answering = answerWhileRunning(client, sessionId, policy, watching.signal, (text) => process.stderr.write(text));
+      const { message } = await client.shell({ sessionId, agent: opts.agent, command }).finally(() => watching.abort());
+      await answering;
       if (opts.json) {
         print(toJsonString(MessageWithPartsSchema, message!));
         return 0;

@@ -106,7 +106,8 @@ async function streamPrompt(
   forget: (error: unknown) => Promise<never>,
   policy: PermissionPolicy,
 ): Promise<number> {
-  const spinner = createSpinner(process.stderr, () => !renderer.midLine);
+  let asking = false;
+  const spinner = createSpinner(process.stderr, () => !renderer.midLine && !asking);
   const renderer = new PromptRenderer({
     out: (s) => process.stdout.write(s),
     err: (s) => process.stderr.write(s),
@@ -128,7 +129,14 @@ async function streamPrompt(
       received = true;
       const kind = res.event?.kind;
       if (kind?.case === "permissionAsked" && kind.value.permission) {
-        await answerRequest(client, kind.value.permission, policy, (text) => renderer.notice(text));
+        // The spinner would draw over the question.
+        asking = true;
+        spinner.clear();
+        try {
+          await answerRequest(client, kind.value.permission, policy, (text) => renderer.notice(text));
+        } finally {
+          asking = false;
+        }
         continue;
       }
       if (res.event) renderer.event(res.event);

@@ -19,6 +19,8 @@ import type { LedgerDeps } from "./deps.js";
 import { askPermission } from "./permissions.js";
 import { sessionLedger } from "./session-ledger.js";
 import { getSession } from "./sessions.js";
+import { applyRevert } from "./revert.js";
+import { writeSession } from "./writer.js";
 
 /** Longest time (ms) between two stored snapshots of a running command's output. */
 const OUTPUT_INTERVAL_MS = 100;
@@ -34,7 +36,8 @@ export const SHELL_USER_TEXT = "The following tool was executed by the user";
  * with `input {command}`, its `metadata.output` stored as the output grows (at most every 100
  * ms), then completed with the output (cut at the read limits, with `bash`'s notes) and
  * `metadata {output, exit, description: ""}`. The agent's `bash` rules apply to the command
- * (`ask` waits for ReplyPermission; a denial or rejection ends the part in `error`). The default
+ * (`ask` waits for ReplyPermission; a denial or rejection ends the part in `error`). A pending
+ * revert point is carried out first (its messages removed, files left as reverted). The default
  * timeout (2 min) applies; `Abort` kills the command's process group and the message gets an
  * aborted error.
  *
@@ -54,6 +57,9 @@ export async function runShell(deps: LedgerDeps, request: ShellRequest): Promise
   const sessionId = session.id;
   return replier.exclusive(sessionId, async (signal) => {
     const ledger = sessionLedger(deps, sessionId);
+    // A pending revert is carried out first, as a prompt does (OpenCode `shell` calls
+    // `SessionRevert.cleanup`): the command's messages must not land past the revert point.
+    if (session.revert) await writeSession(deps, sessionId, (w) => applyRevert(w));
     const userId = newId("msg");
     await ledger.addMessage(
       create(MessageSchema, {
