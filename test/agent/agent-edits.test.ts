@@ -193,6 +193,25 @@ describe("permission asks on write", () => {
   });
 });
 
+describe("Abort while a call waits", () => {
+  it("rejects the pending request: none is left, the call ends in error, the file is not written", async () => {
+    const { sessionId, dir } = await newSession("abort-ask");
+    fake.push(call("call_w5", "write", { filePath: "late.txt", content: "no\n" }));
+    await t.client.promptAsync({ sessionId, parts: [text("write late.txt")] });
+    const request = await nextAsk(sessionId);
+    expect((await t.client.abort({ sessionId })).aborted).toBe(true);
+    const messages = await untilIdle(sessionId);
+    expect((await grpc.listPermissions({ sessionId })).permissions).toEqual([]);
+    const events = await watchUntil(sessionId, (e) => e.kind.case === "permissionReplied");
+    expect(events.at(-1)!.kind.value).toMatchObject({ permissionId: request.id, reply: PermissionReply.REJECT });
+    expect(state(tools(messages)[0])?.case).toBe("error");
+    await expect(stat(path.join(dir, "late.txt"))).rejects.toThrow(/ENOENT/);
+    await expect(grpc.replyPermission({ sessionId, permissionId: request.id, reply: PermissionReply.ONCE })).rejects.toMatchObject({
+      code: 9,
+    });
+  });
+});
+
 describe("edit", () => {
   it("explains a missing oldString with the closest match, and an ambiguous one with the lines", async () => {
     const { sessionId, dir } = await newSession("edit", "free");
