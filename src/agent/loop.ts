@@ -23,7 +23,7 @@ import { nextWork, type Work } from "./conversation.js";
 import { toModelMessages } from "./history.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
 import type { ModelResolver, ResolvedModel } from "./providers.js";
-import { processStep, ToolProgress, type StepResult, type StepSnapshots } from "./processor.js";
+import { processStep, StepSnapshot, ToolProgress, type StepResult, type StepSnapshots } from "./processor.js";
 import { askPermission } from "../ledger/permissions.js";
 import { diffRange, snapshotRange } from "../ledger/diff.js";
 import { namesTool, type Rule } from "../tools/permission.js";
@@ -179,6 +179,11 @@ async function answerStep(
   let hint = "";
   let result: StepResult;
   const progress = new ToolProgress();
+  const snapshots =
+    lastStep || !mayChangeFiles(permissionRules(agent, session.permission))
+      ? undefined
+      : stepSnapshots(deps, ledger, session.directory, assistant.id);
+  const snapshot = snapshots && new StepSnapshot(snapshots);
   for (let attempt = 1; ; attempt++) {
     result = await runStep({
       ledger,
@@ -213,12 +218,10 @@ async function answerStep(
                 callSignal,
               ),
             progress: progress.emit,
+            beforeChange: snapshot?.ensure,
           }),
       progress,
-      snapshots:
-        lastStep || !mayChangeFiles(permissionRules(agent, session.permission))
-          ? undefined
-          : stepSnapshots(deps, ledger, session.directory, assistant.id),
+      snapshot,
       signal,
       retry: deps.config.retry,
       schema,

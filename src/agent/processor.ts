@@ -63,11 +63,28 @@ export interface StepSnapshots {
   finish(before: string): Promise<{ after?: string; files: string[] }>;
 }
 
-/** A step's snapshot, taken before its model call (`runStep`), and how to record what it changed. */
-export interface StepSnapshot {
-  /** The snapshot before the step (`step_start.snapshot`, the `patch` part's `hash`). */
-  before: string;
-  snapshots: StepSnapshots;
+/**
+ * The snapshot before a step, taken lazily (OpenCode takes one at every step start): just before
+ * the step's first call of a tool that may change files (`ensure`, which the registry calls), so
+ * a step that calls none costs no git run. Files cannot change before a tool runs.
+ */
+export class StepSnapshot {
+  #before?: string;
+  #pending?: Promise<void>;
+
+  constructor(readonly snapshots: StepSnapshots) {}
+
+  /** Takes the snapshot once (later calls wait for the same one); never rejects. */
+  readonly ensure = (): Promise<void> =>
+    (this.#pending ??= this.snapshots.start().then(
+      (hash) => void (this.#before = hash),
+      () => undefined,
+    ));
+
+  /** The snapshot id once taken. */
+  get before(): string | undefined {
+    return this.#before;
+  }
 }
 
 /** Where the step's parts go: the session ledger and the assistant message they belong to. */
@@ -80,8 +97,9 @@ export interface StepTarget {
   /** Progress of running tool calls, stored on their running parts (throttled to one write per 100 ms). */
   progress?: ToolProgress;
   /**
-   * The snapshot taken before the step (put on `step_start`); after a step that ran tools, the
-   * snapshot after it goes on `step_finish` and a `patch` part lists the files it changed.
+   * The step's lazy snapshot: once taken (a tool that may change files ran), it goes on
+   * `step_start`, the snapshot after the step on `step_finish`, and a `patch` part lists the
+   * files the step changed.
    */
   snapshot?: StepSnapshot;
 }
@@ -123,8 +141,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   const result: StepResult = { aborted: false, produced: false };
   const newPart = (kind: Part["kind"]) =>
     create(PartSchema, { id: newId("prt"), sessionId: target.sessionId, messageId: target.messageId, kind });
-  const stepSnapshot = target.snapshot?.before;
-  let ranTools = false;
+  let stepStart: Part | undefined;
   let stepFinish: Part | undefined;
   // Progress writes of running calls, one at a time; a call's final state waits for them.
   let progressChain: Promise<unknown> = Promise.resolve();
@@ -163,7 +180,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
     for await (const event of events) {
       switch (event.type) {
         case "step-start":
-          await ledger.savePart(newPart({ case: "stepStart", value: create(StepStartPartSchema, { snapshot: stepSnapshot ?? "" }) }));
+          stepStart = newPart({ case: "stepStart", value: create(StepStartPartSchema) });
+          await ledger.savePart(stepStart);
           break;
         case "text-start":
         case "reasoning-start": {
@@ -223,7 +241,6 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           break;
         }
         case "tool-call": {
-          ranTools = true;
           const tool = toolPart(tools, newPart, event.callId, event.tool);
           if (event.metadata) tool.value.metadata = asObject(event.metadata);
           tool.value.state = create(ToolStateSchema, {
@@ -299,9 +316,10 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
       await ledger.savePart(tool.part);
     }
     // Tools may finish after the provider's finish-step: the files are compared once the step is over.
-    // Only tools change files; a step that ran none needs no second snapshot.
-    if (stepSnapshot && ranTools)
-      await recordPatch(target, stepSnapshot, stepFinish, newPart).catch((error: unknown) =>
+    // Taken only when a tool that may change files ran: record what the step changed.
+    const before = target.snapshot?.before;
+    if (before)
+      await recordPatch(target, before, stepStart, stepFinish, newPart).catch((error: unknown) =>
         logger.warn("could not record the step's patch", { session_id: target.sessionId, message_id: target.messageId, error }),
       );
   }
@@ -309,15 +327,21 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
 }
 
 /**
- * After a step: the snapshot after it on its `step_finish` part, and a `patch` part (hash = the
- * snapshot before the step) listing the files it changed, when it changed any.
+ * After a step that took a snapshot: it goes on the `step_start` part, the snapshot after the step
+ * on its `step_finish` part, and a `patch` part (hash = the snapshot before) lists the files it
+ * changed, when it changed any.
  */
 async function recordPatch(
   target: StepTarget,
   before: string,
+  stepStart: Part | undefined,
   stepFinish: Part | undefined,
   newPart: (kind: Part["kind"]) => Part,
 ): Promise<void> {
+  if (stepStart?.kind.case === "stepStart") {
+    stepStart.kind.value.snapshot = before;
+    await target.ledger.savePart(stepStart);
+  }
   const changed = await target.snapshot!.snapshots.finish(before);
   if (stepFinish?.kind.case === "stepFinish" && changed.after) {
     stepFinish.kind.value.snapshot = changed.after;

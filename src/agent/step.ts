@@ -8,7 +8,7 @@ import type { RetryConfig } from "../config/config.js";
 import type { SessionLedger } from "../ledger/session-ledger.js";
 import { toLoopEvents, type LoopEvent } from "./ai-sdk-events.js";
 import { retryAdvice, toMessageError } from "./message-error.js";
-import { processStep, type StepResult, type StepSnapshots, type ToolProgress } from "./processor.js";
+import { processStep, type StepResult, type StepSnapshot, type ToolProgress } from "./processor.js";
 import type { ResolvedModel } from "./providers.js";
 import { stepCost } from "./usage.js";
 
@@ -28,8 +28,8 @@ export interface StepRequest {
   schema?: JsonObject;
   /** Progress of running tool calls, stored on their parts. */
   progress?: ToolProgress;
-  /** Snapshots around the step (`step_start.snapshot`, `patch`). */
-  snapshots?: StepSnapshots;
+  /** The step's lazy snapshot (`step_start.snapshot`, `patch`). */
+  snapshot?: StepSnapshot;
 }
 
 /**
@@ -48,10 +48,6 @@ export interface StepRequest {
  */
 export async function runStep(request: StepRequest): Promise<StepResult> {
   const { ledger, model } = request;
-  // Before the model call: the SDK runs tools as soon as it parses their calls. Once per step,
-  // not per attempt, and before the retry budget starts.
-  const before = await request.snapshots?.start();
-  const snapshot = before && request.snapshots ? { before, snapshots: request.snapshots } : undefined;
   const deadline = Date.now() + request.retry.maxTotalMs;
   for (let attempt = 1; ; attempt++) {
     const result = await processStep(
@@ -61,7 +57,7 @@ export async function runStep(request: StepRequest): Promise<StepResult> {
         messageId: request.messageId,
         cost: (usage) => stepCost(model.config, usage),
         progress: request.progress,
-        snapshot,
+        snapshot: request.snapshot,
       },
       modelEvents(request),
     );

@@ -71,6 +71,8 @@ export function isAllowed(agent: AgentInfo, rules: PermissionRule[], toolName: s
  * @param options.runTask - runs a subagent (absent inside subagents).
  * @param options.asker - pauses a call on an `ask` rule until the user answers.
  * @param options.progress - receives running calls' progress by call id.
+ * @param options.beforeChange - awaited before a tool that may change files (write, edit, bash)
+ *   runs: the step's snapshot is taken there.
  */
 export function createTools(options: {
   agent: AgentInfo;
@@ -80,6 +82,7 @@ export function createTools(options: {
   runTask?: TaskRunner;
   asker?: Asker;
   progress?: ProgressSink;
+  beforeChange?: () => Promise<void>;
 }): ToolSet {
   const { agent, context } = options;
   const rules = permissionRules(agent, options.rules);
@@ -122,7 +125,7 @@ function guarded(
   agentName: string,
   rules: Rule[],
   context: ToolContext,
-  options: { asker?: Asker; progress?: ProgressSink },
+  options: { asker?: Asker; progress?: ProgressSink; beforeChange?: () => Promise<void> },
 ): Tool {
   const name = definition.id;
   return tool({
@@ -132,6 +135,7 @@ function guarded(
       const signal = call.abortSignal ?? context.signal ?? new AbortController().signal;
       const ask = (request: ToolAsk) => checkPermission(agentName, rules, { ...request, callId: call.toolCallId }, signal, options.asker);
       if (!definition.asks) await ask({ permission: name, patterns: ["*"], metadata: {} });
+      else await options.beforeChange?.();
       return definition.execute(input, {
         ...context,
         signal: call.abortSignal ?? context.signal,
