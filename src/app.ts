@@ -13,6 +13,7 @@ import { loadPlugins } from "./plugins/plugins.js";
 import { isLoopback } from "./server/auth.js";
 import { createServer } from "./server/server.js";
 import { openDatabase, type Database, type DatabaseTarget } from "./storage/db.js";
+import { Snapshots } from "./snapshot/snapshot.js";
 
 /** How to start a ledger. */
 export interface StartOptions {
@@ -61,7 +62,8 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     const plugins = await loadPlugins(options.config.plugins);
     relay = target.kind === "postgres" ? await startPgRelay({ url: target.url, db: database.db, bus }) : undefined;
     const metrics = createMetrics({ pool: () => database.poolStats() });
-    const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, metrics };
+    const snapshots = new Snapshots(options.config.snapshot);
+    const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, metrics, snapshots };
     deps.mcp = await startMcp(options.config);
     const locks = target.kind === "postgres" ? postgresLocks(target.url) : processLocks();
     deps.replier = createRunner(deps, options.models ?? createModelResolver(options.config), locks);

@@ -63,6 +63,17 @@ export class PartNotFoundError extends LedgerError {
   }
 }
 
+/** A permission id names no permission request of the session. Maps to `NOT_FOUND`. */
+export class PermissionNotFoundError extends LedgerError {
+  readonly reason = "PERMISSION_NOT_FOUND";
+  constructor(
+    readonly permissionId: string,
+    readonly field = "permission_id",
+  ) {
+    super(`${field}: permission request ${permissionId} not found in this session`, { permission_id: permissionId });
+  }
+}
+
 /**
  * The session's agent loop runs (here, or on another replica by its last `session_status`),
  * so its messages cannot be changed now. Maps to `FAILED_PRECONDITION`.

@@ -1,7 +1,7 @@
 import { monotonicFactory } from "ulid";
 
-/** Prefixes of server ids: sessions, messages, parts. */
-export type IdPrefix = "ses" | "msg" | "prt";
+/** Prefixes of server ids: sessions, messages, parts, permission requests. */
+export type IdPrefix = "ses" | "msg" | "prt" | "per";
 
 /** A session id: `ses_` + a 26-character ULID. */
 export type SessionId = `ses_${string}`;
@@ -9,8 +9,10 @@ export type SessionId = `ses_${string}`;
 export type MessageId = `msg_${string}`;
 /** A part id: `prt_` + a 26-character ULID. */
 export type PartId = `prt_${string}`;
+/** A permission request id: `per_` + a 26-character ULID. */
+export type PermissionId = `per_${string}`;
 
-type IdOf<P extends IdPrefix> = P extends "ses" ? SessionId : P extends "msg" ? MessageId : PartId;
+type IdOf<P extends IdPrefix> = P extends "ses" ? SessionId : P extends "msg" ? MessageId : P extends "prt" ? PartId : PermissionId;
 
 const ulid = monotonicFactory();
 const ULID = /^[0-9A-HJKMNP-TV-Z]{26}$/;
@@ -30,6 +32,7 @@ export const ID_FORMAT: Readonly<Record<IdPrefix, string>> = {
   ses: "ses_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
   msg: "msg_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
   prt: "prt_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
+  per: "per_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)",
 };
 
 /** True when `value` is `prefix_` + a valid ULID. */

@@ -1,4 +1,4 @@
-import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { timestampNow, ValueSchema } from "@bufbuild/protobuf/wkt";
 import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
 import {
@@ -7,6 +7,7 @@ import {
   type AssistantMessage,
   type Message,
   type UserMessage,
+  UserMessageSummarySchema,
 } from "../../gen/ledger/v1/message_pb.js";
 import { TokensSchema } from "../../gen/ledger/v1/model_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
@@ -22,10 +23,13 @@ import { nextWork, type Work } from "./conversation.js";
 import { toModelMessages } from "./history.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
 import type { ModelResolver, ResolvedModel } from "./providers.js";
-import { processStep, type StepResult } from "./processor.js";
+import { processStep, StepSnapshot, ToolProgress, type StepResult, type StepSnapshots } from "./processor.js";
+import { askPermission } from "../ledger/permissions.js";
+import { diffRange, snapshotRange } from "../ledger/diff.js";
+import { namesTool, type Rule } from "../tools/permission.js";
 import { runStep } from "./step.js";
 import { systemPrompt } from "./system.js";
-import { createTools } from "../tools/registry.js";
+import { createTools, permissionRules } from "../tools/registry.js";
 import type { TaskRunner } from "../tools/task.js";
 import { stepCost } from "./usage.js";
 
@@ -58,18 +62,80 @@ export interface LoopDeps extends LedgerDeps {
 export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSignal, options: { resume?: string } = {}): Promise<void> {
   const ledger = sessionLedger(deps, sessionId);
   let busy = false;
+  let turn: string | undefined;
   try {
     while (!signal.aborted) {
       const work = await findWork(deps, sessionId, options.resume);
+      if (turn && work?.user.id !== turn) await summarizeTurn(deps, ledger, sessionId, turn);
+      turn = work?.user.id;
       if (!work) break;
       if (!busy) await ledger.setStatus({ case: "busy", value: {} });
       busy = true;
       const outcome = await answerStep(deps, ledger, sessionId, work, signal);
       if (outcome === "stop") break;
     }
+    if (turn) await summarizeTurn(deps, ledger, sessionId, turn);
   } finally {
     if (busy) await ledger.setStatus({ case: "idle", value: {} });
   }
+}
+
+/**
+ * When a turn ends: stores on its user message `summary.diffs`, the files its steps changed
+ * (OpenCode `SessionSummary.summarize`); nothing when its steps took no snapshots.
+ */
+async function summarizeTurn(deps: LoopDeps, ledger: SessionLedger, sessionId: string, userId: string): Promise<void> {
+  if (!deps.snapshots) return;
+  const messages = await withParts(deps.db, await listMessageRows(deps.db, sessionId, {}));
+  const range = snapshotRange(messages, userId);
+  const entry = messages.find((m) => m.message?.kind.case === "user" && m.message.kind.value.id === userId);
+  if (!range || entry?.message?.kind.case !== "user") return;
+  const session = await getSession(deps, sessionId);
+  const diffs = await diffRange(deps, session.directory, range);
+  entry.message.kind.value.summary = create(UserMessageSummarySchema, { diffs });
+  await ledger.saveMessage(entry.message);
+}
+
+/**
+ * Whether a step with these rules may change files: some call of `write`, `edit` or `bash` could
+ * be allowed or asked (not every rule for them denies).
+ */
+export function mayChangeFiles(rules: readonly Rule[]): boolean {
+  return ["write", "edit", "bash"].some((tool) => {
+    let possible = true; // no rule: allowed
+    for (const rule of rules) {
+      if (!namesTool(rule, tool)) continue;
+      if (rule.pattern === "*") possible = rule.action !== "deny";
+      else if (rule.action !== "deny") possible = true;
+    }
+    return possible;
+  });
+}
+
+/**
+ * The snapshots of one step (`step_start.snapshot`, `patch`): the session directory before the
+ * step and after it. A tree over the snapshot limits gets none, and a `session_error` says why.
+ */
+function stepSnapshots(deps: LoopDeps, ledger: SessionLedger, directory: string, messageId: string): StepSnapshots | undefined {
+  const snapshots = deps.snapshots;
+  if (!snapshots) return undefined;
+  const track = async () => {
+    const result = await snapshots.track(directory);
+    if (result.skipped) {
+      await ledger.reportError({
+        case: "sessionError",
+        value: { messageId, error: { message: result.skipped, kind: { case: "unknown", value: {} } } },
+      });
+    }
+    return result.hash;
+  };
+  return {
+    start: track,
+    async finish(before) {
+      const after = await track();
+      return { after, files: after ? await snapshots.changedFiles(directory, before, after) : [] };
+    },
+  };
 }
 
 /** The next user message to answer, or undefined. */
@@ -112,6 +178,12 @@ async function answerStep(
     (lastStep ? "\n\nThis is your last step: answer now with text only, no more tool calls." : "");
   let hint = "";
   let result: StepResult;
+  const progress = new ToolProgress();
+  const snapshots =
+    lastStep || !mayChangeFiles(permissionRules(agent, session.permission))
+      ? undefined
+      : stepSnapshots(deps, ledger, session.directory, assistant.id);
+  const snapshot = snapshots && new StepSnapshot(snapshots);
   for (let attempt = 1; ; attempt++) {
     result = await runStep({
       ledger,
@@ -132,7 +204,24 @@ async function answerStep(
             context: { directory: session.directory, roots: allowedRoots(deps.config) },
             subagents,
             runTask: deps.runTask?.(sessionId),
+            asker: (request, callSignal) =>
+              askPermission(
+                deps,
+                {
+                  sessionId,
+                  messageId: assistant.id,
+                  callId: request.callId,
+                  permission: request.permission,
+                  patterns: request.patterns,
+                  metadata: JSON.parse(JSON.stringify(request.metadata)) as JsonObject,
+                },
+                callSignal,
+              ),
+            progress: progress.emit,
+            beforeChange: snapshot?.ensure,
           }),
+      progress,
+      snapshot,
       signal,
       retry: deps.config.retry,
       schema,

@@ -2,6 +2,7 @@ import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import {
   PartSchema,
+  PatchPartSchema,
   ReasoningPartSchema,
   StepFinishPartSchema,
   StepStartPartSchema,
@@ -14,6 +15,7 @@ import {
   type ToolPart,
 } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../ids.js";
+import { logger } from "../observe/log.js";
 import type { SessionLedger } from "../ledger/session-ledger.js";
 import { tokens, type LoopEvent, type StepUsage } from "./ai-sdk-events.js";
 
@@ -35,6 +37,56 @@ export interface StepResult {
   structuredError?: unknown;
 }
 
+/**
+ * Carries the progress of running tool calls (bash output so far) from the tools to the step
+ * processor, which stores it on the call's running tool part. One per loop; `emit` is handed to
+ * the tools (`createTools({ progress })`), `attach` is called by `processStep`.
+ */
+export class ToolProgress {
+  #handler?: (callId: string, update: { title?: string; metadata: Record<string, unknown> }) => void;
+  /** Reports progress of the call `callId`; dropped when no step is attached. */
+  readonly emit = (callId: string, update: { title?: string; metadata: Record<string, unknown> }): void => this.#handler?.(callId, update);
+  /** Routes progress to `handler` until the returned function is called. */
+  attach(handler: (callId: string, update: { title?: string; metadata: Record<string, unknown> }) => void): () => void {
+    this.#handler = handler;
+    return () => {
+      if (this.#handler === handler) this.#handler = undefined;
+    };
+  }
+}
+
+/** Snapshots around a step (see src/snapshot): the tree before it, and what it changed. */
+export interface StepSnapshots {
+  /** Records the session directory now; the snapshot id, or undefined when none was taken. */
+  start(): Promise<string | undefined>;
+  /** Records it again after the step: the new snapshot id and the files changed since `before`. */
+  finish(before: string): Promise<{ after?: string; files: string[] }>;
+}
+
+/**
+ * The snapshot before a step, taken lazily (OpenCode takes one at every step start): just before
+ * the step's first call of a tool that may change files (`ensure`, which the registry calls), so
+ * a step that calls none costs no git run. Files cannot change before a tool runs.
+ */
+export class StepSnapshot {
+  #before?: string;
+  #pending?: Promise<void>;
+
+  constructor(readonly snapshots: StepSnapshots) {}
+
+  /** Takes the snapshot once (later calls wait for the same one); never rejects. */
+  readonly ensure = (): Promise<void> =>
+    (this.#pending ??= this.snapshots.start().then(
+      (hash) => void (this.#before = hash),
+      () => undefined,
+    ));
+
+  /** The snapshot id once taken. */
+  get before(): string | undefined {
+    return this.#before;
+  }
+}
+
 /** Where the step's parts go: the session ledger and the assistant message they belong to. */
 export interface StepTarget {
   ledger: SessionLedger;
@@ -42,6 +94,14 @@ export interface StepTarget {
   messageId: string;
   /** Turns usage into USD for the step_finish part. */
   cost(usage: StepUsage): number;
+  /** Progress of running tool calls, stored on their running parts (throttled to one write per 100 ms). */
+  progress?: ToolProgress;
+  /**
+   * The step's lazy snapshot: once taken (a tool that may change files ran), it goes on
+   * `step_start`, the snapshot after the step on `step_finish`, and a `patch` part lists the
+   * files the step changed.
+   */
+  snapshot?: StepSnapshot;
 }
 
 interface Streaming {
@@ -81,12 +141,47 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   const result: StepResult = { aborted: false, produced: false };
   const newPart = (kind: Part["kind"]) =>
     create(PartSchema, { id: newId("prt"), sessionId: target.sessionId, messageId: target.messageId, kind });
+  let stepStart: Part | undefined;
+  let stepFinish: Part | undefined;
+  // Progress writes of running calls, one at a time; a call's final state waits for them.
+  let progressChain: Promise<unknown> = Promise.resolve();
+  const progressTimers = new Map<string, { last: number; timer?: NodeJS.Timeout }>();
+  const saveProgress = (callId: string) => {
+    const tool = tools.get(callId);
+    if (!tool || tool.value.state?.status.case !== "running") return;
+    progressChain = progressChain.then(() => ledger.savePart(tool.part)).catch(() => undefined);
+  };
+  const detach = target.progress?.attach((callId, update) => {
+    const tool = tools.get(callId);
+    const state = tool?.value.state?.status;
+    if (!tool || state?.case !== "running") return;
+    if (update.title !== undefined) state.value.title = update.title;
+    state.value.metadata = asObject(update.metadata);
+    const entry = progressTimers.get(callId) ?? { last: 0 };
+    progressTimers.set(callId, entry);
+    if (entry.timer) return;
+    const wait = entry.last + SNAPSHOT_INTERVAL_MS - Date.now();
+    const save = () => {
+      entry.timer = undefined;
+      entry.last = Date.now();
+      saveProgress(callId);
+    };
+    if (wait <= 0) save();
+    else entry.timer = setTimeout(save, wait);
+  });
+  const settleProgress = async (callId: string) => {
+    const entry = progressTimers.get(callId);
+    if (entry?.timer) clearTimeout(entry.timer);
+    progressTimers.delete(callId);
+    await progressChain;
+  };
 
   try {
     for await (const event of events) {
       switch (event.type) {
         case "step-start":
-          await ledger.savePart(newPart({ case: "stepStart", value: create(StepStartPartSchema) }));
+          stepStart = newPart({ case: "stepStart", value: create(StepStartPartSchema) });
+          await ledger.savePart(stepStart);
           break;
         case "text-start":
         case "reasoning-start": {
@@ -157,6 +252,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
         }
         case "tool-result":
         case "tool-error": {
+          await settleProgress(event.callId);
           const tool = toolPart(tools, newPart, event.callId, event.tool);
           const started = tool.value.state?.status.case === "running" ? tool.value.state.status.value.timeStart : timestampNow();
           tool.value.state = create(ToolStateSchema, {
@@ -179,16 +275,15 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           result.finishReason = event.finishReason;
           result.usage = event.usage;
           const u = event.usage;
-          await ledger.savePart(
-            newPart({
-              case: "stepFinish",
-              value: create(StepFinishPartSchema, {
-                reason: event.finishReason,
-                cost: target.cost(u),
-                tokens: tokens(u),
-              }),
+          stepFinish = newPart({
+            case: "stepFinish",
+            value: create(StepFinishPartSchema, {
+              reason: event.finishReason,
+              cost: target.cost(u),
+              tokens: tokens(u),
             }),
-          );
+          });
+          await ledger.savePart(stepFinish);
           break;
         }
         case "error":
@@ -206,6 +301,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
   } catch (error) {
     result.error ??= error;
   } finally {
+    detach?.();
+    for (const callId of [...progressTimers.keys()]) await settleProgress(callId);
     for (const open of streaming.values()) {
       // Cut off before its end: the provider never finished this item, so its state is not kept.
       open.value.metadata = undefined;
@@ -218,8 +315,40 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
       tool.value.state = create(ToolStateSchema, { status: { case: "error", value: { input, error: why, timeEnd: timestampNow() } } });
       await ledger.savePart(tool.part);
     }
+    // Tools may finish after the provider's finish-step: the files are compared once the step is over.
+    // Taken only when a tool that may change files ran: record what the step changed.
+    const before = target.snapshot?.before;
+    if (before)
+      await recordPatch(target, before, stepStart, stepFinish, newPart).catch((error: unknown) =>
+        logger.warn("could not record the step's patch", { session_id: target.sessionId, message_id: target.messageId, error }),
+      );
   }
   return result;
+}
+
+/**
+ * After a step that took a snapshot: it goes on the `step_start` part, the snapshot after the step
+ * on its `step_finish` part, and a `patch` part (hash = the snapshot before) lists the files it
+ * changed, when it changed any.
+ */
+async function recordPatch(
+  target: StepTarget,
+  before: string,
+  stepStart: Part | undefined,
+  stepFinish: Part | undefined,
+  newPart: (kind: Part["kind"]) => Part,
+): Promise<void> {
+  if (stepStart?.kind.case === "stepStart") {
+    stepStart.kind.value.snapshot = before;
+    await target.ledger.savePart(stepStart);
+  }
+  const changed = await target.snapshot!.snapshots.finish(before);
+  if (stepFinish?.kind.case === "stepFinish" && changed.after) {
+    stepFinish.kind.value.snapshot = changed.after;
+    await target.ledger.savePart(stepFinish);
+  }
+  if (changed.files.length > 0)
+    await target.ledger.savePart(newPart({ case: "patch", value: create(PatchPartSchema, { hash: before, files: changed.files }) }));
 }
 
 async function snapshot(ledger: SessionLedger, open: Streaming): Promise<void> {

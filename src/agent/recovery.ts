@@ -4,6 +4,7 @@ import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
 import { AssistantTimeSchema, type AssistantMessage } from "../../gen/ledger/v1/message_pb.js";
 import { ToolStateSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { sessionLedger } from "../ledger/session-ledger.js";
+import { rejectPendingPermissions } from "../ledger/permissions.js";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { withParts } from "../ledger/messages.js";
 import { lastStatusEvents } from "../storage/event-store.js";
@@ -24,7 +25,8 @@ export interface RecoveryReport {
  * messages without `time.completed` get an `interrupted` error and `time.completed`; their
  * pending/running tool parts end in `error`; streaming text and reasoning parts keep the text
  * stored so far and get `time.end`; a session whose last status is `busy`/`retry` returns to
- * `idle`. `ResumeSession` can then rerun the loop for the interrupted prompt.
+ * `idle`; pending permission requests are rejected ("the process running this call stopped").
+ * `ResumeSession` can then rerun the loop for the interrupted prompt.
  */
 export async function recoverInterrupted(deps: LedgerDeps, locks: SessionLocks): Promise<RecoveryReport> {
   const report: RecoveryReport = { messages: 0, sessions: 0 };
@@ -49,6 +51,8 @@ export async function recoverInterrupted(deps: LedgerDeps, locks: SessionLocks):
  * `recoverInterrupted` describes. The runner calls it after taking a lock over from a dead holder.
  */
 export async function recoverSession(deps: LedgerDeps, sessionId: string): Promise<RecoveryReport> {
+  // The calls that asked are interrupted with their answers: no request stays pending forever.
+  await rejectPendingPermissions(deps, sessionId, "the process running this call stopped");
   const open = await listOpenAnswerRows(deps.db, sessionId);
   const busy = (await stuckSessions(deps, sessionId)).length > 0;
   if (open.length === 0 && !busy) return { messages: 0, sessions: 0 };

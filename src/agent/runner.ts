@@ -5,7 +5,7 @@ import type { LedgerDeps, Replier } from "../ledger/deps.js";
 import { finalAnswer } from "../ledger/answer.js";
 import { storePrompt } from "../ledger/store-prompt.js";
 import { createSession } from "../ledger/sessions.js";
-import { SessionNotFoundError } from "../errors.js";
+import { SessionBusyError, SessionNotFoundError } from "../errors.js";
 import { lastStatusEvents } from "../storage/event-store.js";
 import { getSessionRow, sessionExists as sessionRowExists } from "../storage/session-store.js";
 import type { ToolOutput } from "../tools/tool-context.js";
@@ -124,6 +124,31 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
       return runningSomewhere(deps, sessionId);
     },
     isRunning: (sessionId) => running.has(sessionId),
+    async exclusive(sessionId, fn) {
+      if (running.has(sessionId)) throw new SessionBusyError(sessionId);
+      const release = await locks.tryAcquire(sessionId);
+      if (!release) throw new SessionBusyError(sessionId);
+      let settle!: () => void;
+      const entry: Running = {
+        controller: new AbortController(),
+        wake: false,
+        finishing: false,
+        deleted: false,
+        done: new Promise<void>((resolve) => (settle = resolve)),
+      };
+      running.set(sessionId, entry);
+      try {
+        await recoverSession(deps, sessionId);
+        return await fn(entry.controller.signal);
+      } finally {
+        entry.finishing = true;
+        running.delete(sessionId);
+        await release();
+        // A prompt that joined meanwhile is answered now.
+        if (entry.wake) void start(sessionId).done.then(settle);
+        else settle();
+      }
+    },
     async stopAll() {
       const entries = [...running.values()];
       for (const entry of entries) entry.controller.abort();

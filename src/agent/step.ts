@@ -8,7 +8,7 @@ import type { RetryConfig } from "../config/config.js";
 import type { SessionLedger } from "../ledger/session-ledger.js";
 import { toLoopEvents, type LoopEvent } from "./ai-sdk-events.js";
 import { retryAdvice, toMessageError } from "./message-error.js";
-import { processStep, type StepResult } from "./processor.js";
+import { processStep, type StepResult, type StepSnapshot, type ToolProgress } from "./processor.js";
 import type { ResolvedModel } from "./providers.js";
 import { stepCost } from "./usage.js";
 
@@ -26,6 +26,10 @@ export interface StepRequest {
   retry: RetryConfig;
   /** JSON schema the final answer must match (`format: json_schema`); yields a `structured` event. */
   schema?: JsonObject;
+  /** Progress of running tool calls, stored on their parts. */
+  progress?: ToolProgress;
+  /** The step's lazy snapshot (`step_start.snapshot`, `patch`). */
+  snapshot?: StepSnapshot;
 }
 
 /**
@@ -47,7 +51,14 @@ export async function runStep(request: StepRequest): Promise<StepResult> {
   const deadline = Date.now() + request.retry.maxTotalMs;
   for (let attempt = 1; ; attempt++) {
     const result = await processStep(
-      { ledger, sessionId: request.sessionId, messageId: request.messageId, cost: (usage) => stepCost(model.config, usage) },
+      {
+        ledger,
+        sessionId: request.sessionId,
+        messageId: request.messageId,
+        cost: (usage) => stepCost(model.config, usage),
+        progress: request.progress,
+        snapshot: request.snapshot,
+      },
       modelEvents(request),
     );
     if (!result.error || result.aborted || request.signal.aborted) return result;

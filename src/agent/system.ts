@@ -1,4 +1,5 @@
 import type { AgentInfo } from "../config/agents.js";
+import { agentRules, evaluate } from "../tools/permission.js";
 
 /**
  * The system prompt of a step: the agent's own prompt (or the default one), where the agent
@@ -10,7 +11,7 @@ export function systemPrompt(agent: AgentInfo, directory: string, extra: string 
     [
       `You are ${agent.name}, a coding agent working in the project directory ${directory}.`,
       "Use the tools to read, list, glob and grep files before you answer; cite file paths.",
-      agent.permission.edit === "deny" ? "You are read-only: do not propose to change files yourself." : "",
+      evaluate(agentRules(agent), "edit", "*") === "deny" ? "You are read-only: do not propose to change files yourself." : "",
       "Answer concisely.",
     ]
       .filter(Boolean)

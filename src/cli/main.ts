@@ -2,13 +2,14 @@ import { readFileSync } from "node:fs";
 import { toJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Command, InvalidArgumentError, Option } from "commander";
-import { MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
+import { FileDiffSchema, MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { loadConfig, parseModelRef } from "../config/config.js";
 import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
 import { withClient, type ClientOptions } from "./client.js";
-import { formatMessage, formatSession } from "./print.js";
+import { formatDiff, formatMessage, formatSession } from "./print.js";
 import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
+import { answerWhileRunning } from "./permissions.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
 
 const program = new Command("ledger")
@@ -68,6 +69,7 @@ program
   .option("--db <dir>", "embedded database directory when no --url (default ./.ledger/db)")
   .option("--config <path>", "config file")
   .option("--json", "print the stored message, or the final assistant message, as one line of JSON (no live output)")
+  .option("--yes", "allow every permission request once without asking (otherwise asked on a terminal, rejected elsewhere)")
   .addHelpText(
     "after",
     `
@@ -77,6 +79,11 @@ Output (without --json): the first line is "session ses_...". With a model confi
 "tokens: in N, out N, reasoning N, cache r/w N/N · cost $0.0000 · steps N". Reasoning
 ("thinking: ..."), retry notices and errors go to stderr, with a spinner when it is a terminal.
 Without a model the message is stored with no reply (a note on stderr says how to add one).
+
+Permission requests (a tool call an "ask" rule matched, e.g. a write) are shown on stderr
+("permission: write hello.txt" and the diff) and asked: "allow once (o), always (a), reject
+(r)?". Without a terminal they are rejected (the model is told to pass --yes), unless --yes
+allows each once.
 
 Ctrl-C aborts the run (Abort RPC) and waits for it to end; a second Ctrl-C quits at once (with
 --url the server may then go on running it: stop it with "ledger abort SESSION_ID --url URL").
@@ -106,6 +113,62 @@ program
   .action(async (sessionId: string, opts: ClientOptions) =>
     withClient(opts, async (client) => print((await client.abort({ sessionId })).aborted ? "aborted" : "no loop was running")),
   );
+
+program
+  .command("diff")
+  .description("print the files the agent changed in a session (or one turn of it) as a unified diff")
+  .argument("<session>", "session id")
+  .option("--message <id>", "only the turn of this user message")
+  .option("--url <url>", "talk to a running server instead of starting one")
+  .option("--db <dir>", "embedded database directory when no --url")
+  .option("--config <path>", "config file")
+  .option("--json", "print JSON Lines: one FileDiff per line")
+  .action(async (sessionId: string, opts: ClientOptions & { json?: boolean; message?: string }) =>
+    withClient(opts, async (client) => {
+      const { diffs } = await client.getDiff({ sessionId, messageId: opts.message });
+      if (opts.json) {
+        for (const d of diffs) print(toJsonString(FileDiffSchema, d));
+        return;
+      }
+      if (diffs.length === 0) return print("no changes");
+      for (const d of diffs) process.stdout.write(formatDiff(d));
+    }),
+  );
+
+program
+  .command("shell")
+  .description("run a shell command in the session directory, recorded in the session as a bash tool call")
+  .argument("<session>", "session id")
+  .argument("<command>", "the command (run with /bin/sh -c)")
+  .option("--agent <name>", "agent whose bash permission applies", "build")
+  .option("--url <url>", "talk to a running server instead of starting one")
+  .option("--db <dir>", "embedded database directory when no --url")
+  .option("--config <path>", "config file")
+  .option("--json", "print the assistant message as one line of JSON")
+  .option("--yes", "allow a permission request once without asking (otherwise asked on a terminal, rejected elsewhere)")
+  .addHelpText("after", "\nPrints the command's output; the exit code is the command's (1 when the call failed).")
+  .action(async (sessionId: string, command: string, opts: ClientOptions & { json?: boolean; agent: string; yes?: boolean }) => {
+    process.exitCode = await withClient(opts, async (client) => {
+      // The agent's bash rules may ask: answer like `ledger prompt` while the command runs.
+      const watching = new AbortController();
+      const policy = { yes: opts.yes === true, interactive: process.stdin.isTTY === true && process.stderr.isTTY === true };
+      const answering = answerWhileRunning(client, sessionId, policy, watching.signal, (text) => process.stderr.write(text));
+      const { message } = await client.shell({ sessionId, agent: opts.agent, command }).finally(() => watching.abort());
+      await answering;
+      if (opts.json) {
+        print(toJsonString(MessageWithPartsSchema, message!));
+        return 0;
+      }
+      const state = message?.parts[0]?.kind.case === "tool" ? message.parts[0].kind.value.state?.status : undefined;
+      if (state?.case === "completed") {
+        process.stdout.write(state.value.output.endsWith("\n") ? state.value.output : `${state.value.output}\n`);
+        const exit = state.value.metadata?.exit;
+        return typeof exit === "number" ? exit : 1;
+      }
+      process.stderr.write(`error: ${state?.case === "error" ? state.value.error : "the command did not run"}\n`);
+      return 1;
+    });
+  });
 
 program
   .command("sessions")

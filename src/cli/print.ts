@@ -1,7 +1,8 @@
 import type { JsonObject } from "@bufbuild/protobuf";
+import { createTwoFilesPatch } from "diff";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { MessageError } from "../../gen/ledger/v1/error_pb.js";
-import type { AssistantMessage, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import type { AssistantMessage, FileDiff, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
 
@@ -145,4 +146,15 @@ function preview(text: string): string[] {
   const shown = lines.slice(0, PREVIEW_LINES).map((l) => (l.length > 160 ? `${l.slice(0, 160)}…` : l));
   if (lines.length > PREVIEW_LINES) shown.push(`… (${lines.length - PREVIEW_LINES} more lines)`);
   return shown;
+}
+
+/**
+ * One changed file as a unified diff (`--- a/file`, `+++ b/file`, hunks), from its before and
+ * after contents; a binary file (both empty, no line counts) prints as `Binary file <file> changed`.
+ */
+export function formatDiff(diff: FileDiff): string {
+  if (!diff.before && !diff.after && diff.additions === 0 && diff.deletions === 0) return `Binary file ${diff.file} changed\n`;
+  const patch = createTwoFilesPatch(`a/${diff.file}`, `b/${diff.file}`, diff.before, diff.after, "", "", { context: 3 });
+  // Drop jsdiff's "Index:"/"====" header: the --- / +++ lines name the file.
+  return patch.replace(/^(Index:.*\n)?=+\n/, "");
 }

@@ -10,6 +10,7 @@ import type { ClientOptions, Ledger } from "./client.js";
 import { errorKind, formatMessage } from "./print.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK, PromptRenderer } from "./render.js";
 import { createSpinner } from "./spinner.js";
+import { answerRequest, answerWhileRunning, type PermissionPolicy } from "./permissions.js";
 
 /** How long to wait for the stream to end after a successful Abort before giving up on it (ms). */
 export const ABORT_GRACE_MS = 5_000;
@@ -23,6 +24,8 @@ export interface PromptOptions extends ClientOptions {
   model?: string;
   reply: boolean;
   json?: boolean;
+  /** `--yes`: allow permission requests once without asking. */
+  yes?: boolean;
 }
 
 /** The fields `Prompt` and `PromptStream` share, as sent by the CLI. */
@@ -79,21 +82,32 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
     else print(`session ${sessionId}\n${formatMessage(res.message!)}`);
     return EXIT_OK;
   }
+  const policy: PermissionPolicy = { yes: opts.yes === true, interactive: process.stdin.isTTY === true && process.stderr.isTTY === true };
   if (opts.json) {
     const interrupt = onInterrupt(() => void abort(client, sessionId, (text) => process.stderr.write(text)));
+    const watching = new AbortController();
+    const answering = answerWhileRunning(client, sessionId, policy, watching.signal, (text) => process.stderr.write(text));
     try {
       const res = await client.prompt(request).catch(forget);
       print(toJsonString(MessageWithPartsSchema, res.message!));
       return exitCodeOf(res.message);
     } finally {
+      watching.abort();
+      await answering;
       interrupt.dispose();
     }
   }
-  return streamPrompt(client, request, forget);
+  return streamPrompt(client, request, forget, policy);
 }
 
-async function streamPrompt(client: Ledger, request: Request, forget: (error: unknown) => Promise<never>): Promise<number> {
-  const spinner = createSpinner(process.stderr, () => !renderer.midLine);
+async function streamPrompt(
+  client: Ledger,
+  request: Request,
+  forget: (error: unknown) => Promise<never>,
+  policy: PermissionPolicy,
+): Promise<number> {
+  let asking = false;
+  const spinner = createSpinner(process.stderr, () => !renderer.midLine && !asking);
   const renderer = new PromptRenderer({
     out: (s) => process.stdout.write(s),
     err: (s) => process.stderr.write(s),
@@ -113,6 +127,18 @@ async function streamPrompt(client: Ledger, request: Request, forget: (error: un
   try {
     for await (const res of client.promptStream(request, { signal: stream.signal })) {
       received = true;
+      const kind = res.event?.kind;
+      if (kind?.case === "permissionAsked" && kind.value.permission) {
+        // The spinner would draw over the question.
+        asking = true;
+        spinner.clear();
+        try {
+          await answerRequest(client, kind.value.permission, policy, (text) => renderer.notice(text));
+        } finally {
+          asking = false;
+        }
+        continue;
+      }
       if (res.event) renderer.event(res.event);
     }
   } catch (error) {

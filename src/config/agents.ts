@@ -9,6 +9,13 @@ import { AgentNotFoundError, InvalidArgumentError } from "../errors.js";
 /** A permission decision for one tool (or `*`). */
 export type PermissionAction = "allow" | "deny" | "ask";
 
+/**
+ * An agent's permission for one tool: one action, or an action per pattern (a file path relative
+ * to the session directory, a bash command), the last matching pattern winning
+ * (`{"git status*": "allow", "*": "ask"}`). See `agentRules` in src/tools/permission.ts.
+ */
+export type PermissionSetting = PermissionAction | Record<string, PermissionAction>;
+
 /** One agent as the ledger sees it after config is merged. */
 export interface AgentInfo {
   name: string;
@@ -23,8 +30,8 @@ export interface AgentInfo {
   variant?: string;
   /** System prompt of the agent. */
   prompt?: string;
-  /** Tool name (or `*`) → decision. Later rules win. */
-  permission: Record<string, PermissionAction>;
+  /** Tool name (or `*`) → decision, or pattern → decision. `*` is weighed first, then later entries win. */
+  permission: Record<string, PermissionSetting>;
   /** Maximum model steps per run. */
   steps?: number;
   builtIn: boolean;
@@ -34,7 +41,7 @@ export interface AgentInfo {
 export const BUILT_IN_AGENTS: readonly AgentInfo[] = [
   {
     name: "build",
-    description: "The default agent: every tool allowed (read, list, glob, grep, task; no editing tools yet).",
+    description: "The default agent: every tool allowed (read, list, glob, grep, write, edit, bash, task).",
     mode: "primary",
     hidden: false,
     permission: { "*": "allow" },

@@ -6,8 +6,17 @@ import { InvalidArgumentError } from "../errors.js";
 import { BUILT_IN_AGENTS, type AgentInfo } from "./agents.js";
 import { DEFAULT_LIMITS, type Limits } from "./limits.js";
 
+/** A session directory with more bytes than this (in files git would track) gets no snapshot. */
+export const DEFAULT_SNAPSHOT_MAX_BYTES = 100 * 1024 * 1024;
+/** A session directory with more files than this gets no snapshot. */
+export const DEFAULT_SNAPSHOT_MAX_FILES = 20_000;
+/** Where snapshot git directories go by default, relative to the config file's directory. */
+export const DEFAULT_SNAPSHOT_DIR = ".ledger/snapshot";
+
 const modelRef = z.string().regex(/^[^/\s]+\/\S+$/, 'expected "provider/model"');
-const permission = z.enum(["allow", "deny", "ask"]);
+const permissionAction = z.enum(["allow", "deny", "ask"]);
+/** A tool's permission: one action, or an action per pattern (`{"git status*": "allow", "*": "ask"}`). */
+const permission = z.union([permissionAction, z.record(z.string(), permissionAction)]);
 
 const modelSchema = z.object({
   name: z.string().optional(),
@@ -91,6 +100,13 @@ export const configFileSchema = z.object({
   mcp: z.record(z.string(), mcpServerSchema).default({}),
   command: z.record(z.string(), commandSchema).default({}),
   reference: z.record(z.string().regex(/^[^/\\\s]+$/, "expected an alias without slashes or spaces"), z.string().min(1)).default({}),
+  snapshot: z
+    .object({
+      dir: z.string().optional(),
+      max_bytes: z.number().int().positive().default(DEFAULT_SNAPSHOT_MAX_BYTES),
+      max_files: z.number().int().positive().default(DEFAULT_SNAPSHOT_MAX_FILES),
+    })
+    .default({ max_bytes: DEFAULT_SNAPSHOT_MAX_BYTES, max_files: DEFAULT_SNAPSHOT_MAX_FILES }),
 });
 
 /** A parsed `ledger.json` before defaults are merged. */
@@ -146,6 +162,12 @@ export interface LedgerConfig {
   commands: Record<string, CommandConfig>;
   /** Configured references (`reference: {alias: path}`): absolute directories by alias; `file:` reads and tools may use them. */
   references: Record<string, string>;
+  /**
+   * Snapshots of session directories before and after each step that may change files
+   * (`snapshot` in ledger.json): where their git directories go (absolute; default
+   * `.ledger/snapshot` beside the config file) and the largest tree snapshotted.
+   */
+  snapshot: { dir: string; maxBytes: number; maxFiles: number };
 }
 
 /** How a model step is retried; see `LedgerConfig.retry`. Times in ms. */
@@ -343,6 +365,11 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
       ]),
     ),
     references: Object.fromEntries(Object.entries(file.reference).map(([alias, dir]) => [alias, path.resolve(baseDir, dir)])),
+    snapshot: {
+      dir: path.resolve(baseDir, file.snapshot.dir ?? DEFAULT_SNAPSHOT_DIR),
+      maxBytes: file.snapshot.max_bytes,
+      maxFiles: file.snapshot.max_files,
+    },
   };
 }
 

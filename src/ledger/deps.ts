@@ -6,6 +6,7 @@ import type { McpReader } from "../mcp/reader.js";
 import type { LedgerMetrics } from "../observe/metrics.js";
 import type { PluginHost } from "../plugins/plugins.js";
 import type { DB } from "../storage/schema.js";
+import type { Snapshots } from "../snapshot/snapshot.js";
 
 /**
  * The stable dependencies of the ledger domain, built once at start and passed to every call:
@@ -24,6 +25,8 @@ export interface LedgerDeps {
   mcp?: McpReader;
   /** Where RPCs and loop steps are counted (Prometheus, `GET /metrics`). */
   metrics?: LedgerMetrics;
+  /** Snapshots of session directories (steps' patches, GetDiff, Revert); absent → none are taken. */
+  snapshots?: Snapshots;
 }
 
 /**
@@ -47,6 +50,13 @@ export interface Replier {
   abort(sessionId: string): Promise<boolean>;
   /** Whether a loop runs for the session in this process. */
   isRunning(sessionId: string): boolean;
+  /**
+   * Runs `fn` holding the session's loop lock as a loop would (Shell): no loop runs meanwhile on
+   * any replica, `isRunning` is true and `abort` aborts `fn`'s signal. A prompt arriving meanwhile
+   * is answered once `fn` is done. Throws `SessionBusyError` (FAILED_PRECONDITION) when a loop (or
+   * another `exclusive`) holds the session.
+   */
+  exclusive<T>(sessionId: string, fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   /** Cancels every running loop and waits for them (shutdown). */
   stopAll(): Promise<void>;
 }

@@ -4,6 +4,7 @@ import { getLastPromptId } from "../storage/message-store.js";
 import { getSessionRow, rowToSession, sessionExists } from "../storage/session-store.js";
 import { finalAnswer, requireReplier, untilAnswered } from "./answer.js";
 import type { LedgerDeps } from "./deps.js";
+import { rejectPendingPermissions } from "./permissions.js";
 
 /**
  * The `ResumeSession` RPC: reruns the loop for the session's last user message (not
@@ -48,8 +49,15 @@ export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal
   yield* untilAnswered(deps, sessionId, userId, BigInt(row.last_seq), replier.run(sessionId, { resume: userId }), signal);
 }
 
-/** The `Abort` RPC: cancels the session's running loop; false when none ran. Throws `SessionNotFoundError`. */
+/**
+ * The `Abort` RPC: cancels the session's running loop (or Shell), then rejects the session's
+ * pending permission requests ("the session was aborted"; OpenCode rejects them on cancel), so
+ * none is left pending even when the loop runs on another replica. False when no loop ran.
+ * Throws `SessionNotFoundError`.
+ */
 export async function abortSession(deps: LedgerDeps, sessionId: string): Promise<boolean> {
   if (!(await sessionExists(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
-  return (await deps.replier?.abort(sessionId)) ?? false;
+  const aborted = (await deps.replier?.abort(sessionId)) ?? false;
+  await rejectPendingPermissions(deps, sessionId, "the session was aborted");
+  return aborted;
 }

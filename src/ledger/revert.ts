@@ -3,7 +3,7 @@ import type { Session } from "../../gen/ledger/v1/session_pb.js";
 import { SessionRevertSchema } from "../../gen/ledger/v1/session_pb.js";
 import { MessageNotFoundError, PartNotFoundError } from "../errors.js";
 import { deleteMessages, getMessageRow, listMessageRows } from "../storage/message-store.js";
-import { deleteParts, getPartRow, listPartRows } from "../storage/part-store.js";
+import { deleteParts, getPartRow, listPartRows, rowToPart } from "../storage/part-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { getSession } from "./sessions.js";
 import { assertIdle } from "./status.js";
@@ -14,7 +14,8 @@ import { writeSession } from "./writer.js";
  * Marks a revert point on the session (OpenCode `SessionRevert.revert`): `messageId` and every
  * later message, or, with `partId`, that message's parts from `partId` on and every later
  * message. Nothing is deleted until the next prompt (`applyRevert`); ListMessages hides them
- * meanwhile. Emits `session_updated`.
+ * meanwhile. Files changed from there on are put back as they were (`restoreFiles`), and the
+ * snapshot to undo that is kept in `revert.snapshot`. Emits `session_updated`.
  * Throws `SessionNotFoundError`, `MessageNotFoundError` (not in the session),
  * `PartNotFoundError` (not in the message), `SessionBusyError` (the loop runs).
  */
@@ -27,14 +28,47 @@ export async function revertSession(deps: LedgerDeps, sessionId: string, message
       const part = await getPartRow(w.trx, partId);
       if (!part || part.message_id !== messageId) throw new PartNotFoundError(partId);
     }
-    w.session.revert = create(SessionRevertSchema, { messageId, partId });
+    const snapshot = await restoreFiles(deps, w, messageId, partId);
+    w.session.revert = create(SessionRevertSchema, { messageId, partId, snapshot });
     w.emit({ case: "sessionUpdated", value: { session: w.session } });
   });
   return getSession(deps, sessionId);
 }
 
 /**
- * Clears the session's revert point; emits `session_updated`. Without a revert point it changes
+ * Puts back every file changed from the revert point on (OpenCode `SessionRevert.revert`): the
+ * `patch` parts of the messages from `messageId` (with `partId`: that message's parts from it)
+ * name the files and the snapshot before each step; each file is checked out of the earliest
+ * one (deleted when it did not exist then). Returns the snapshot of the files as they were
+ * before (Unrevert restores it), or "" when nothing was restored. A session already reverted
+ * first gets its files back from its snapshot, and keeps that snapshot.
+ */
+async function restoreFiles(deps: LedgerDeps, w: SessionWrite, messageId: string, partId: string): Promise<string> {
+  const snapshots = deps.snapshots;
+  if (!snapshots) return "";
+  const rows = await listMessageRows(w.trx, w.session.id, {});
+  const at = rows.findIndex((r) => r.id === messageId);
+  const parts = (
+    await listPartRows(
+      w.trx,
+      rows.slice(at).map((r) => r.id),
+    )
+  ).map(rowToPart);
+  const from = partId ? parts.findIndex((p) => p.id === partId) : 0;
+  const patches = parts
+    .slice(Math.max(from, 0))
+    .flatMap((p) => (p.kind.case === "patch" ? [{ hash: p.kind.value.hash, files: p.kind.value.files }] : []));
+  const previous = w.session.revert?.snapshot ?? "";
+  if (previous) await snapshots.restore(w.session.directory, previous);
+  if (patches.length === 0) return previous;
+  const snapshot = previous || ((await snapshots.track(w.session.directory)).hash ?? "");
+  await snapshots.revert(w.session.directory, patches);
+  return snapshot;
+}
+
+/**
+ * Clears the session's revert point, first putting the files back as they were before Revert
+ * (from `revert.snapshot`); emits `session_updated`. Without a revert point it changes
  * nothing (no event, `time_updated` kept). Throws `SessionNotFoundError` (NOT_FOUND),
  * `SessionBusyError` (FAILED_PRECONDITION, reason SESSION_BUSY).
  */
@@ -46,6 +80,8 @@ export async function unrevertSession(deps: LedgerDeps, sessionId: string): Prom
   }
   await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
+    // The files as they were before Revert (OpenCode `SessionRevert.unrevert`: `Snapshot.restore`).
+    if (w.session.revert?.snapshot) await deps.snapshots?.restore(w.session.directory, w.session.revert.snapshot);
     w.session.revert = undefined;
     w.emit({ case: "sessionUpdated", value: { session: w.session } });
   });

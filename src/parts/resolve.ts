@@ -1,4 +1,5 @@
 import path from "node:path";
+import { agentRules, evaluate } from "../tools/permission.js";
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import {
   type AgentPartInput,
@@ -166,7 +167,7 @@ function textDraft(ctx: ResolveContext, draft: TextPartInput, field: string): Pi
 }
 
 function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {
-  const denied = (ctx.agent.permission.task ?? ctx.agent.permission["*"]) === "deny";
+  const denied = evaluate(agentRules(ctx.agent), "task", "*") === "deny";
   const hint = denied ? " . Invoked by user; guaranteed to exist." : "";
   return [
     {

@@ -18,6 +18,9 @@ import { abortSession, resumeSession } from "../ledger/resume.js";
 import { deleteMessage, deletePart, updatePart } from "../ledger/edits.js";
 import { revertSession, unrevertSession } from "../ledger/revert.js";
 import { getStatus } from "../ledger/status.js";
+import { getDiff } from "../ledger/diff.js";
+import { listPermissions, replyPermission } from "../ledger/permissions.js";
+import { runShell } from "../ledger/shell.js";
 import { watchSession } from "../ledger/watch.js";
 import * as sessions from "../ledger/sessions.js";
 
@@ -107,6 +110,19 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     async listModels() {
       const { models, defaultModel } = listModels(deps.config);
       return { models: models.map((m) => create(ModelSchema, m)), defaultModel };
+    },
+    async listPermissions(req) {
+      return { permissions: await listPermissions(deps, req.sessionId) };
+    },
+    async replyPermission(req) {
+      await replyPermission(deps, req.sessionId, req.permissionId, req.reply, req.message);
+      return {};
+    },
+    async getDiff(req) {
+      return { diffs: await getDiff(deps, req.sessionId, req.messageId) };
+    },
+    async shell(req) {
+      return { message: await runShell(deps, req) };
     },
   };
 }

@@ -70,8 +70,23 @@ export interface SessionEventTable {
   time: ColumnType<Date, Date | undefined, never>;
 }
 
+/** `permission_request`: a tool call paused by an `ask` rule; `reply` is null while it is pending. */
+export interface PermissionRequestTable {
+  id: string;
+  session_id: string;
+  /** The proto JSON form of `ledger.v1.PermissionRequest`. */
+  data: Json;
+  /** "once", "always" or "reject"; null while pending. */
+  reply: string | null;
+  /** The feedback given with the reply (REJECT), or why the server rejected it. */
+  reply_message: string | null;
+  time_created: ColumnType<Date, Date | undefined, never>;
+  time_replied: ColumnType<Date | null, Date | undefined, Date>;
+}
+
 /** The database as Kysely sees it. */
 export interface DB {
+  permission_request: PermissionRequestTable;
   session: SessionTable;
   message: MessageTable;
   part: PartTable;
@@ -86,3 +101,4 @@ export type PartRow = Selectable<PartTable>;
 export type NewPartRow = Insertable<PartTable>;
 export type SessionEventRow = Selectable<SessionEventTable>;
 export type NewSessionEventRow = Insertable<SessionEventTable>;
+export type PermissionRequestRow = Selectable<PermissionRequestTable>;

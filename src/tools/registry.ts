@@ -1,38 +1,66 @@
 import { tool, type Tool, type ToolSet } from "ai";
 import type { PermissionRule } from "../../gen/ledger/v1/session_pb.js";
-import { PermissionAction } from "../../gen/ledger/v1/session_pb.js";
 import type { AgentInfo } from "../config/agents.js";
+import { bashDefinition } from "./bash.js";
+import { editDefinition } from "./edit.js";
 import { globDefinition } from "./glob.js";
 import { grepDefinition } from "./grep.js";
 import { listDefinition } from "./list.js";
+import { agentRules, decide, sessionRules, type Rule } from "./permission.js";
 import { readDefinition } from "./read.js";
 import { taskDefinition, type TaskRunner } from "./task.js";
-import type { ToolContext, ToolDefinition } from "./tool-context.js";
+import type { ToolAsk, ToolContext, ToolDefinition } from "./tool-context.js";
+import { writeDefinition } from "./write.js";
 
 /**
  * The tools offered to every agent, in the order the model sees them: `read`, `list`, `glob`,
- * `grep`. `task` comes after them when offered (see {@link createTools}). Follows OpenCode
- * registry.ts `builtin` (the read-only tools of it).
+ * `grep`, `write`, `edit`, `bash`. `task` comes after them when offered (see {@link createTools}).
+ * Follows OpenCode registry.ts `builtin`.
  */
-export const BUILTIN_TOOLS: readonly ToolDefinition<unknown>[] = [readDefinition, listDefinition, globDefinition, grepDefinition];
+export const BUILTIN_TOOLS: readonly ToolDefinition<unknown>[] = [
+  readDefinition,
+  listDefinition,
+  globDefinition,
+  grepDefinition,
+  writeDefinition as ToolDefinition<unknown>,
+  editDefinition as ToolDefinition<unknown>,
+  bashDefinition as ToolDefinition<unknown>,
+];
+
+/** Asks the user about one call (the ledger's `askPermission`); resolves when allowed, throws the rejection. */
+export type Asker = (request: ToolAsk & { callId: string }, signal: AbortSignal) => Promise<void>;
+
+/** Reports a running call's progress (bash output so far) for its tool part. */
+export type ProgressSink = (callId: string, update: { title?: string; metadata: Record<string, unknown> }) => void;
 
 /**
- * Whether `agent` may use `toolName` in this session: the session's rules (from a prompt's
- * deprecated `tools` map) win over the agent's `permission` map; within each, the last matching
- * rule wins and `*` matches every tool. `ask` counts as deny: this service has no one to ask.
+ * The rules a call of `agent` in a session is weighed against, in order: the agent's
+ * `permission` config (`agentRules`), then the session's rules (a prompt's deprecated `tools`
+ * map, ALWAYS replies), so with the last match winning the session's rules win. Follows OpenCode
+ * `PermissionNext.merge(agent.permission, session.permission)`.
  */
-export function isAllowed(agent: AgentInfo, sessionRules: PermissionRule[], toolName: string): boolean {
-  const rule = sessionRules.filter((r) => r.permission === toolName || r.permission === "*").at(-1);
-  if (rule) return rule.action === PermissionAction.ALLOW;
-  return (agent.permission[toolName] ?? agent.permission["*"] ?? "allow") === "allow";
+export function permissionRules(agent: Pick<AgentInfo, "permission">, rules: readonly PermissionRule[]): Rule[] {
+  return [...agentRules(agent), ...sessionRules(rules)];
 }
 
 /**
- * The model's tools for one agent loop (OpenCode `read`, `list`, `glob`, `grep`, `task`), as an
- * AI SDK tool set keyed by tool id, each confined to the session directory and roots. Every tool
- * is offered; a call the agent may not make ({@link isAllowed}) fails with
- * `permission denied: the <agent> agent may not use the <tool> tool`, and that error, like any a
- * tool throws, becomes a tool error the model sees (never a failed run). `task` is offered only
+ * Whether `agent` may use `toolName` at all in this session, weighed on the pattern `*`; `ask`
+ * counts as no here (use {@link createTools}' asker to ask).
+ */
+export function isAllowed(agent: AgentInfo, rules: PermissionRule[], toolName: string): boolean {
+  return decide(permissionRules(agent, rules), toolName, ["*"]) === "allow";
+}
+
+/**
+ * The model's tools for one agent loop (OpenCode `read`, `list`, `glob`, `grep`, `write`,
+ * `edit`, `bash`, `task`), as an AI SDK tool set keyed by tool id, each confined to the session
+ * directory and roots. Every tool is offered; each call is weighed against
+ * {@link permissionRules} — by the tool itself with its own patterns (write/edit: the path
+ * relative to the session directory; bash: the command) through `ctx.ask`, by the registry with
+ * the pattern `*` for the others. `deny` fails the call with `permission denied: the <agent>
+ * agent may not use the <tool> tool` (plus ` on "<pattern>"` for a pattern other than `*`);
+ * `ask` pauses it through `asker` (without one, `ask` is a denial). Those errors, like any a
+ * tool throws, become a tool error the model sees (never a failed run). `task` is offered only
  * with a `runTask`, to agents that are not themselves subagents, and when there are `subagents`.
  *
  * @param options.agent - the agent answering; its name and `permission` map.
@@ -41,6 +69,10 @@ export function isAllowed(agent: AgentInfo, sessionRules: PermissionRule[], tool
  *   SDK gives one, replaces `context.signal`.
  * @param options.subagents - names of the subagents `task` may run.
  * @param options.runTask - runs a subagent (absent inside subagents).
+ * @param options.asker - pauses a call on an `ask` rule until the user answers.
+ * @param options.progress - receives running calls' progress by call id.
+ * @param options.beforeChange - awaited before a tool that may change files (write, edit, bash)
+ *   runs: the step's snapshot is taken there.
  */
 export function createTools(options: {
   agent: AgentInfo;
@@ -48,26 +80,68 @@ export function createTools(options: {
   context: ToolContext;
   subagents: string[];
   runTask?: TaskRunner;
+  asker?: Asker;
+  progress?: ProgressSink;
+  beforeChange?: () => Promise<void>;
 }): ToolSet {
-  const { agent, rules, context } = options;
+  const { agent, context } = options;
+  const rules = permissionRules(agent, options.rules);
   const definitions = [...BUILTIN_TOOLS];
   if (options.runTask && agent.mode !== "subagent" && options.subagents.length > 0) {
     definitions.push(taskDefinition(options.subagents, options.runTask));
   }
   const tools: ToolSet = {};
-  for (const definition of definitions) tools[definition.id] = guarded(definition, agent, rules, context);
+  for (const definition of definitions) tools[definition.id] = guarded(definition, agent.name, rules, context, options);
   return tools;
 }
 
+/**
+ * Weighs one call against `rules` (see {@link createTools}): resolves when allowed, throws the
+ * denial, or asks through `asker` (which throws the user's rejection).
+ */
+export async function checkPermission(
+  agentName: string,
+  rules: readonly Rule[],
+  request: ToolAsk & { callId: string },
+  signal: AbortSignal,
+  asker: Asker | undefined,
+): Promise<void> {
+  const action = decide(rules, request.permission, request.patterns);
+  if (action === "allow") return;
+  const denied = () => {
+    const on = request.patterns.filter((p) => p !== "*");
+    return new Error(
+      `permission denied: the ${agentName} agent may not use the ${request.permission} tool` +
+        (on.length > 0 ? ` on ${on.map((p) => JSON.stringify(p)).join(", ")}` : ""),
+    );
+  };
+  if (action === "deny" || !asker) throw denied();
+  await asker(request, signal);
+}
+
 /** The AI SDK tool for `definition`: checks the permission, then runs it with the call's abort signal. */
-function guarded(definition: ToolDefinition<unknown>, agent: AgentInfo, rules: PermissionRule[], context: ToolContext): Tool {
+function guarded(
+  definition: ToolDefinition<unknown>,
+  agentName: string,
+  rules: Rule[],
+  context: ToolContext,
+  options: { asker?: Asker; progress?: ProgressSink; beforeChange?: () => Promise<void> },
+): Tool {
   const name = definition.id;
   return tool({
     description: definition.description,
     inputSchema: definition.inputSchema,
     execute: async (input, call) => {
-      if (!isAllowed(agent, rules, name)) throw new Error(`permission denied: the ${agent.name} agent may not use the ${name} tool`);
-      return definition.execute(input, { ...context, signal: call.abortSignal ?? context.signal });
+      const signal = call.abortSignal ?? context.signal ?? new AbortController().signal;
+      const ask = (request: ToolAsk) => checkPermission(agentName, rules, { ...request, callId: call.toolCallId }, signal, options.asker);
+      if (!definition.asks) await ask({ permission: name, patterns: ["*"], metadata: {} });
+      else await options.beforeChange?.();
+      return definition.execute(input, {
+        ...context,
+        signal: call.abortSignal ?? context.signal,
+        ask,
+        progress: options.progress && ((update) => options.progress!(call.toolCallId, update)),
+      });
     },
   });
 }

@@ -10,6 +10,25 @@ export interface ToolContext {
   roots: string[];
   /** Aborts the call: tools check it between files and throw its reason (an `AbortError`). */
   signal?: AbortSignal;
+  /**
+   * Checks the permission rules for this call before a tool changes anything (OpenCode
+   * `ctx.ask`): resolves when allowed (at once, or after the user answered an `ask`); throws the
+   * denial or the user's rejection, which becomes the tool error the model sees. Set by the
+   * registry for every call; absent (everything allowed) only in direct unit calls.
+   */
+  ask?(request: ToolAsk): Promise<void>;
+  /** Reports progress of a running call (bash output so far); stored on the running tool part, throttled. */
+  progress?(update: { title?: string; metadata: Record<string, unknown> }): void;
+}
+
+/** What a tool asks permission for: its permission name, the patterns the rules match, facts for the user. */
+export interface ToolAsk {
+  /** The tool's name as rules name it (`write`, `edit`, `bash`). */
+  permission: string;
+  /** File paths relative to the session directory, or the bash command. */
+  patterns: string[];
+  /** Shown to the person deciding (`filePath`, `diff`, `command`, `description`). */
+  metadata: Record<string, unknown>;
 }
 
 /** What a tool returns to the agent loop. Follows OpenCode tool.ts `ExecuteResult`. */
@@ -39,6 +58,11 @@ export interface ToolOutput {
 export interface ToolDefinition<Input> {
   /** The name the model calls the tool by, and that permission rules name (`read`, `grep`, ...). */
   id: string;
+  /**
+   * True when the tool calls `ctx.ask` itself with its own patterns (write, edit, bash); the
+   * registry checks the others with the pattern `*` before they run.
+   */
+  asks?: boolean;
   /** What the model is told the tool does. */
   description: string;
   /** The input the model must send (zod); the AI SDK sends it to the model as JSON Schema and validates each call against it. */

@@ -4,7 +4,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PermissionAction, PermissionRuleSchema, type PermissionRule } from "../../gen/ledger/v1/session_pb.js";
 import { BUILT_IN_AGENTS, type AgentInfo } from "../../src/config/agents.js";
-import { createTools, isAllowed } from "../../src/tools/registry.js";
+import { createTools, isAllowed, permissionRules } from "../../src/tools/registry.js";
+import { decide, evaluate } from "../../src/tools/permission.js";
 import type { TaskRunner } from "../../src/tools/task.js";
 import { aborted, rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
 
@@ -30,8 +31,18 @@ describe("isAllowed", () => {
     expect(isAllowed(agent({}), [], "glob")).toBe(true);
   });
 
-  it("counts `ask` as deny", () => {
+  it("counts `ask` as not allowed (createTools asks through its asker)", () => {
     expect(isAllowed(agent({ read: "ask" }), [], "read")).toBe(false);
+  });
+
+  it("weighs pattern maps, the last matching pattern winning", () => {
+    const rules = permissionRules(agent({ "*": "allow", bash: { "*": "ask", "git status*": "allow", "rm *": "deny" } }), []);
+    expect(evaluate(rules, "bash", "git status --short")).toBe("allow");
+    expect(evaluate(rules, "bash", "rm -rf /")).toBe("deny");
+    expect(evaluate(rules, "bash", "ls")).toBe("ask");
+    expect(evaluate(rules, "read", "a.txt")).toBe("allow");
+    expect(decide(rules, "bash", ["git status", "rm x"])).toBe("deny");
+    expect(decide(rules, "bash", ["git status", "ls"])).toBe("ask");
   });
 
   it("lets the session's rules win over the agent's map, the last matching rule first", () => {
@@ -48,11 +59,20 @@ describe("createTools", () => {
   const options = { agent: build!, rules: [], subagents: ["general", "explore"], runTask };
 
   it("offers read, list, glob and grep, then task for a primary agent with subagents", () => {
-    expect(Object.keys(createTools({ ...options, context: t.ctx }))).toEqual(["read", "list", "glob", "grep", "task"]);
+    expect(Object.keys(createTools({ ...options, context: t.ctx }))).toEqual([
+      "read",
+      "list",
+      "glob",
+      "grep",
+      "write",
+      "edit",
+      "bash",
+      "task",
+    ]);
   });
 
   it("leaves task out without a runner, for a subagent, and without subagents", () => {
-    const builtin = ["read", "list", "glob", "grep"];
+    const builtin = ["read", "list", "glob", "grep", "write", "edit", "bash"];
     expect(Object.keys(createTools({ ...options, context: t.ctx, runTask: undefined }))).toEqual(builtin);
     expect(Object.keys(createTools({ ...options, context: t.ctx, agent: general! }))).toEqual(builtin);
     expect(Object.keys(createTools({ ...options, context: t.ctx, subagents: [] }))).toEqual(builtin);

@@ -15,6 +15,7 @@ import type { ModelRef } from "../../gen/ledger/v1/model_pb.js";
 import type { Part, PartInputSchema, ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
+import { PermissionReply, type PermissionRequest } from "../../gen/ledger/v1/permission_pb.js";
 import { Transcript, type Change, type Entry } from "./transcript.js";
 
 type PartInit = MessageInitShape<typeof PartInputSchema>;
@@ -44,6 +45,7 @@ const ui = {
   file: byId<HTMLInputElement>("prompt-file"),
   model: byId<HTMLSelectElement>("model"),
   abort: byId<HTMLButtonElement>("abort"),
+  permissions: byId<HTMLElement>("permissions"),
   send: byId<HTMLButtonElement>("send"),
 };
 
@@ -187,6 +189,7 @@ async function openSession(sessionId: string): Promise<void> {
       pageToken = page.nextPageToken;
     } while (pageToken);
     current = { session, transcript };
+    void followPermissions(session.id);
     if (location.hash !== `#${session.id}`) history.replaceState(null, "", `#${session.id}`);
     renderSessionHead();
     renderTranscript();
@@ -417,6 +420,81 @@ function render(change: Change): void {
       ui.file.value = "";
       return;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Permission requests: a tool call an `ask` rule paused, answered here or by any other client
+
+/** The WatchSession following the open session's permission requests. */
+let permissionWatch: AbortController | undefined;
+
+/** Shows the open session's pending requests, then follows its events and refreshes them on each permission event. */
+async function followPermissions(sessionId: string): Promise<void> {
+  permissionWatch?.abort();
+  const controller = new AbortController();
+  permissionWatch = controller;
+  await refreshPermissions(sessionId);
+  try {
+    for await (const res of client.watchSession({ sessionId }, { signal: controller.signal })) {
+      const kind = res.event?.kind.case;
+      if (kind === "permissionAsked" || kind === "permissionReplied") await refreshPermissions(sessionId);
+    }
+  } catch {
+    // Switched sessions, or the stream ended: the list stays as last shown.
+  }
+}
+
+async function refreshPermissions(sessionId: string): Promise<void> {
+  try {
+    const { permissions } = await client.listPermissions({ sessionId });
+    if (current?.session.id === sessionId) renderPermissions(permissions);
+  } catch (error) {
+    showError(`Cannot list permission requests: ${describeError(error)}`);
+  }
+}
+
+function renderPermissions(requests: PermissionRequest[]): void {
+  ui.permissions.hidden = requests.length === 0;
+  ui.permissions.replaceChildren(
+    ...requests.map((request) => {
+      const meta = request.metadata ?? {};
+      const diff = typeof meta.diff === "string" ? meta.diff : "";
+      const description = typeof meta.description === "string" && meta.description ? ` (${meta.description})` : "";
+      const answer = (reply: PermissionReply) => async () => {
+        try {
+          await client.replyPermission({ sessionId: request.sessionId, permissionId: request.id, reply });
+        } catch (error) {
+          showError(`Cannot answer ${request.id}: ${describeError(error)}`);
+        }
+        await refreshPermissions(request.sessionId);
+      };
+      const button = (label: string, reply: PermissionReply) => {
+        const b = h("button", { type: "button", "data-reply": label.toLowerCase().replace(/ /g, "-") }, label);
+        b.addEventListener("click", () => void answer(reply)());
+        return b;
+      };
+      return h(
+        "div",
+        { class: "permission", "data-permission-id": request.id },
+        h(
+          "div",
+          { class: "permission-what" },
+          h("strong", {}, request.permission),
+          " ",
+          h("code", {}, request.patterns.join(", ")),
+          description,
+        ),
+        diff && h("pre", { class: "permission-diff" }, diff),
+        h(
+          "div",
+          { class: "permission-buttons" },
+          button("Allow once", PermissionReply.ONCE),
+          button("Always", PermissionReply.ALWAYS),
+          button("Reject", PermissionReply.REJECT),
+        ),
+      );
+    }),
+  );
 }
 
 // ---------------------------------------------------------------------------------------------

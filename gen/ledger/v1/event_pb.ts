@@ -14,6 +14,8 @@ import type { ModelRef } from "./model_pb.js";
 import { file_ledger_v1_model } from "./model_pb.js";
 import type { Part } from "./part_pb.js";
 import { file_ledger_v1_part } from "./part_pb.js";
+import type { PermissionReply, PermissionRequest } from "./permission_pb.js";
+import { file_ledger_v1_permission } from "./permission_pb.js";
 import type { Session } from "./session_pb.js";
 import { file_ledger_v1_session } from "./session_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -22,7 +24,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ledger/v1/event.proto.
  */
 export const file_ledger_v1_event: GenFile = /*@__PURE__*/
-  fileDesc("ChVsZWRnZXIvdjEvZXZlbnQucHJvdG8SCWxlZGdlci52MSKVBgoMU2Vzc2lvbkV2ZW50EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgEEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjQKD3Nlc3Npb25fdXBkYXRlZBgKIAEoCzIZLmxlZGdlci52MS5TZXNzaW9uVXBkYXRlZEgAEjQKD3Nlc3Npb25fZGVsZXRlZBgLIAEoCzIZLmxlZGdlci52MS5TZXNzaW9uRGVsZXRlZEgAEjQKD21lc3NhZ2VfdXBkYXRlZBgMIAEoCzIZLmxlZGdlci52MS5NZXNzYWdlVXBkYXRlZEgAEjQKD21lc3NhZ2VfcmVtb3ZlZBgNIAEoCzIZLmxlZGdlci52MS5NZXNzYWdlUmVtb3ZlZEgAEi4KDHBhcnRfdXBkYXRlZBgOIAEoCzIWLmxlZGdlci52MS5QYXJ0VXBkYXRlZEgAEioKCnBhcnRfZGVsdGEYDyABKAsyFC5sZWRnZXIudjEuUGFydERlbHRhSAASLgoMcGFydF9yZW1vdmVkGBAgASgLMhYubGVkZ2VyLnYxLlBhcnRSZW1vdmVkSAASMgoOc2Vzc2lvbl9zdGF0dXMYESABKAsyGC5sZWRnZXIudjEuU2Vzc2lvblN0YXR1c0gAEjAKDXNlc3Npb25fZXJyb3IYEiABKAsyFy5sZWRnZXIudjEuU2Vzc2lvbkVycm9ySAASMgoOYWdlbnRfc3dpdGNoZWQYEyABKAsyGC5sZWRnZXIudjEuQWdlbnRTd2l0Y2hlZEgAEjIKDm1vZGVsX3N3aXRjaGVkGBQgASgLMhgubGVkZ2VyLnYxLk1vZGVsU3dpdGNoZWRIABInCghwcm9tcHRlZBgVIAEoCzITLmxlZGdlci52MS5Qcm9tcHRlZEgAEikKCXN5bnRoZXRpYxgWIAEoCzIULmxlZGdlci52MS5TeW50aGV0aWNIABIsCgdjb21tYW5kGBcgASgLMhkubGVkZ2VyLnYxLkNvbW1hbmRJbnZva2VkSABCBgoEa2luZCI1Cg5TZXNzaW9uVXBkYXRlZBIjCgdzZXNzaW9uGAEgASgLMhIubGVkZ2VyLnYxLlNlc3Npb24iNQoOU2Vzc2lvbkRlbGV0ZWQSIwoHc2Vzc2lvbhgBIAEoCzISLmxlZGdlci52MS5TZXNzaW9uIjUKDk1lc3NhZ2VVcGRhdGVkEiMKB21lc3NhZ2UYASABKAsyEi5sZWRnZXIudjEuTWVzc2FnZSIkCg5NZXNzYWdlUmVtb3ZlZBISCgptZXNzYWdlX2lkGAEgASgJIiwKC1BhcnRVcGRhdGVkEh0KBHBhcnQYASABKAsyDy5sZWRnZXIudjEuUGFydCJeCglQYXJ0RGVsdGESEgoKbWVzc2FnZV9pZBgBIAEoCRIPCgdwYXJ0X2lkGAIgASgJEg0KBWZpZWxkGAMgASgJEg0KBWRlbHRhGAQgASgJEg4KBm9mZnNldBgFIAEoBCIyCgtQYXJ0UmVtb3ZlZBISCgptZXNzYWdlX2lkGAEgASgJEg8KB3BhcnRfaWQYAiABKAkikAEKDVNlc3Npb25TdGF0dXMSJQoEaWRsZRgBIAEoCzIVLmxlZGdlci52MS5TdGF0dXNJZGxlSAASJQoEYnVzeRgCIAEoCzIVLmxlZGdlci52MS5TdGF0dXNCdXN5SAASJwoFcmV0cnkYAyABKAsyFi5sZWRnZXIudjEuU3RhdHVzUmV0cnlIAEIICgZzdGF0dXMiDAoKU3RhdHVzSWRsZSIMCgpTdGF0dXNCdXN5IlkKC1N0YXR1c1JldHJ5Eg8KB2F0dGVtcHQYASABKA0SDwoHbWVzc2FnZRgCIAEoCRIoCgRuZXh0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJKCgxTZXNzaW9uRXJyb3ISEgoKbWVzc2FnZV9pZBgBIAEoCRImCgVlcnJvchgCIAEoCzIXLmxlZGdlci52MS5NZXNzYWdlRXJyb3IiMgoNQWdlbnRTd2l0Y2hlZBIQCghwcmV2aW91cxgBIAEoCRIPCgdjdXJyZW50GAIgASgJIlwKDU1vZGVsU3dpdGNoZWQSJQoIcHJldmlvdXMYASABKAsyEy5sZWRnZXIudjEuTW9kZWxSZWYSJAoHY3VycmVudBgCIAEoCzITLmxlZGdlci52MS5Nb2RlbFJlZiIwCghQcm9tcHRlZBISCgptZXNzYWdlX2lkGAEgASgJEhAKCG5vX3JlcGx5GAIgASgIIjEKCVN5bnRoZXRpYxISCgptZXNzYWdlX2lkGAEgASgJEhAKCHBhcnRfaWRzGAIgAygJIkgKDkNvbW1hbmRJbnZva2VkEg8KB2NvbW1hbmQYASABKAkSEQoJYXJndW1lbnRzGAIgASgJEhIKCm1lc3NhZ2VfaWQYAyABKAliBnByb3RvMw", [file_google_protobuf_timestamp, file_ledger_v1_error, file_ledger_v1_message, file_ledger_v1_model, file_ledger_v1_part, file_ledger_v1_session]);
+  fileDesc("ChVsZWRnZXIvdjEvZXZlbnQucHJvdG8SCWxlZGdlci52MSKJBwoMU2Vzc2lvbkV2ZW50EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgEEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjQKD3Nlc3Npb25fdXBkYXRlZBgKIAEoCzIZLmxlZGdlci52MS5TZXNzaW9uVXBkYXRlZEgAEjQKD3Nlc3Npb25fZGVsZXRlZBgLIAEoCzIZLmxlZGdlci52MS5TZXNzaW9uRGVsZXRlZEgAEjQKD21lc3NhZ2VfdXBkYXRlZBgMIAEoCzIZLmxlZGdlci52MS5NZXNzYWdlVXBkYXRlZEgAEjQKD21lc3NhZ2VfcmVtb3ZlZBgNIAEoCzIZLmxlZGdlci52MS5NZXNzYWdlUmVtb3ZlZEgAEi4KDHBhcnRfdXBkYXRlZBgOIAEoCzIWLmxlZGdlci52MS5QYXJ0VXBkYXRlZEgAEioKCnBhcnRfZGVsdGEYDyABKAsyFC5sZWRnZXIudjEuUGFydERlbHRhSAASLgoMcGFydF9yZW1vdmVkGBAgASgLMhYubGVkZ2VyLnYxLlBhcnRSZW1vdmVkSAASMgoOc2Vzc2lvbl9zdGF0dXMYESABKAsyGC5sZWRnZXIudjEuU2Vzc2lvblN0YXR1c0gAEjAKDXNlc3Npb25fZXJyb3IYEiABKAsyFy5sZWRnZXIudjEuU2Vzc2lvbkVycm9ySAASMgoOYWdlbnRfc3dpdGNoZWQYEyABKAsyGC5sZWRnZXIudjEuQWdlbnRTd2l0Y2hlZEgAEjIKDm1vZGVsX3N3aXRjaGVkGBQgASgLMhgubGVkZ2VyLnYxLk1vZGVsU3dpdGNoZWRIABInCghwcm9tcHRlZBgVIAEoCzITLmxlZGdlci52MS5Qcm9tcHRlZEgAEikKCXN5bnRoZXRpYxgWIAEoCzIULmxlZGdlci52MS5TeW50aGV0aWNIABIsCgdjb21tYW5kGBcgASgLMhkubGVkZ2VyLnYxLkNvbW1hbmRJbnZva2VkSAASNgoQcGVybWlzc2lvbl9hc2tlZBgYIAEoCzIaLmxlZGdlci52MS5QZXJtaXNzaW9uQXNrZWRIABI6ChJwZXJtaXNzaW9uX3JlcGxpZWQYGSABKAsyHC5sZWRnZXIudjEuUGVybWlzc2lvblJlcGxpZWRIAEIGCgRraW5kIjUKDlNlc3Npb25VcGRhdGVkEiMKB3Nlc3Npb24YASABKAsyEi5sZWRnZXIudjEuU2Vzc2lvbiI1Cg5TZXNzaW9uRGVsZXRlZBIjCgdzZXNzaW9uGAEgASgLMhIubGVkZ2VyLnYxLlNlc3Npb24iNQoOTWVzc2FnZVVwZGF0ZWQSIwoHbWVzc2FnZRgBIAEoCzISLmxlZGdlci52MS5NZXNzYWdlIiQKDk1lc3NhZ2VSZW1vdmVkEhIKCm1lc3NhZ2VfaWQYASABKAkiLAoLUGFydFVwZGF0ZWQSHQoEcGFydBgBIAEoCzIPLmxlZGdlci52MS5QYXJ0Il4KCVBhcnREZWx0YRISCgptZXNzYWdlX2lkGAEgASgJEg8KB3BhcnRfaWQYAiABKAkSDQoFZmllbGQYAyABKAkSDQoFZGVsdGEYBCABKAkSDgoGb2Zmc2V0GAUgASgEIjIKC1BhcnRSZW1vdmVkEhIKCm1lc3NhZ2VfaWQYASABKAkSDwoHcGFydF9pZBgCIAEoCSKQAQoNU2Vzc2lvblN0YXR1cxIlCgRpZGxlGAEgASgLMhUubGVkZ2VyLnYxLlN0YXR1c0lkbGVIABIlCgRidXN5GAIgASgLMhUubGVkZ2VyLnYxLlN0YXR1c0J1c3lIABInCgVyZXRyeRgDIAEoCzIWLmxlZGdlci52MS5TdGF0dXNSZXRyeUgAQggKBnN0YXR1cyIMCgpTdGF0dXNJZGxlIgwKClN0YXR1c0J1c3kiWQoLU3RhdHVzUmV0cnkSDwoHYXR0ZW1wdBgBIAEoDRIPCgdtZXNzYWdlGAIgASgJEigKBG5leHQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkoKDFNlc3Npb25FcnJvchISCgptZXNzYWdlX2lkGAEgASgJEiYKBWVycm9yGAIgASgLMhcubGVkZ2VyLnYxLk1lc3NhZ2VFcnJvciIyCg1BZ2VudFN3aXRjaGVkEhAKCHByZXZpb3VzGAEgASgJEg8KB2N1cnJlbnQYAiABKAkiXAoNTW9kZWxTd2l0Y2hlZBIlCghwcmV2aW91cxgBIAEoCzITLmxlZGdlci52MS5Nb2RlbFJlZhIkCgdjdXJyZW50GAIgASgLMhMubGVkZ2VyLnYxLk1vZGVsUmVmIjAKCFByb21wdGVkEhIKCm1lc3NhZ2VfaWQYASABKAkSEAoIbm9fcmVwbHkYAiABKAgiMQoJU3ludGhldGljEhIKCm1lc3NhZ2VfaWQYASABKAkSEAoIcGFydF9pZHMYAiADKAkiSAoOQ29tbWFuZEludm9rZWQSDwoHY29tbWFuZBgBIAEoCRIRCglhcmd1bWVudHMYAiABKAkSEgoKbWVzc2FnZV9pZBgDIAEoCSJDCg9QZXJtaXNzaW9uQXNrZWQSMAoKcGVybWlzc2lvbhgBIAEoCzIcLmxlZGdlci52MS5QZXJtaXNzaW9uUmVxdWVzdCJmChFQZXJtaXNzaW9uUmVwbGllZBIVCg1wZXJtaXNzaW9uX2lkGAEgASgJEikKBXJlcGx5GAIgASgOMhoubGVkZ2VyLnYxLlBlcm1pc3Npb25SZXBseRIPCgdtZXNzYWdlGAMgASgJYgZwcm90bzM", [file_google_protobuf_timestamp, file_ledger_v1_error, file_ledger_v1_message, file_ledger_v1_model, file_ledger_v1_part, file_ledger_v1_permission, file_ledger_v1_session]);
 
 /**
  * SessionEvent is one entry of a session's event log. `seq` is per session, gap-free and
@@ -134,6 +136,18 @@ export type SessionEvent = Message<"ledger.v1.SessionEvent"> & {
      */
     value: CommandInvoked;
     case: "command";
+  } | {
+    /**
+     * @generated from field: ledger.v1.PermissionAsked permission_asked = 24;
+     */
+    value: PermissionAsked;
+    case: "permissionAsked";
+  } | {
+    /**
+     * @generated from field: ledger.v1.PermissionReplied permission_replied = 25;
+     */
+    value: PermissionReplied;
+    case: "permissionReplied";
   } | { case: undefined; value?: undefined };
 };
 
@@ -561,4 +575,55 @@ export type CommandInvoked = Message<"ledger.v1.CommandInvoked"> & {
  */
 export const CommandInvokedSchema: GenMessage<CommandInvoked> = /*@__PURE__*/
   messageDesc(file_ledger_v1_event, 17);
+
+/**
+ * PermissionAsked: a tool call waits for the user's answer (ListPermissions lists it until then).
+ *
+ * @generated from message ledger.v1.PermissionAsked
+ */
+export type PermissionAsked = Message<"ledger.v1.PermissionAsked"> & {
+  /**
+   * @generated from field: ledger.v1.PermissionRequest permission = 1;
+   */
+  permission?: PermissionRequest | undefined;
+};
+
+/**
+ * Describes the message ledger.v1.PermissionAsked.
+ * Use `create(PermissionAskedSchema)` to create a new message.
+ */
+export const PermissionAskedSchema: GenMessage<PermissionAsked> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_event, 18);
+
+/**
+ * PermissionReplied: a permission request was answered (ReplyPermission, Abort or recovery);
+ * the paused call runs (ONCE, ALWAYS) or ends with a tool error (REJECT).
+ *
+ * @generated from message ledger.v1.PermissionReplied
+ */
+export type PermissionReplied = Message<"ledger.v1.PermissionReplied"> & {
+  /**
+   * @generated from field: string permission_id = 1;
+   */
+  permissionId: string;
+
+  /**
+   * @generated from field: ledger.v1.PermissionReply reply = 2;
+   */
+  reply: PermissionReply;
+
+  /**
+   * The user's feedback to the model with REJECT, or why the server rejected it.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message ledger.v1.PermissionReplied.
+ * Use `create(PermissionRepliedSchema)` to create a new message.
+ */
+export const PermissionRepliedSchema: GenMessage<PermissionReplied> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_event, 19);
 

@@ -18,7 +18,7 @@ import type { JsonObject, Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file ledger/v1/message.proto.
  */
 export const file_ledger_v1_message: GenFile = /*@__PURE__*/
-  fileDesc("ChdsZWRnZXIvdjEvbWVzc2FnZS5wcm90bxIJbGVkZ2VyLnYxImsKB01lc3NhZ2USJgoEdXNlchgBIAEoCzIWLmxlZGdlci52MS5Vc2VyTWVzc2FnZUgAEjAKCWFzc2lzdGFudBgCIAEoCzIbLmxlZGdlci52MS5Bc3Npc3RhbnRNZXNzYWdlSABCBgoEa2luZCLzAgoLVXNlck1lc3NhZ2USCgoCaWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIwCgx0aW1lX2NyZWF0ZWQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFnZW50GAQgASgJEiIKBW1vZGVsGAUgASgLMhMubGVkZ2VyLnYxLk1vZGVsUmVmEhQKB3ZhcmlhbnQYBiABKAlIAIgBARITCgZzeXN0ZW0YByABKAlIAYgBARInCgZmb3JtYXQYCCABKAsyFy5sZWRnZXIudjEuT3V0cHV0Rm9ybWF0EjQKBXRvb2xzGAkgAygLMiEubGVkZ2VyLnYxLlVzZXJNZXNzYWdlLlRvb2xzRW50cnlCAhgBEhAKCG5vX3JlcGx5GAogASgIGiwKClRvb2xzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgIOgI4AUIKCghfdmFyaWFudEIJCgdfc3lzdGVtInEKDE91dHB1dEZvcm1hdBIlCgR0ZXh0GAEgASgLMhUubGVkZ2VyLnYxLlRleHRGb3JtYXRIABIyCgtqc29uX3NjaGVtYRgCIAEoCzIbLmxlZGdlci52MS5Kc29uU2NoZW1hRm9ybWF0SABCBgoEa2luZCIMCgpUZXh0Rm9ybWF0IlAKEEpzb25TY2hlbWFGb3JtYXQSJwoGc2NoZW1hGAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBITCgtyZXRyeV9jb3VudBgCIAEoDSKdAwoQQXNzaXN0YW50TWVzc2FnZRIKCgJpZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEhEKCXBhcmVudF9pZBgDIAEoCRINCgVhZ2VudBgEIAEoCRIiCgVtb2RlbBgFIAEoCzITLmxlZGdlci52MS5Nb2RlbFJlZhIUCgd2YXJpYW50GAYgASgJSACIAQESJgoEdGltZRgHIAEoCzIYLmxlZGdlci52MS5Bc3Npc3RhbnRUaW1lEiYKBWVycm9yGAggASgLMhcubGVkZ2VyLnYxLk1lc3NhZ2VFcnJvchIMCgRjb3N0GAkgASgBEiEKBnRva2VucxgKIAEoCzIRLmxlZGdlci52MS5Ub2tlbnMSDgoGZmluaXNoGAsgASgJEiQKBHBhdGgYDCABKAsyFi5sZWRnZXIudjEuTWVzc2FnZVBhdGgSKgoKc3RydWN0dXJlZBgNIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRITCgZzeXN0ZW0YDiABKAlIAYgBAUIKCghfdmFyaWFudEIJCgdfc3lzdGVtImsKDUFzc2lzdGFudFRpbWUSKwoHY3JlYXRlZBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJY29tcGxldGVkGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIoCgtNZXNzYWdlUGF0aBILCgNjd2QYASABKAkSDAoEcm9vdBgCIAEoCSJXChBNZXNzYWdlV2l0aFBhcnRzEiMKB21lc3NhZ2UYASABKAsyEi5sZWRnZXIudjEuTWVzc2FnZRIeCgVwYXJ0cxgCIAMoCzIPLmxlZGdlci52MS5QYXJ0YgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_ledger_v1_error, file_ledger_v1_model, file_ledger_v1_part]);
+  fileDesc("ChdsZWRnZXIvdjEvbWVzc2FnZS5wcm90bxIJbGVkZ2VyLnYxImsKB01lc3NhZ2USJgoEdXNlchgBIAEoCzIWLmxlZGdlci52MS5Vc2VyTWVzc2FnZUgAEjAKCWFzc2lzdGFudBgCIAEoCzIbLmxlZGdlci52MS5Bc3Npc3RhbnRNZXNzYWdlSABCBgoEa2luZCKjAwoLVXNlck1lc3NhZ2USCgoCaWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIwCgx0aW1lX2NyZWF0ZWQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFnZW50GAQgASgJEiIKBW1vZGVsGAUgASgLMhMubGVkZ2VyLnYxLk1vZGVsUmVmEhQKB3ZhcmlhbnQYBiABKAlIAIgBARITCgZzeXN0ZW0YByABKAlIAYgBARInCgZmb3JtYXQYCCABKAsyFy5sZWRnZXIudjEuT3V0cHV0Rm9ybWF0EjQKBXRvb2xzGAkgAygLMiEubGVkZ2VyLnYxLlVzZXJNZXNzYWdlLlRvb2xzRW50cnlCAhgBEhAKCG5vX3JlcGx5GAogASgIEi4KB3N1bW1hcnkYCyABKAsyHS5sZWRnZXIudjEuVXNlck1lc3NhZ2VTdW1tYXJ5GiwKClRvb2xzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgIOgI4AUIKCghfdmFyaWFudEIJCgdfc3lzdGVtInEKDE91dHB1dEZvcm1hdBIlCgR0ZXh0GAEgASgLMhUubGVkZ2VyLnYxLlRleHRGb3JtYXRIABIyCgtqc29uX3NjaGVtYRgCIAEoCzIbLmxlZGdlci52MS5Kc29uU2NoZW1hRm9ybWF0SABCBgoEa2luZCIMCgpUZXh0Rm9ybWF0IlAKEEpzb25TY2hlbWFGb3JtYXQSJwoGc2NoZW1hGAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBITCgtyZXRyeV9jb3VudBgCIAEoDSKdAwoQQXNzaXN0YW50TWVzc2FnZRIKCgJpZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEhEKCXBhcmVudF9pZBgDIAEoCRINCgVhZ2VudBgEIAEoCRIiCgVtb2RlbBgFIAEoCzITLmxlZGdlci52MS5Nb2RlbFJlZhIUCgd2YXJpYW50GAYgASgJSACIAQESJgoEdGltZRgHIAEoCzIYLmxlZGdlci52MS5Bc3Npc3RhbnRUaW1lEiYKBWVycm9yGAggASgLMhcubGVkZ2VyLnYxLk1lc3NhZ2VFcnJvchIMCgRjb3N0GAkgASgBEiEKBnRva2VucxgKIAEoCzIRLmxlZGdlci52MS5Ub2tlbnMSDgoGZmluaXNoGAsgASgJEiQKBHBhdGgYDCABKAsyFi5sZWRnZXIudjEuTWVzc2FnZVBhdGgSKgoKc3RydWN0dXJlZBgNIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRITCgZzeXN0ZW0YDiABKAlIAYgBAUIKCghfdmFyaWFudEIJCgdfc3lzdGVtImsKDUFzc2lzdGFudFRpbWUSKwoHY3JlYXRlZBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJY29tcGxldGVkGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIoCgtNZXNzYWdlUGF0aBILCgNjd2QYASABKAkSDAoEcm9vdBgCIAEoCSJXChBNZXNzYWdlV2l0aFBhcnRzEiMKB21lc3NhZ2UYASABKAsyEi5sZWRnZXIudjEuTWVzc2FnZRIeCgVwYXJ0cxgCIAMoCzIPLmxlZGdlci52MS5QYXJ0IlUKElVzZXJNZXNzYWdlU3VtbWFyeRINCgV0aXRsZRgBIAEoCRIMCgRib2R5GAIgASgJEiIKBWRpZmZzGAMgAygLMhMubGVkZ2VyLnYxLkZpbGVEaWZmIl0KCEZpbGVEaWZmEgwKBGZpbGUYASABKAkSDgoGYmVmb3JlGAIgASgJEg0KBWFmdGVyGAMgASgJEhEKCWFkZGl0aW9ucxgEIAEoDRIRCglkZWxldGlvbnMYBSABKA1iBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_ledger_v1_error, file_ledger_v1_model, file_ledger_v1_part]);
 
 /**
  * Message is one turn of a session: what the user asked, or the assistant's reply.
@@ -117,6 +117,13 @@ export type UserMessage = Message$1<"ledger.v1.UserMessage"> & {
    * @generated from field: bool no_reply = 10;
    */
   noReply: boolean;
+
+  /**
+   * Set when the turn ends: what the agent changed in the session directory answering it.
+   *
+   * @generated from field: ledger.v1.UserMessageSummary summary = 11;
+   */
+  summary?: UserMessageSummary | undefined;
 };
 
 /**
@@ -363,4 +370,82 @@ export type MessageWithParts = Message$1<"ledger.v1.MessageWithParts"> & {
  */
 export const MessageWithPartsSchema: GenMessage<MessageWithParts> = /*@__PURE__*/
   messageDesc(file_ledger_v1_message, 8);
+
+/**
+ * UserMessageSummary describes a finished turn (OpenCode `UserMessage.summary`).
+ *
+ * @generated from message ledger.v1.UserMessageSummary
+ */
+export type UserMessageSummary = Message$1<"ledger.v1.UserMessageSummary"> & {
+  /**
+   * @generated from field: string title = 1;
+   */
+  title: string;
+
+  /**
+   * @generated from field: string body = 2;
+   */
+  body: string;
+
+  /**
+   * The files the turn changed, from the snapshot before its first step to the one after its last.
+   *
+   * @generated from field: repeated ledger.v1.FileDiff diffs = 3;
+   */
+  diffs: FileDiff[];
+};
+
+/**
+ * Describes the message ledger.v1.UserMessageSummary.
+ * Use `create(UserMessageSummarySchema)` to create a new message.
+ */
+export const UserMessageSummarySchema: GenMessage<UserMessageSummary> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_message, 9);
+
+/**
+ * FileDiff is one file changed between two snapshots (OpenCode `Snapshot.FileDiff`).
+ *
+ * @generated from message ledger.v1.FileDiff
+ */
+export type FileDiff = Message$1<"ledger.v1.FileDiff"> & {
+  /**
+   * Path relative to the session directory, "/"-separated.
+   *
+   * @generated from field: string file = 1;
+   */
+  file: string;
+
+  /**
+   * The content before (empty when the file was created, or binary).
+   *
+   * @generated from field: string before = 2;
+   */
+  before: string;
+
+  /**
+   * The content after (empty when the file was deleted, or binary).
+   *
+   * @generated from field: string after = 3;
+   */
+  after: string;
+
+  /**
+   * Lines added and removed (0 for binary files).
+   *
+   * @generated from field: uint32 additions = 4;
+   */
+  additions: number;
+
+  /**
+   * @generated from field: uint32 deletions = 5;
+   */
+  deletions: number;
+};
+
+/**
+ * Describes the message ledger.v1.FileDiff.
+ * Use `create(FileDiffSchema)` to create a new message.
+ */
+export const FileDiffSchema: GenMessage<FileDiff> = /*@__PURE__*/
+  messageDesc(file_ledger_v1_message, 10);
 

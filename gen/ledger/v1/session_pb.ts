@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ledger/v1/session.proto.
  */
 export const file_ledger_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("ChdsZWRnZXIvdjEvc2Vzc2lvbi5wcm90bxIJbGVkZ2VyLnYxItECCgdTZXNzaW9uEgoKAmlkGAEgASgJEhEKCWRpcmVjdG9yeRgCIAEoCRINCgV0aXRsZRgDIAEoCRIRCglwYXJlbnRfaWQYBCABKAkSDQoFYWdlbnQYBSABKAkSIgoFbW9kZWwYBiABKAsyEy5sZWRnZXIudjEuTW9kZWxSZWYSLQoKcGVybWlzc2lvbhgHIAMoCzIZLmxlZGdlci52MS5QZXJtaXNzaW9uUnVsZRIwCgx0aW1lX2NyZWF0ZWQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDHRpbWVfdXBkYXRlZBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbWVzc2FnZV9jb3VudBgKIAEoDRIoCgZyZXZlcnQYCyABKAsyGC5sZWRnZXIudjEuU2Vzc2lvblJldmVydCI0Cg1TZXNzaW9uUmV2ZXJ0EhIKCm1lc3NhZ2VfaWQYASABKAkSDwoHcGFydF9pZBgCIAEoCSJiCg5QZXJtaXNzaW9uUnVsZRISCgpwZXJtaXNzaW9uGAEgASgJEg8KB3BhdHRlcm4YAiABKAkSKwoGYWN0aW9uGAMgASgOMhsubGVkZ2VyLnYxLlBlcm1pc3Npb25BY3Rpb24qiQEKEFBlcm1pc3Npb25BY3Rpb24SIQodUEVSTUlTU0lPTl9BQ1RJT05fVU5TUEVDSUZJRUQQABIbChdQRVJNSVNTSU9OX0FDVElPTl9BTExPVxABEhoKFlBFUk1JU1NJT05fQUNUSU9OX0RFTlkQAhIZChVQRVJNSVNTSU9OX0FDVElPTl9BU0sQA2IGcHJvdG8z", [file_google_protobuf_timestamp, file_ledger_v1_model]);
+  fileDesc("ChdsZWRnZXIvdjEvc2Vzc2lvbi5wcm90bxIJbGVkZ2VyLnYxItECCgdTZXNzaW9uEgoKAmlkGAEgASgJEhEKCWRpcmVjdG9yeRgCIAEoCRINCgV0aXRsZRgDIAEoCRIRCglwYXJlbnRfaWQYBCABKAkSDQoFYWdlbnQYBSABKAkSIgoFbW9kZWwYBiABKAsyEy5sZWRnZXIudjEuTW9kZWxSZWYSLQoKcGVybWlzc2lvbhgHIAMoCzIZLmxlZGdlci52MS5QZXJtaXNzaW9uUnVsZRIwCgx0aW1lX2NyZWF0ZWQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDHRpbWVfdXBkYXRlZBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbWVzc2FnZV9jb3VudBgKIAEoDRIoCgZyZXZlcnQYCyABKAsyGC5sZWRnZXIudjEuU2Vzc2lvblJldmVydCJGCg1TZXNzaW9uUmV2ZXJ0EhIKCm1lc3NhZ2VfaWQYASABKAkSDwoHcGFydF9pZBgCIAEoCRIQCghzbmFwc2hvdBgDIAEoCSJiCg5QZXJtaXNzaW9uUnVsZRISCgpwZXJtaXNzaW9uGAEgASgJEg8KB3BhdHRlcm4YAiABKAkSKwoGYWN0aW9uGAMgASgOMhsubGVkZ2VyLnYxLlBlcm1pc3Npb25BY3Rpb24qiQEKEFBlcm1pc3Npb25BY3Rpb24SIQodUEVSTUlTU0lPTl9BQ1RJT05fVU5TUEVDSUZJRUQQABIbChdQRVJNSVNTSU9OX0FDVElPTl9BTExPVxABEhoKFlBFUk1JU1NJT05fQUNUSU9OX0RFTlkQAhIZChVQRVJNSVNTSU9OX0FDVElPTl9BU0sQA2IGcHJvdG8z", [file_google_protobuf_timestamp, file_ledger_v1_model]);
 
 /**
  * Session is a task that lives across many prompts. It belongs to a project directory and can
@@ -120,6 +120,14 @@ export type SessionRevert = Message<"ledger.v1.SessionRevert"> & {
    * @generated from field: string part_id = 2;
    */
   partId: string;
+
+  /**
+   * Snapshot (a tree in the session's snapshot repository) of the files as they were before
+   * Revert restored them; Unrevert puts them back from it. Empty when nothing was restored.
+   *
+   * @generated from field: string snapshot = 3;
+   */
+  snapshot: string;
 };
 
 /**

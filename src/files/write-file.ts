@@ -1,0 +1,67 @@
+import { constants } from "node:fs";
+import { lstat, mkdir, open, readFile } from "node:fs/promises";
+import { dirname } from "node:path";
+import { PathNotAllowedError } from "../errors.js";
+
+/** Largest file the edit tool reads and rewrites (bytes). */
+export const EDIT_MAX_BYTES = 10 * 1024 * 1024;
+
+/**
+ * Writes `content` (UTF-8) at `path`, which `confinePath` already confined: the real path of an
+ * existing file, or the lexical path of a new one. Never follows a symlink at the last
+ * component: an existing file is opened with `O_NOFOLLOW` (its path is already the real one), a
+ * new file with `O_CREAT | O_EXCL | O_NOFOLLOW`, so a symlink planted at that name (dangling, or
+ * swapped in after the check) fails instead of being written through. Missing parent
+ * directories are created (the deepest existing ancestor was checked to lie inside the roots).
+ *
+ * @param field - the tool input field named in errors (`filePath`).
+ * @returns whether the file existed before.
+ * @throws PathNotAllowedError(field, path, "is a symbolic link ...") when the name is a symlink,
+ *   and "is a directory" when it names a directory.
+ * @throws the fs error (EACCES, ENOSPC, ...) otherwise.
+ */
+export async function writeConfined(field: string, path: string, content: string): Promise<{ existed: boolean }> {
+  const existing = await lstat(path).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === "ENOENT") return undefined;
+    throw error;
+  });
+  if (existing?.isSymbolicLink()) throw new PathNotAllowedError(field, path, "is a symbolic link; refusing to write through it");
+  if (existing?.isDirectory()) throw new PathNotAllowedError(field, path, "is a directory");
+  if (!existing) await mkdir(dirname(path), { recursive: true });
+  const flags = existing
+    ? constants.O_WRONLY | constants.O_TRUNC | constants.O_NOFOLLOW
+    : constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+  let handle;
+  try {
+    handle = await open(path, flags, 0o644);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ELOOP" || code === "EEXIST")
+      throw new PathNotAllowedError(field, path, "is a symbolic link; refusing to write through it");
+    throw error;
+  }
+  try {
+    await handle.writeFile(content, "utf8");
+  } finally {
+    await handle.close();
+  }
+  return { existed: existing !== undefined };
+}
+
+/**
+ * Reads a confined existing file as UTF-8 text for the edit tool, without following a symlink
+ * at the last component. Returns undefined when it does not exist.
+ * @throws PathNotAllowedError for a symlink or a directory; Error "File is too large to edit
+ *   (N bytes, at most 10485760)" over {@link EDIT_MAX_BYTES}.
+ */
+export async function readForEdit(field: string, path: string): Promise<string | undefined> {
+  const info = await lstat(path).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === "ENOENT") return undefined;
+    throw error;
+  });
+  if (!info) return undefined;
+  if (info.isSymbolicLink()) throw new PathNotAllowedError(field, path, "is a symbolic link; refusing to edit through it");
+  if (info.isDirectory()) throw new PathNotAllowedError(field, path, "is a directory");
+  if (info.size > EDIT_MAX_BYTES) throw new Error(`File is too large to edit (${info.size} bytes, at most ${EDIT_MAX_BYTES})`);
+  return readFile(path, { encoding: "utf8", flag: constants.O_RDONLY | constants.O_NOFOLLOW });
+}

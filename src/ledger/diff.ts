@@ -1,0 +1,56 @@
+import { create } from "@bufbuild/protobuf";
+import { FileDiffSchema, type FileDiff, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import { MessageNotFoundError } from "../errors.js";
+import { listMessageRows } from "../storage/message-store.js";
+import type { LedgerDeps } from "./deps.js";
+import { withParts } from "./messages.js";
+import { getSession } from "./sessions.js";
+
+/**
+ * The snapshots that bound the steps of a turn (the answers to the user message `userId`) or,
+ * without `userId`, of the whole session: the first non-empty `step_start.snapshot` and the last
+ * non-empty `step_finish.snapshot`, in position order. Undefined when there are none.
+ */
+export function snapshotRange(messages: readonly MessageWithParts[], userId?: string): { from: string; to: string } | undefined {
+  let from = "";
+  let to = "";
+  for (const entry of messages) {
+    const message = entry.message?.kind;
+    if (message?.case !== "assistant" || (userId !== undefined && message.value.parentId !== userId)) continue;
+    for (const part of entry.parts) {
+      if (part.kind.case === "stepStart" && part.kind.value.snapshot && !from) from = part.kind.value.snapshot;
+      if (part.kind.case === "stepFinish" && part.kind.value.snapshot) to = part.kind.value.snapshot;
+    }
+  }
+  return from && to ? { from, to } : undefined;
+}
+
+/**
+ * The files changed between the bounds of {@link snapshotRange} in `directory`, as `FileDiff`s
+ * sorted by path (OpenCode `SessionSummary.computeDiff`). Empty without snapshots.
+ */
+export async function diffRange(deps: LedgerDeps, directory: string, range: { from: string; to: string } | undefined): Promise<FileDiff[]> {
+  if (!range || !deps.snapshots) return [];
+  return (await deps.snapshots.diff(directory, range.from, range.to)).map((change) => create(FileDiffSchema, change));
+}
+
+/**
+ * The `GetDiff` RPC: the files changed by the turn of the user message `messageId` (an
+ * assistant message stands for the turn it answers), or, when empty, by the whole session: from
+ * the snapshot before the first step to the one after the last, with contents and line counts.
+ * Steps without snapshots (an agent that may not change files, a tree over the snapshot limits)
+ * add nothing.
+ * @throws SessionNotFoundError (NOT_FOUND), MessageNotFoundError (NOT_FOUND, `message_id`) for a
+ *   message not in the session.
+ */
+export async function getDiff(deps: LedgerDeps, sessionId: string, messageId: string): Promise<FileDiff[]> {
+  const session = await getSession(deps, sessionId);
+  const messages = await withParts(deps.db, await listMessageRows(deps.db, sessionId, {}));
+  let userId: string | undefined;
+  if (messageId) {
+    const message = messages.find((m) => m.message?.kind.value?.id === messageId)?.message?.kind;
+    if (!message) throw new MessageNotFoundError(messageId);
+    userId = message.case === "assistant" ? message.value.parentId : messageId;
+  }
+  return diffRange(deps, session.directory, snapshotRange(messages, userId));
+}

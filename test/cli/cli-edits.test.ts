@@ -1,0 +1,79 @@
+import { spawn } from "node:child_process";
+import { mkdir, readFile, stat } from "node:fs/promises";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+
+// The CLI side of agent edits (issue 15) against a running server (--url): permission requests
+// without a terminal (rejected with a note, or allowed once with --yes), `ledger diff`, `ledger shell`.
+
+const BIN = path.resolve(import.meta.dirname, "../../bin/ledger.js");
+const CLI_TIMEOUT = 120_000;
+
+let t: TestLedger;
+let fake: FakeOpenAI;
+
+beforeAll(async () => {
+  fake = await startFakeOpenAI();
+  t = await startTestLedger({
+    model: "local/qwen",
+    provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { qwen: {} } } },
+    retry: { attempts: 0 },
+    agent: { build: { permission: { write: "ask", bash: { "*": "allow", "curl *": "ask" } } } },
+  });
+});
+afterAll(async () => {
+  await t?.close();
+  await fake?.close();
+});
+
+function ledger(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [BIN, ...args, "--url", t.ledger.url], { stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.setEncoding("utf8").on("data", (c: string) => (stdout += c));
+  child.stderr.setEncoding("utf8").on("data", (c: string) => (stderr += c));
+  return new Promise((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+const write = (file: string, content: string): ScriptedReply => ({
+  kind: "stream",
+  chunks: [{ toolCall: { id: `call_${file}`, name: "write", arguments: JSON.stringify({ filePath: file, content }) } }],
+});
+
+describe("ledger prompt, diff and shell with permission asks", () => {
+  it(
+    "rejects a request without a terminal, allows it once with --yes, then shows the diff and runs a shell command",
+    async () => {
+      const dir = path.join(t.dir, "cli");
+      await mkdir(dir);
+      fake.push(write("a.txt", "one\n"), { kind: "stream", chunks: [{ text: "Not allowed." }] });
+      const rejected = await ledger("prompt", "--dir", dir, "write a.txt");
+      expect(rejected.code).toBe(0);
+      expect(rejected.stderr).toContain("permission: write a.txt\nrejected\n");
+      await expect(stat(path.join(dir, "a.txt"))).rejects.toThrow(/ENOENT/);
+      const sessionId = /^session (ses_\S+)$/m.exec(rejected.stdout)![1]!;
+      const second = fake.requests.at(-1)!.body.messages as Array<{ role: string; content: unknown }>;
+      expect(JSON.stringify(second.find((m) => m.role === "tool")?.content)).toContain(
+        "The user rejected permission to use this specific tool call with the following feedback: ledger prompt is not interactive (pass --yes to allow once)",
+      );
+
+      fake.push(write("a.txt", "one\ntwo\n"), { kind: "stream", chunks: [{ text: "Written." }] });
+      const allowed = await ledger("prompt", "--session", sessionId, "--yes", "write a.txt again");
+      expect(allowed.code).toBe(0);
+      expect(allowed.stderr).toContain("permission: write a.txt\nallowed once\n");
+      expect(await readFile(path.join(dir, "a.txt"), "utf8")).toBe("one\ntwo\n");
+
+      const diff = await ledger("diff", sessionId);
+      expect(diff).toMatchObject({ code: 0, stdout: "--- a/a.txt\n+++ b/a.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n" });
+
+      const shell = await ledger("shell", sessionId, "echo hi; exit 4");
+      expect(shell).toMatchObject({ code: 4, stdout: "hi\n\n\n<bash_metadata>\nexit code: 4\n</bash_metadata>\n" });
+      const asked = await ledger("shell", sessionId, "curl http://example.invalid");
+      expect(asked.code).toBe(1);
+      expect(asked.stderr).toContain("permission: bash curl http://example.invalid\nrejected\n");
+    },
+    CLI_TIMEOUT,
+  );
+});
