@@ -108,9 +108,13 @@ describe(`message store on ${TEST_ENGINE}`, () => {
 
   it("fills parent_id from the stored JSON for messages written before the column existed", async () => {
     const migrator = new Migrator({ db: database.db, provider: { getMigrations: async () => migrations } });
-    const down = await migrator.migrateDown();
+    const down = await migrator.migrateTo("2026-11-30T2200-event-data-bytes");
     expect(down.error).toBeUndefined();
-    expect(down.results?.map((r) => r.migrationName)).toEqual(["2026-12-02T0900-message-parent-id"]);
+    // Later migrations go down first (the message count's since 2026-12-05).
+    expect(down.results?.map((r) => r.migrationName)).toEqual([
+      "2026-12-05T0900-session-message-count",
+      "2026-12-02T0900-message-parent-id",
+    ]);
     const sessionId = await newSession();
     const prompt = user(sessionId);
     const answers = [assistant(sessionId, idOf(prompt), { finish: "tool-calls" }), assistant(sessionId, idOf(prompt))];

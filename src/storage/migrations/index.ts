@@ -3,6 +3,7 @@ import * as createLedger from "./2026-11-30T0200-create-ledger.js";
 import * as eventRetention from "./2026-11-30T0300-event-retention.js";
 import * as eventDataBytes from "./2026-11-30T2200-event-data-bytes.js";
 import * as messageParentId from "./2026-12-02T0900-message-parent-id.js";
+import * as sessionMessageCount from "./2026-12-05T0900-session-message-count.js";
 
 /**
  * Every migration, listed statically (not `FileMigrationProvider`) so tsx, vitest and compiled
@@ -13,4 +14,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-30T0300-event-retention": eventRetention,
   "2026-11-30T2200-event-data-bytes": eventDataBytes,
   "2026-12-02T0900-message-parent-id": messageParentId,
+  "2026-12-05T0900-session-message-count": sessionMessageCount,
 };
