@@ -59,7 +59,10 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
   let relay: Relay | undefined;
   try {
     const plugins = await loadPlugins(options.config.plugins);
-    relay = target.kind === "postgres" ? await startPgRelay({ url: target.url, db: database.db, bus }) : undefined;
+    relay =
+      target.kind === "postgres"
+        ? await startPgRelay({ url: target.url, db: database.db, bus, catchUpMs: options.config.eventCatchUpMs })
+        : undefined;
     const metrics = createMetrics({ pool: () => database.poolStats() });
     const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, metrics };
     deps.mcp = await startMcp(options.config);

@@ -7,6 +7,7 @@ import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event
 import { notify, notifyMany } from "../storage/notify.js";
 import type { DB } from "../storage/schema.js";
 import { listLastSeqs } from "../storage/session-store.js";
+import { DEFAULT_CATCH_UP_MS } from "../config/config.js";
 import { sessionCache } from "../storage/session-cache.js";
 import type { BusItem, EventBus } from "./bus.js";
 
@@ -58,12 +59,6 @@ export interface Relay {
 }
 
 /**
- * How often (ms) a replica compares its watched sessions' `last_seq` with what they have seen,
- * when `startPgRelay` is not told (`events.catch_up_ms` in ledger.json).
- */
-export const DEFAULT_CATCH_UP_MS = 1000;
-
-/**
  * Test hook: with `LEDGER_TEST_DIE_BEFORE_HINT=1` in its environment the process kills itself
  * (SIGKILL) when it is about to send its first commit hint, i.e. after a commit and before its
  * hint, as a crash there would. Only the tests set it.
@@ -81,7 +76,7 @@ const DIE_BEFORE_HINT = process.env.LEDGER_TEST_DIE_BEFORE_HINT === "1";
  * notice was sent while this replica was not listening) gets a `session_deleted` event with the
  * session id only and seq 0 (feeds renumber it one past the last event they yielded).
  *
- * The same resync runs every `catchUpMs` (default `DEFAULT_CATCH_UP_MS`; 0 turns it off) while
+ * The same resync runs every `catchUpMs` (default `DEFAULT_CATCH_UP_MS`, `events.catch_up_ms` in ledger.json; 0 turns it off) while
  * any session is watched here: one query for all watched sessions. Hints are sent after commit,
  * so a writer that dies between its commit and its hint sends none; a watcher then reads the
  * missing events at the next check (or at the next hint of that session, which carries a later seq).
