@@ -80,7 +80,8 @@ const SQL = {
     `insert into "part" ("id", "session_id", "message_id", "position", "kind", "data") values ${placeholders(rows, 6)}`,
   event: (rows: number) =>
     `insert into "session_event" ("session_id", "seq", "kind", "data", "data_bytes", "time") values ${placeholders(rows, 6)}`,
-  update: 'update "session" set "data" = $1, "last_seq" = $2, "last_position" = $3, "time_updated" = $4 where "id" = $5',
+  update:
+    'update "session" set "data" = $1, "last_seq" = $2, "last_position" = $3, "message_count" = $4, "time_updated" = $5 where "id" = $6',
   messages: 'select * from "message" where "session_id" = $1 and "position" > $2 order by "position" asc limit $3',
   parts: (ids: number) =>
     `select * from "part" where "message_id" in (${Array.from({ length: ids }, (_, i) => `$${i + 1}`).join(", ")}) order by "position" asc`,
@@ -151,7 +152,7 @@ async function rawWrite(pool: pg.Pool, bus: EventBus, sessionId: string, data: I
       SessionSchema,
       create(SessionSchema, { ...session, timeCreated: undefined, timeUpdated: undefined, messageCount: 0 }),
     );
-    await query(SQL.update, [sessionData, lastSeq, lastPosition, now, sessionId]);
+    await query(SQL.update, [sessionData, lastSeq, lastPosition, session.messageCount, now, sessionId]);
     await query("commit");
   } catch (error) {
     await client.query("rollback").catch(() => {});

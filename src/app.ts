@@ -60,7 +60,10 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
   let relay: Relay | undefined;
   try {
     const plugins = await loadPlugins(options.config.plugins);
-    relay = target.kind === "postgres" ? await startPgRelay({ url: target.url, db: database.db, bus }) : undefined;
+    relay =
+      target.kind === "postgres"
+        ? await startPgRelay({ url: target.url, db: database.db, bus, catchUpMs: options.config.eventCatchUpMs })
+        : undefined;
     const metrics = createMetrics({ pool: () => database.poolStats() });
     const snapshots = new Snapshots(options.config.snapshot);
     const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, metrics, snapshots };

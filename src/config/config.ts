@@ -76,6 +76,12 @@ const commandSchema = z.object({
 });
 
 /** The shape of `ledger.json` (JSONC allowed), in the opencode.json style. */
+/**
+ * How often (ms), by default, a replica on Postgres checks its watched sessions' `last_seq` for
+ * events whose commit hint never came (`events.catch_up_ms`).
+ */
+export const DEFAULT_CATCH_UP_MS = 1000;
+
 export const configFileSchema = z.object({
   $schema: z.string().optional(),
   model: modelRef.optional(),
@@ -88,7 +94,12 @@ export const configFileSchema = z.object({
   plugins: z.array(z.string()).default([]),
   cors: z.object({ origins: z.array(z.string()).default([]) }).default({ origins: [] }),
   auth: z.object({ token: z.string().min(16).optional() }).default({}),
-  events: z.object({ retention_hours: z.number().positive().default(168) }).default({ retention_hours: 168 }),
+  events: z
+    .object({
+      retention_hours: z.number().positive().default(168),
+      catch_up_ms: z.number().int().min(0).default(DEFAULT_CATCH_UP_MS),
+    })
+    .default({ retention_hours: 168, catch_up_ms: DEFAULT_CATCH_UP_MS }),
   retry: z
     .object({
       attempts: z.number().int().min(0).max(20).default(4),
@@ -150,6 +161,11 @@ export interface LedgerConfig {
   token?: string;
   /** Events older than this (ms) are pruned; WatchSession cursors behind them get OUT_OF_RANGE. Default 7 days. */
   eventRetentionMs: number;
+  /**
+   * How often (ms) a replica on Postgres checks its watched sessions' `last_seq` for events whose
+   * commit hint never came (its writer died between commit and hint); 0: never.
+   */
+  eventCatchUpMs: number;
   /**
    * Retries of retryable provider errors (429, 5xx, connection failures): at most `attempts`
    * retries, waiting `initialMs` doubled each time up to `maxMs` (or the provider's
@@ -344,6 +360,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
       maxTotalMs: file.retry.max_total_ms,
     },
     eventRetentionMs: file.events.retention_hours * 3600 * 1000,
+    eventCatchUpMs: file.events.catch_up_ms,
     token: file.auth.token,
     mcp: Object.fromEntries(
       Object.entries(file.mcp).map(([name, server]) => {

@@ -3,9 +3,9 @@ import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { Kysely } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { CursorOutOfRangeError } from "../errors.js";
-import { readEventPage, type PageLimits } from "../storage/event-store.js";
+import { readEventPage, readEventPageWithBounds, type EventPage, type PageLimits } from "../storage/event-store.js";
 import type { DB } from "../storage/schema.js";
-import { getLogBounds, sessionExists } from "../storage/session-store.js";
+import { getLogBounds, type LogBounds } from "../storage/session-store.js";
 import { isHint, type EventBus } from "./bus.js";
 import { subscribe } from "./subscription.js";
 
@@ -36,6 +36,9 @@ export const REPLAY_PAGE: PageLimits = { rows: 500, bytes: 256 << 10 };
  * table (they are committed: writers of a session serialize on its row and publish after
  * commit). Live `part_delta` events are yielded once the snapshot they extend has been yielded,
  * and dropped when a newer snapshot of that part already was (it contains them).
+ * The first page is read with the log's bounds in one statement and given to
+ * `options.checkBounds` (undefined: no such session), which may throw to end the feed before
+ * anything is yielded (`WatchSession`'s NOT_FOUND and cursor checks).
  * Ends after yielding a `session_deleted` event (published by DeleteSession here, by the relay
  * for a deletion on another replica or one found missing after a listener reconnect, or made
  * here when the session was already gone once subscribed); its `seq` is one past the last
@@ -48,13 +51,25 @@ export async function* followSession(
   sessionId: string,
   afterSeq: bigint,
   signal?: AbortSignal,
+  options: { checkBounds?: (bounds: LogBounds | undefined) => void } = {},
 ): AsyncGenerator<SessionEvent> {
   const live = subscribe(deps.bus, sessionId, signal);
   let last = afterSeq;
   const snapshots = new Map<string, bigint>();
+  // The first page comes with the log's bounds, in the same statement (one round trip to start).
+  let first = true;
+  let missing = false;
   async function* catchUp(): AsyncGenerator<SessionEvent> {
     for (;;) {
-      const { events, more } = await readEventPage(deps.db, sessionId, Number(last), REPLAY_PAGE);
+      let page: EventPage;
+      if (first) {
+        first = false;
+        const bounded = await readEventPageWithBounds(deps.db, sessionId, Number(last), REPLAY_PAGE);
+        options.checkBounds?.(bounded?.bounds);
+        missing = !bounded;
+        page = bounded ?? { events: [], more: false };
+      } else page = await readEventPage(deps.db, sessionId, Number(last), REPLAY_PAGE);
+      const { events, more } = page;
       // Retention may have deleted what comes next since the reader started: never skip it silently.
       if (events[0] && events[0].seq !== last + 1n) await assertRetained(deps.db, sessionId, last);
       // Taken off the page as they go: a page holds only what is still to be written.
@@ -68,9 +83,9 @@ export async function* followSession(
   }
   try {
     yield* catchUp();
-    // Nothing stored after the cursor: the session may have been deleted before we subscribed
-    // (its session_deleted went by unseen). Rows read above prove it existed after we subscribed.
-    if (last === afterSeq && !(await sessionExists(deps.db, sessionId))) {
+    // The session may have been deleted before we subscribed (its session_deleted went by
+    // unseen): the first read, made after subscribing, found no row.
+    if (missing) {
       yield deleted(sessionId, last);
       return;
     }

@@ -1,12 +1,14 @@
 import { randomUUID } from "node:crypto";
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
-import type { Kysely, Transaction } from "kysely";
+import type { Kysely } from "kysely";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import pg from "pg";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import { notify } from "../storage/notify.js";
+import { notify, notifyMany } from "../storage/notify.js";
 import type { DB } from "../storage/schema.js";
 import { listLastSeqs } from "../storage/session-store.js";
+import { DEFAULT_CATCH_UP_MS } from "../config/config.js";
+import { sessionCache } from "../storage/session-cache.js";
 import type { BusItem, EventBus } from "./bus.js";
 
 /** Channel of commit hints: `origin|session_id|seq`. */
@@ -26,44 +28,63 @@ const MAX_DELTA_CHARS = 1500;
 /** Deltas are sent in batches at most this often (ms): never one NOTIFY per token. */
 const DELTA_FLUSH_MS = 15;
 
-/** Cross-process fan-out over Postgres LISTEN/NOTIFY (docs/design.md §6). */
+/** Cross-process fan-out over Postgres LISTEN/NOTIFY (docs/design.md §6, docs/streams-and-replicas.md). */
 export interface Relay {
   /**
-   * Queues a hint that `sessionId`'s log reached `seq`, inside the writing transaction: Postgres
-   * delivers it at commit and drops it on rollback. One per transaction.
+   * Tells the other replicas that `sessionId`'s log reached `seq`. Call it AFTER the write
+   * committed, never inside the transaction (a NOTIFY queued in a transaction serializes every
+   * commit of the Postgres instance). Returns at once: the hint is sent in the background, after
+   * the session's pending deltas and batched with other hints (one `pg_notify` statement in
+   * flight at a time); one that is lost (this process died, the connection failed) is made up
+   * for by the other replicas' periodic check of their watched sessions.
    */
-  notify(trx: Transaction<DB>, sessionId: string, seq: bigint): Promise<void>;
+  hint(sessionId: string, seq: bigint): void;
   /** Sends a live delta to the other replicas (batched, under the payload limit). */
   delta(event: SessionEvent): void;
   /**
-   * Queues, inside the deleting transaction, one notice per deleted session carrying its
+   * Sends, after the deleting transaction committed, one notice per deleted session carrying its
    * `session_deleted` event (session id, seq, and the session as it was: only `id`,
    * `parent_id` and `directory` when the whole session would not fit in a NOTIFY payload).
-   * Postgres delivers them at commit and drops them on rollback; every other replica then
-   * publishes the events on its bus, which ends its feeds of those sessions and stops their loops.
+   * Every other replica then publishes the events on its bus, which ends its feeds of those
+   * sessions and stops their loops; a replica that misses the notice finds the row gone at its
+   * next periodic check. Returns at once, like `hint`.
    */
-  deleted(trx: Transaction<DB>, events: readonly SessionEvent[]): Promise<void>;
+  deleted(events: readonly SessionEvent[]): void;
   /** Asks every other replica to abort the session's loop if it runs there. */
   requestAbort(sessionId: string): Promise<void>;
   /** Handles abort requests from other replicas. */
   onAbort(handler: (sessionId: string) => void): void;
-  /** Stops listening and flushes pending deltas. */
+  /** Stops listening and the periodic check, and sends what is pending. */
   close(): Promise<void>;
 }
+
+/**
+ * Test hook: with `LEDGER_TEST_DIE_BEFORE_HINT=1` in its environment the process kills itself
+ * (SIGKILL) when it is about to send its first commit hint, i.e. after a commit and before its
+ * hint, as a crash there would. Only the tests set it.
+ */
+const DIE_BEFORE_HINT = process.env.LEDGER_TEST_DIE_BEFORE_HINT === "1";
 
 /**
  * Starts the relay: one dedicated `pg.Client` LISTENs on the three channels and republishes what
  * other processes send on the local bus (commit hints as `Hint`s, deltas as `part_delta`
  * events, deletions as `session_deleted` events; its own messages are recognised by `origin`
- * and skipped). If the connection drops it reconnects with backoff (100 ms doubling to 5 s) and
- * then hints every watched session at its current `last_seq`, so readers resync from the table;
- * a watched session whose row is gone by then (its deletion notice was sent while this replica
- * was not listening) gets a `session_deleted` event with the session id only and seq 0 (feeds
- * renumber it one past the last event they yielded).
+ * and skipped). A hint or deletion from another replica also drops that session from this
+ * process's `SessionCache`. If the connection drops it reconnects with backoff (100 ms doubling
+ * to 5 s) and then resyncs: it hints every watched session at its current `last_seq`, so readers
+ * read what they missed from the table; a watched session whose row is gone by then (its deletion
+ * notice was sent while this replica was not listening) gets a `session_deleted` event with the
+ * session id only and seq 0 (feeds renumber it one past the last event they yielded).
+ *
+ * The same resync runs every `catchUpMs` (default `DEFAULT_CATCH_UP_MS`, `events.catch_up_ms` in ledger.json; 0 turns it off) while
+ * any session is watched here: one query for all watched sessions. Hints are sent after commit,
+ * so a writer that dies between its commit and its hint sends none; a watcher then reads the
+ * missing events at the next check (or at the next hint of that session, which carries a later seq).
  */
-export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: EventBus }): Promise<Relay> {
+export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: EventBus; catchUpMs?: number }): Promise<Relay> {
   const origin = randomUUID().slice(0, 8);
   const { db, bus } = options;
+  const cache = sessionCache(db);
   let client: pg.Client | undefined;
   let closed = false;
   let queue: Array<{ sessionId: string; item: string }> = [];
@@ -87,13 +108,19 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       if (body.startsWith("abort|")) abortHandler?.(body.slice("abort|".length));
       else if (body.startsWith("deleted|")) {
         const event = fromJson(SessionEventSchema, JSON.parse(body.slice("deleted|".length)) as JsonValue, { ignoreUnknownFields: true });
-        if (event.kind.case === "sessionDeleted" && event.sessionId) bus.publish([event]);
+        if (event.kind.case === "sessionDeleted" && event.sessionId) {
+          cache.evict(event.sessionId);
+          bus.publish([event]);
+        }
       }
       return;
     }
     if (message.channel === EVENTS_CHANNEL) {
       const [sessionId, seq] = body.split("|");
-      if (sessionId && seq) bus.publish([{ hint: true, sessionId, seq: BigInt(seq) }]);
+      if (sessionId && seq) {
+        cache.evict(sessionId);
+        bus.publish([{ hint: true, sessionId, seq: BigInt(seq) }]);
+      }
       return;
     }
     const items: BusItem[] = (JSON.parse(body) as Array<[string, string, string, string, string, string, string]>).map(
@@ -141,24 +168,57 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
     const alive = new Set(rows.map((r) => r.id));
     bus.publish(watched.filter((id) => !alive.has(id)).map((id) => deletedEvent(id)));
   };
+  // Outgoing notifications, in order; one statement in flight at a time, the rest batched behind it.
+  let outbox: Array<[string, string]> = [];
+  let sending: Promise<void> | undefined;
+  const send = () => {
+    sending ??= (async () => {
+      while (outbox.length > 0) {
+        const batch = outbox;
+        outbox = [];
+        // Lost on failure: the other replicas' periodic check reads what the hints announced.
+        await notifyMany(db, batch).catch(() => {});
+      }
+      sending = undefined;
+    })();
+    return sending;
+  };
+  const moveDeltas = (only?: string) => {
+    const mine = only === undefined ? queue : queue.filter((q) => q.sessionId === only);
+    if (mine.length === 0) return;
+    queue = only === undefined ? [] : queue.filter((q) => q.sessionId !== only);
+    for (const payload of pack(mine.map((q) => q.item))) outbox.push([DELTAS_CHANNEL, `${origin}|${payload}`]);
+  };
   const flush = async () => {
     timer = undefined;
-    const batch = queue;
-    queue = [];
-    for (const payload of pack(batch.map((q) => q.item))) await notify(db, DELTAS_CHANNEL, `${origin}|${payload}`).catch(() => {});
+    moveDeltas();
+    await send();
   };
+  let checking = false;
+  const check = async () => {
+    if (checking || closed || !client) return;
+    checking = true;
+    try {
+      await resync();
+    } catch {
+      // The next check tries again.
+    } finally {
+      checking = false;
+    }
+  };
+  const catchUpMs = options.catchUpMs ?? DEFAULT_CATCH_UP_MS;
+  const checker = catchUpMs > 0 ? setInterval(() => void check(), catchUpMs) : undefined;
+  checker?.unref();
 
   await connect();
   return {
-    async notify(trx, sessionId, seq) {
-      // This session's queued deltas go first, in this transaction: readers must get a delta
-      // before the snapshot that supersedes it (a late one would be dropped as already included).
-      const mine = queue.filter((q) => q.sessionId === sessionId);
-      if (mine.length > 0) {
-        queue = queue.filter((q) => q.sessionId !== sessionId);
-        for (const payload of pack(mine.map((q) => q.item))) await notify(trx, DELTAS_CHANNEL, `${origin}|${payload}`);
-      }
-      await notify(trx, EVENTS_CHANNEL, `${origin}|${sessionId}|${seq}`);
+    hint(sessionId, seq) {
+      if (DIE_BEFORE_HINT) process.kill(process.pid, "SIGKILL");
+      // This session's queued deltas go first: readers must get a delta before the snapshot
+      // that supersedes it (a late one would be dropped as already included).
+      moveDeltas(sessionId);
+      outbox.push([EVENTS_CHANNEL, `${origin}|${sessionId}|${seq}`]);
+      void send();
     },
     delta(event) {
       if (event.kind.case !== "partDelta") return;
@@ -173,8 +233,9 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       }
       timer ??= setTimeout(() => void flush(), DELTA_FLUSH_MS);
     },
-    async deleted(trx, events) {
-      for (const event of events) await notify(trx, CONTROL_CHANNEL, `${origin}|deleted|${deletedPayload(event)}`);
+    deleted(events) {
+      for (const event of events) outbox.push([CONTROL_CHANNEL, `${origin}|deleted|${deletedPayload(event)}`]);
+      void send();
     },
     async requestAbort(sessionId) {
       await notify(db, CONTROL_CHANNEL, `${origin}|abort|${sessionId}`);
@@ -185,6 +246,7 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
     async close() {
       closed = true;
       if (timer) clearTimeout(timer);
+      if (checker) clearInterval(checker);
       await flush();
       await client?.end().catch(() => {});
     },

@@ -2,13 +2,12 @@ import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
 import { SessionEventSchema, type SessionEvent, type SessionStatusSchema } from "../../gen/ledger/v1/event_pb.js";
 import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
-import { storableText } from "../storage/jsonb.js";
-import { insertMessage, updateMessageRow } from "../storage/message-store.js";
-import { insertParts, updatePartRow } from "../storage/part-store.js";
-import { publishLive, writeSession, type WriterDeps } from "./writer.js";
+import { makeStorable, storableText } from "../storage/jsonb.js";
+import type { RowChange } from "../storage/session-write.js";
+import { publishLive, writeSessionOnce, type EventKind, type WriterDeps } from "./writer.js";
 
 /**
- * The writes the agent loop makes to a session, each its own short transaction under the
+ * The writes the agent loop makes to a session, each ONE statement (its own transaction) under the
  * session row lock (so seq and positions stay gap-free and user prompts can interleave
  * between them). Every write appends its event; events reach the bus after commit
  * (`writeSession`). Implemented by `sessionLedger`; the agent loop, its step processor and
@@ -35,31 +34,35 @@ export interface SessionLedger {
   publishDelta(delta: { messageId: string; partId: string; field: string; delta: string; seq: bigint; offset: bigint }): void;
 }
 
-/** A `SessionLedger` for one session. Throws `SessionNotFoundError` (NOT_FOUND) from each write if the session is gone. */
+/**
+ * A `SessionLedger` for one session: each write is ONE statement (`writeSessionOnce`, no
+ * `time_updated` touch), one database round trip. The message or part a write stores is made
+ * storable in place first (`makeStorable`), so the caller's object is what was stored. Throws
+ * `SessionNotFoundError` (NOT_FOUND) from each write if the session is gone.
+ */
 export function sessionLedger(deps: WriterDeps, sessionId: string): SessionLedger {
   const stored = new Set<string>();
-  const one = async (fn: Parameters<typeof writeSession<SessionEvent>>[2]) =>
-    (await writeSession(deps, sessionId, fn, { touch: false })).result;
+  const one = async (kind: EventKind, row?: RowChange): Promise<SessionEvent> => {
+    const events = await writeSessionOnce(deps, sessionId, [{ kind, row }], { touch: false });
+    // Without `expect` a write is never stale.
+    return (events as SessionEvent[])[0]!;
+  };
   return {
     addMessage: (message) =>
-      one(async (w) => {
-        await insertMessage(w.trx, { message, position: w.nextPosition() });
-        return w.emit({ case: "messageUpdated", value: { message: clone(MessageSchema, message) } });
-      }),
+      one({ case: "messageUpdated", value: { message: clone(MessageSchema, makeStorable(message)) } }, { kind: "insertMessage" }),
     saveMessage: (message) =>
-      one(async (w) => {
-        await updateMessageRow(w.trx, message);
-        return w.emit({ case: "messageUpdated", value: { message: clone(MessageSchema, message) } });
-      }),
-    savePart: (part, options) =>
-      one(async (w) => {
-        if (stored.has(part.id) || options?.existing) await updatePartRow(w.trx, part);
-        else await insertParts(w.trx, [{ part, position: w.nextPosition() }]);
-        stored.add(part.id);
-        return w.emit({ case: "partUpdated", value: { part: clone(PartSchema, part) } });
-      }),
-    setStatus: (status) => one(async (w) => w.emit({ case: "sessionStatus", value: { status } })),
-    reportError: (error) => one(async (w) => w.emit(error)),
+      one({ case: "messageUpdated", value: { message: clone(MessageSchema, makeStorable(message)) } }, { kind: "updateMessage" }),
+    savePart: async (part, options) => {
+      const insert = !(stored.has(part.id) || options?.existing);
+      const event = await one(
+        { case: "partUpdated", value: { part: clone(PartSchema, makeStorable(part)) } },
+        { kind: insert ? "insertPart" : "updatePart" },
+      );
+      stored.add(part.id);
+      return event;
+    },
+    setStatus: (status) => one({ case: "sessionStatus", value: { status } }),
+    reportError: (error) => one(error),
     publishDelta(delta) {
       const { seq, ...value } = delta;
       // Not stored, but held to the storage rule, so a client's assembled text matches the snapshots.

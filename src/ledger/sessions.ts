@@ -12,6 +12,7 @@ import { appendEvents } from "../storage/event-store.js";
 import { insertMessage, listMessageRows } from "../storage/message-store.js";
 import { insertParts } from "../storage/part-store.js";
 import { isForeignKeyViolation } from "../storage/pg-errors.js";
+import { sessionCache } from "../storage/session-cache.js";
 import * as store from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
@@ -76,9 +77,11 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
       throw error;
     }
     await appendEvents(tx.trx, [event]);
-    await store.setLastSeq(tx.trx, session.id, 1);
-    await deps.relay?.notify(tx.trx, session.id, 1n);
+    const version = await store.setLastSeq(tx.trx, session.id, 1);
+    // Known from here on: the session's first prompt needs no read before its write.
+    if (version) tx.onCommit(() => sessionCache(deps.db).put({ session, version, lastSeq: 1 }));
     tx.publish([event]);
+    tx.onCommit(() => deps.relay?.hint(session.id, 1n));
   });
   return session;
 }
@@ -162,8 +165,11 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
         kind: { case: "sessionDeleted", value: { session: store.rowToSession(row) } },
       }),
     );
-    await deps.relay?.deleted(tx.trx, deleted);
+    tx.onCommit(() => {
+      for (const row of rows) sessionCache(deps.db).evict(row.id);
+    });
     tx.publish(deleted);
+    tx.onCommit(() => deps.relay?.deleted(deleted));
   });
 }
 
@@ -193,6 +199,7 @@ export async function forkSession(deps: LedgerDeps, sessionId: string, messageId
       const messageIdNew = message.kind.value!.id;
       const parts = copy.parts.map((p) => ({ ...p, id: newId("prt"), sessionId: fork.id, messageId: messageIdNew }));
       await insertMessage(w.trx, { message, position: w.nextPosition() });
+      w.session.messageCount += 1;
       await insertParts(
         w.trx,
         parts.map((part) => ({ part, position: w.nextPosition() })),

@@ -4,7 +4,7 @@ import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { ModelRefSchema } from "../../gen/ledger/v1/model_pb.js";
 import { MessageSchema, MessageWithPartsSchema, type Message, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
-import { PermissionAction, PermissionRuleSchema } from "../../gen/ledger/v1/session_pb.js";
+import { PermissionAction, PermissionRuleSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
 import { allowedRoots } from "../config/config.js";
 import { newId } from "../ids.js";
@@ -13,14 +13,15 @@ import { makeStorable } from "../storage/jsonb.js";
 import { insertMessage } from "../storage/message-store.js";
 import { insertParts } from "../storage/part-store.js";
 import { duplicateId, isUniqueViolation } from "../storage/pg-errors.js";
-import { getSessionRow, rowToSession } from "../storage/session-store.js";
+import { knownSession, readKnownSession, type KnownSession } from "../storage/session-cache.js";
+import type { RowChange } from "../storage/session-write.js";
 import type { LedgerDeps } from "./deps.js";
 import { AlreadyExistsError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
 import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
 import { promptFingerprint } from "./prompt-hash.js";
 import { applyRevert } from "./revert.js";
-import { resolveAgent, resolveModel, resolveVariant, sameModel } from "./selection.js";
-import { writeSession, type EventKind } from "./writer.js";
+import { resolveAgent, resolveModel, resolveVariant, sameModel, type ModelChoice } from "./selection.js";
+import { writeSession, writeSessionOnce, type EventKind, type OnceEvent } from "./writer.js";
 
 export type { StoredPrompt } from "./prompt-replay.js";
 
@@ -58,9 +59,25 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest, opti
   checkCounts(deps, request);
   // The storage rule, applied up front: the fingerprint, plugins and drafts see what will be stored.
   makeStorable(request);
-  const row = await getSessionRow(deps.db, request.sessionId);
-  if (!row) throw new SessionNotFoundError(request.sessionId);
-  const session = rowToSession(row);
+  return storeResolved(deps, request, options, await knownSession(deps.db, request.sessionId), false);
+}
+
+/**
+ * `storePrompt` from step 2 on, against `known` (the session as cached or just read). Its write
+ * is ONE statement (`writeSessionOnce`, checked against `known.version`) when the session has no
+ * revert point to carry out; a session changed meanwhile is read again, and the prompt is
+ * resolved again (`retried`, once) only when the agent or model it was resolved with changed.
+ * The transaction path (`writeSession`) carries out revert points and is the fallback.
+ */
+async function storeResolved(
+  deps: LedgerDeps,
+  request: PromptRequest,
+  options: StorePromptOptions,
+  known: KnownSession | undefined,
+  retried: boolean,
+): Promise<StoredPrompt> {
+  if (!known) throw new SessionNotFoundError(request.sessionId);
+  const session = known.session;
   const fingerprint = promptFingerprint(request);
   if (request.messageId) {
     const stored = await findStoredPrompt(deps.db, request.sessionId, request.messageId, fingerprint);
@@ -103,23 +120,32 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest, opti
     },
   });
   const hooked = await deps.plugins.chatMessage(draftMessage, drafts.parts);
+  const input: PromptWrite = { request, options, agentName: agent.name, model, hooked, drafts, messageId, fingerprint };
 
   try {
+    let current: KnownSession | undefined = known;
+    // At most twice: the state as known, then as read again after a concurrent write.
+    for (let attempt = 0; attempt < 2 && current && !current.session.revert; attempt++) {
+      const events = await writeSessionOnce(deps, session.id, promptEvents(current.session, input), {
+        touch: true,
+        expect: current,
+      });
+      if (events !== "stale") return { message: storedMessage(hooked), events, replayed: false };
+      current = await readKnownSession(deps.db, session.id);
+      if (!current) throw new SessionNotFoundError(session.id);
+      // Resolved with an agent or model that is no longer the session's: resolve again (once).
+      if (current.session.agent !== session.agent || !sameModel(current.session.model, session.model)) {
+        if (!retried) return await storeResolved(deps, request, options, current, true);
+        break;
+      }
+    }
     const { result, events } = await writeSession(deps, session.id, async (w) => {
       // A concurrent request with the same message_id may have committed while we resolved.
       if (request.messageId) {
         const stored = await findStoredPrompt(w.trx, session.id, request.messageId, fingerprint);
         if (stored) return stored;
       }
-      // Only a prompt that names its agent (or the first one, on a session without) changes the session's.
-      if ((request.agent || !w.session.agent) && w.session.agent !== agent.name) {
-        w.emit({ case: "agentSwitched", value: { previous: w.session.agent, current: agent.name } });
-        w.session.agent = agent.name;
-      }
-      if (model && !sameModel(w.session.model, model)) {
-        w.emit({ case: "modelSwitched", value: { previous: w.session.model, current: model } });
-        w.session.model = create(ModelRefSchema, model);
-      }
+      for (const kind of switchEvents(w.session, input)) w.emit(kind);
       // A revert point set since the last prompt is carried out now, before the new message.
       await applyRevert(w);
       await insertMessage(w.trx, { message: hooked.message, position: w.nextPosition(), requestHash: fingerprint });
@@ -128,29 +154,75 @@ export async function storePrompt(deps: LedgerDeps, request: PromptRequest, opti
         w.trx,
         hooked.parts.map((part) => ({ part, position: w.nextPosition() })),
       );
-      emitPromptEvents(w.emit, hooked.message, hooked.parts, drafts, messageId, request.noReply, options.extraEvents?.(messageId) ?? []);
+      emitPromptEvents(w.emit, input);
       if (Object.keys(request.tools).length > 0) w.session.permission = permissionsFromTools(request.tools);
       w.emit({ case: "sessionUpdated", value: { session: w.session } });
       return undefined;
     });
     if (result) return result;
-    return { message: create(MessageWithPartsSchema, { message: hooked.message, parts: hooked.parts }), events, replayed: false };
+    return { message: storedMessage(hooked), events, replayed: false };
   } catch (error) {
+    // A concurrent request with the same message_id committed first: same content → its message.
+    if (request.messageId && isUniqueViolation(error, "message_pkey")) {
+      const stored = await findStoredPrompt(deps.db, session.id, request.messageId, fingerprint);
+      if (stored) return stored;
+    }
     throw mapConflict(error, request, messageId);
   }
 }
 
-function emitPromptEvents(
-  emit: (kind: EventKind) => SessionEvent,
-  message: Message,
-  parts: Part[],
-  drafts: ResolvedDrafts,
-  messageId: string,
-  noReply: boolean,
-  extra: EventKind[],
-): void {
-  emit({ case: "messageUpdated", value: { message } });
-  for (const part of parts) emit({ case: "partUpdated", value: { part } });
+/** What a prompt writes, resolved: the same for the one-statement and the transaction path. */
+interface PromptWrite {
+  request: PromptRequest;
+  options: StorePromptOptions;
+  agentName: string;
+  model: ModelChoice | undefined;
+  hooked: { message: Message; parts: Part[] };
+  drafts: ResolvedDrafts;
+  messageId: string;
+  fingerprint: string;
+}
+
+function storedMessage(hooked: { message: Message; parts: Part[] }): MessageWithParts {
+  return create(MessageWithPartsSchema, { message: hooked.message, parts: hooked.parts });
+}
+
+/**
+ * The agent and model switches (docs/design.md §3 step 8), applied to `session` in place, as
+ * events. Only a prompt that names its agent (or the first one, on a session without) changes
+ * the session's.
+ */
+function switchEvents(session: Session, input: PromptWrite): EventKind[] {
+  const kinds: EventKind[] = [];
+  if ((input.request.agent || !session.agent) && session.agent !== input.agentName) {
+    kinds.push({ case: "agentSwitched", value: { previous: session.agent, current: input.agentName } });
+    session.agent = input.agentName;
+  }
+  if (input.model && !sameModel(session.model, input.model)) {
+    kinds.push({ case: "modelSwitched", value: { previous: session.model, current: input.model } });
+    session.model = create(ModelRefSchema, input.model);
+  }
+  return kinds;
+}
+
+/** The whole prompt as the events of one statement (no revert point to carry out), applied to `session` in place. */
+function promptEvents(session: Session, input: PromptWrite): OnceEvent[] {
+  const out: OnceEvent[] = switchEvents(session, input).map((kind) => ({ kind }));
+  session.messageCount += 1;
+  emitPromptEvents((kind, row) => {
+    out.push({ kind, row: row?.kind === "insertMessage" ? { kind: "insertMessage", requestHash: input.fingerprint } : row });
+  }, input);
+  if (Object.keys(input.request.tools).length > 0) session.permission = permissionsFromTools(input.request.tools);
+  out.push({ kind: { case: "sessionUpdated", value: { session } }, row: { kind: "saveSession" } });
+  return out;
+}
+
+/** The prompt's own events in order; `row` says which carry the message and the parts. */
+function emitPromptEvents(emit: (kind: EventKind, row?: RowChange) => unknown, input: PromptWrite): void {
+  const { message, parts } = input.hooked;
+  const { drafts, messageId } = input;
+  emit({ case: "messageUpdated", value: { message } }, { kind: "insertMessage" });
+  for (const part of parts) emit({ case: "partUpdated", value: { part } }, { kind: "insertPart" });
   for (const problem of drafts.problems) {
     emit({
       case: "sessionError",
@@ -159,8 +231,8 @@ function emitPromptEvents(
   }
   const synthetic = drafts.syntheticIds.filter((id) => parts.some((p) => p.id === id));
   if (synthetic.length > 0) emit({ case: "synthetic", value: { messageId, partIds: synthetic } });
-  for (const kind of extra) emit(kind);
-  emit({ case: "prompted", value: { messageId, noReply } });
+  for (const kind of input.options.extraEvents?.(messageId) ?? []) emit(kind);
+  emit({ case: "prompted", value: { messageId, noReply: input.request.noReply } });
 }
 
 /** OpenCode turns `tools: {name: bool}` into permission rules `{permission: name, pattern: "*", action}`. */

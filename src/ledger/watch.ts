@@ -1,7 +1,7 @@
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { CursorOutOfRangeError, SessionNotFoundError, StoppedWaitingError } from "../errors.js";
 import { followSession } from "../events/feed.js";
-import { getLogBounds } from "../storage/session-store.js";
+import type { LogBounds } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 
 /**
@@ -20,12 +20,14 @@ export async function* watchSession(
   afterSeq: bigint,
   signal?: AbortSignal,
 ): AsyncGenerator<SessionEvent> {
-  const bounds = await getLogBounds(deps.db, sessionId);
-  if (!bounds) throw new SessionNotFoundError(sessionId);
-  if (afterSeq < bounds.prunedSeq) throw new CursorOutOfRangeError("CURSOR_EXPIRED", afterSeq, bounds);
-  if (afterSeq > bounds.lastSeq) throw new CursorOutOfRangeError("CURSOR_AHEAD", afterSeq, bounds);
+  // One statement reads the bounds with the first page of the replay.
+  const checkBounds = (bounds: LogBounds | undefined) => {
+    if (!bounds) throw new SessionNotFoundError(sessionId);
+    if (afterSeq < bounds.prunedSeq) throw new CursorOutOfRangeError("CURSOR_EXPIRED", afterSeq, bounds);
+    if (afterSeq > bounds.lastSeq) throw new CursorOutOfRangeError("CURSOR_AHEAD", afterSeq, bounds);
+  };
   let last = afterSeq;
-  for await (const event of followSession(deps, sessionId, afterSeq, signal)) {
+  for await (const event of followSession(deps, sessionId, afterSeq, signal, { checkBounds })) {
     yield event;
     if (event.kind.case === "sessionDeleted") return;
     last = event.seq;

@@ -1,15 +1,17 @@
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Kysely, Transaction } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import type { Session } from "../../gen/ledger/v1/session_pb.js";
+import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import type { EventBus } from "../events/bus.js";
 import type { Relay } from "../events/pg-relay.js";
 import { appendEvents } from "../storage/event-store.js";
+import { writeSessionStatement, type RowChange } from "../storage/session-write.js";
 import type { DB } from "../storage/schema.js";
 import { lockSession, rowToSession, updateSessionRow } from "../storage/session-store.js";
 import { SessionNotFoundError } from "../errors.js";
 import { logger } from "../observe/log.js";
+import { sessionCache, type KnownSession } from "../storage/session-cache.js";
 
 /** The `kind` of a new `SessionEvent`, as an init shape (`{ case: "partUpdated", value: { part } }`). */
 export type EventKind = MessageInitShape<typeof SessionEventSchema>["kind"];
@@ -84,9 +86,11 @@ export async function inTransaction<T>(deps: WriterDeps, fn: (tx: Tx) => Promise
 
 /**
  * Runs `fn` in ONE transaction holding the session row lock, then saves the session (data,
- * `last_seq`, `last_position`, `time_updated`) and the emitted events, commits, and only then
- * publishes the events on the bus (`onCommit`). If `fn` or any write throws, everything rolls
- * back and nothing is published.
+ * `last_seq`, `last_position`, `message_count` from `session.messageCount`, `time_updated`) and
+ * the emitted events, commits, and only then publishes the events on the bus and sends the
+ * commit hint to other replicas (`onCommit`). If `fn` or any write throws, everything rolls
+ * back and nothing is published. The writes that need no reads inside the transaction use
+ * `writeSessionOnce` instead (one statement instead of five or more round trips).
  *
  * Throws `SessionNotFoundError` (NOT_FOUND) when the session does not exist, plus whatever `fn` throws.
  *
@@ -124,12 +128,75 @@ export async function writeSession<T>(
     };
     const result = await fn(write);
     await appendEvents(tx.trx, events);
-    if (events.length > 0) await deps.relay?.notify(tx.trx, sessionId, BigInt(lastSeq));
     const touched = options.touch ?? true;
     await updateSessionRow(tx.trx, session, { lastSeq, lastPosition }, touched ? now : row.time_updated);
+    // The row changed in ways the one-statement writes cannot follow: they read it again.
+    tx.onCommit(() => sessionCache(deps.db).evict(sessionId));
     tx.publish(events);
+    if (events.length > 0) tx.onCommit(() => deps.relay?.hint(sessionId, BigInt(lastSeq)));
     return { result, events };
   });
+}
+
+/** One event of a `writeSessionOnce` write: its kind and the row it inserts or updates, if any. */
+export interface OnceEvent {
+  kind: EventKind;
+  row?: RowChange;
+}
+
+/**
+ * Runs a write to one session as ONE statement (`writeSessionStatement`: the session row lock,
+ * the events with gap-free `seq`, the messages and parts they carry, the session row's counters,
+ * and with a `session_updated` event marked `saveSession` its data) — one database round trip —
+ * then publishes the events on the bus and sends the commit hint to other replicas
+ * (`relay.hint`, after the commit, never inside it). The events are made at `now` with their
+ * `seq` assigned by the statement.
+ *
+ * With `expect` (a state of the session from `knownSession`), the write was planned against that
+ * state: it is carried out only if the row is still that version, and afterwards
+ * `expect.session` as changed by the caller (its message count set from the row) becomes the
+ * cached state; otherwise it answers `"stale"` and writes nothing. Without `expect` the write
+ * depends only on the counters, which the statement reads under the lock.
+ *
+ * Throws `SessionNotFoundError` (NOT_FOUND) when the session does not exist, and the driver's
+ * unique-violation error on a duplicate message or part id (nothing is written then).
+ */
+export async function writeSessionOnce(
+  deps: WriterDeps,
+  sessionId: string,
+  kinds: readonly OnceEvent[],
+  options: { now?: Date; touch: boolean; expect?: KnownSession },
+): Promise<SessionEvent[] | "stale"> {
+  const now = options.now ?? new Date();
+  const time = timestampFromDate(now);
+  const planned = kinds.map(({ kind, row }) => ({ event: create(SessionEventSchema, { sessionId, time, kind }), row }));
+  const cache = sessionCache(deps.db);
+  const outcome = await writeSessionStatement(deps.db, {
+    sessionId,
+    expectVersion: options.expect?.version,
+    events: planned,
+    now,
+    touch: options.touch,
+  });
+  if (outcome === "missing") {
+    cache.evict(sessionId);
+    throw new SessionNotFoundError(sessionId);
+  }
+  if (outcome === "stale") {
+    cache.evict(sessionId);
+    return "stale";
+  }
+  const events = planned.map((p) => p.event);
+  if (options.expect) {
+    // A copy: the events may hold the session object as it was written.
+    const session = clone(SessionSchema, options.expect.session);
+    session.messageCount = outcome.messageCount;
+    if (options.touch) session.timeUpdated = time;
+    cache.put({ session, version: outcome.version, lastSeq: outcome.lastSeq });
+  } else cache.advance(sessionId, outcome.lastSeq - events.length, outcome);
+  deps.bus.publish(events);
+  if (events.length > 0) deps.relay?.hint(sessionId, BigInt(outcome.lastSeq));
+  return events;
 }
 
 /**

@@ -72,19 +72,62 @@ export interface EventPage {
  * ```
  */
 export async function readEventPage(db: Kysely<DB>, sessionId: string, afterSeq: number, limits: PageLimits): Promise<EventPage> {
+  const result = await sql<Pick<SessionEventRow, "data"> & { bytes: number }>`${pageQuery(sessionId, afterSeq, limits)}`.execute(db);
+  const bytes = result.rows.reduce((sum, row) => sum + Number(row.bytes), 0);
+  return { events: result.rows.map(rowToEvent), more: result.rows.length === limits.rows || bytes >= limits.bytes };
+}
+
+/** A page of a session's log and the log's bounds, read in one statement. */
+export interface BoundedEventPage extends EventPage {
+  /** `pruned_seq` and `last_seq` of the session as of the same read. */
+  bounds: { prunedSeq: bigint; lastSeq: bigint };
+}
+
+/**
+ * `readEventPage` and the session's log bounds (`pruned_seq`, `last_seq`) in ONE statement (one
+ * round trip: what a `WatchSession` needs before it follows the log). Undefined when the session
+ * does not exist.
+ */
+export async function readEventPageWithBounds(
+  db: Kysely<DB>,
+  sessionId: string,
+  afterSeq: number,
+  limits: PageLimits,
+): Promise<BoundedEventPage | undefined> {
+  const result = await sql<{
+    pruned_seq: string | number;
+    last_seq: string | number;
+    data: SessionEventRow["data"] | null;
+    bytes: number | null;
+  }>`
+    select s.pruned_seq, s.last_seq, page.data, page.bytes
+    from session as s left join lateral (${pageQuery(sessionId, afterSeq, limits)}) as page on true
+    where s.id = ${sessionId}
+    order by page.seq`.execute(db);
+  const first = result.rows[0];
+  if (!first) return undefined;
+  const rows = result.rows.filter((row): row is typeof row & { data: SessionEventRow["data"] } => row.data !== null);
+  const bytes = rows.reduce((sum, row) => sum + Number(row.bytes), 0);
+  return {
+    events: rows.map(rowToEvent),
+    more: rows.length === limits.rows || bytes >= limits.bytes,
+    bounds: { prunedSeq: BigInt(first.pruned_seq), lastSeq: BigInt(first.last_seq) },
+  };
+}
+
+/** The page query of `readEventPage`: rows `seq`, `data` and `bytes`, in seq order. */
+function pageQuery(sessionId: string, afterSeq: number, limits: PageLimits) {
   // Neither pg_column_compression nor pg_column_size reads a TOASTed value; coalesce evaluates them only for old rows.
   const size = sql`coalesce(data_bytes, case when pg_column_compression(data) is null then pg_column_size(data) else ${limits.bytes}::int end)`;
   // The page ends at the last row whose predecessors (within the next `rows`) hold less than `bytes`.
-  const result = await sql<Pick<SessionEventRow, "data"> & { bytes: number }>`
+  return sql`
     with ahead as (
       select seq, sum(${size}) over (order by seq rows unbounded preceding) - ${size} as before
       from (select seq, data, data_bytes from session_event where session_id = ${sessionId} and seq > ${afterSeq} order by seq limit ${limits.rows}) as next
     )
-    select data, ${size} as bytes from session_event
+    select seq, data, ${size} as bytes from session_event
     where session_id = ${sessionId} and seq > ${afterSeq} and seq <= (select max(seq) from ahead where before < ${limits.bytes})
-    order by seq`.execute(db);
-  const bytes = result.rows.reduce((sum, row) => sum + Number(row.bytes), 0);
-  return { events: result.rows.map(rowToEvent), more: result.rows.length === limits.rows || bytes >= limits.bytes };
+    order by seq`;
 }
 
 /** Maps an event row to `ledger.v1.SessionEvent`: the one decoder of the `session_event.data` column. */

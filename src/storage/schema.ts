@@ -22,6 +22,11 @@ export interface SessionTable {
   last_position: CounterColumn;
   /** Highest event seq removed by retention (0: none); readers behind it must reload. */
   pruned_seq: CounterColumn;
+  /**
+   * How many messages the session holds; changed only by the statement that inserts or deletes
+   * them, under the row lock (so no `count(*)` of the session's messages is ever needed).
+   */
+  message_count: CounterColumn;
   time_created: ColumnType<Date, Date | undefined, never>;
   time_updated: ColumnType<Date, Date | undefined, Date>;
 }

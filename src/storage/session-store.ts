@@ -5,8 +5,18 @@ import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import { makeStorable, toJsonb } from "./jsonb.js";
 import type { DB, SessionRow } from "./schema.js";
 
-/** A session row with its message count, as read by `getSessionRowWithCount`/`listSessionRows`. */
-export type SessionRowWithCount = SessionRow & { message_count: number | string };
+/** A session row; its message count is the `message_count` column (kept by the writes, never counted on read). */
+export type SessionRowWithCount = SessionRow;
+
+/**
+ * A session row and its version: the row's `xmin` (the id of the transaction that wrote this
+ * version of the row), as text. Any update of the row changes it, so a write planned against
+ * this row can check, in the statement that carries it out, that nothing changed meanwhile.
+ */
+export interface VersionedSessionRow {
+  row: SessionRow;
+  version: string;
+}
 
 /** Keyset cursor for ListSessions: the last row's `time_updated` and `id`. */
 export interface SessionCursor {
@@ -35,23 +45,35 @@ export async function insertSession(db: Kysely<DB>, session: Session, now: Date)
 }
 
 /**
- * Locks the session row for the rest of `trx` (`select ... for update`) and returns it with its
- * message count, or
+ * Locks the session row for the rest of `trx` (`select ... for update`) and returns it, or
  * undefined when it does not exist. Every writer of a session's messages, parts and events
  * takes this lock first, which serializes them and makes `seq`/`position` gap-free.
  */
 export async function lockSession(trx: Transaction<DB>, id: string): Promise<SessionRowWithCount | undefined> {
-  return trx.selectFrom("session").selectAll("session").select(messageCount).where("id", "=", id).forUpdate().executeTakeFirst();
+  return trx.selectFrom("session").selectAll("session").where("id", "=", id).forUpdate().executeTakeFirst();
 }
 
-/** Reads one session row without counting its messages (cheap at any session size), or undefined. */
+/** Reads one session row (its message count is a column: cheap at any session size), or undefined. */
 export async function getSessionRow(db: Kysely<DB>, id: string): Promise<SessionRow | undefined> {
   return db.selectFrom("session").selectAll("session").where("id", "=", id).executeTakeFirst();
 }
 
-/** Reads one session row with its message count (a `count(*)` of its messages), or undefined. */
+/** Reads one session row with its version (`xmin`, see `VersionedSessionRow`), or undefined. */
+export async function getVersionedSessionRow(db: Kysely<DB>, id: string): Promise<VersionedSessionRow | undefined> {
+  const row = await db
+    .selectFrom("session")
+    .selectAll("session")
+    .select(sql<string>`xmin::text`.as("row_version"))
+    .where("id", "=", id)
+    .executeTakeFirst();
+  if (!row) return undefined;
+  const { row_version, ...rest } = row;
+  return { row: rest, version: row_version };
+}
+
+/** Reads one session row with its message count, or undefined (the same as `getSessionRow` since the count is a column). */
 export async function getSessionRowWithCount(db: Kysely<DB>, id: string): Promise<SessionRowWithCount | undefined> {
-  return db.selectFrom("session").selectAll("session").select(messageCount).where("id", "=", id).executeTakeFirst();
+  return getSessionRow(db, id);
 }
 
 /**
@@ -62,7 +84,7 @@ export async function listSessionRows(
   db: Kysely<DB>,
   options: { limit: number; cursor?: SessionCursor; directory?: string },
 ): Promise<SessionRowWithCount[]> {
-  let query = db.selectFrom("session").selectAll("session").select(messageCount);
+  let query = db.selectFrom("session").selectAll("session");
   if (options.directory) query = query.where("directory", "=", options.directory);
   if (options.cursor) {
     const { timeUpdated, id } = options.cursor;
@@ -74,8 +96,9 @@ export async function listSessionRows(
 }
 
 /**
- * Writes back a locked session: its proto data, counters and `time_updated`. Call only inside
- * the transaction that called `lockSession`. Strings are made storable in place (`makeStorable`).
+ * Writes back a locked session: its proto data, counters (`last_seq`, `last_position`, and
+ * `message_count` from `session.messageCount`) and `time_updated`. Call only inside the
+ * transaction that called `lockSession`. Strings are made storable in place (`makeStorable`).
  */
 export async function updateSessionRow(
   trx: Transaction<DB>,
@@ -89,6 +112,7 @@ export async function updateSessionRow(
       data: sessionData(session),
       last_seq: counters.lastSeq,
       last_position: counters.lastPosition,
+      message_count: session.messageCount,
       time_updated: now,
     })
     .where("id", "=", session.id)
@@ -108,14 +132,7 @@ export async function lockSessionTree(trx: Transaction<DB>, rootId: string): Pro
   const seen = new Set<string>();
   let level = [rootId];
   while (level.length > 0) {
-    const locked = await trx
-      .selectFrom("session")
-      .selectAll("session")
-      .select(messageCount)
-      .where("id", "in", level)
-      .orderBy("id")
-      .forUpdate()
-      .execute();
+    const locked = await trx.selectFrom("session").selectAll("session").where("id", "in", level).orderBy("id").forUpdate().execute();
     const fresh = locked.filter((r) => !seen.has(r.id));
     for (const row of fresh) seen.add(row.id);
     rows.push(...fresh);
@@ -141,14 +158,14 @@ export async function deleteSessionRow(db: Kysely<DB>, id: string): Promise<bool
 }
 
 /** Maps a row to `ledger.v1.Session` (times and message count from columns). */
-export function rowToSession(row: SessionRow | SessionRowWithCount): Session {
+export function rowToSession(row: SessionRow): Session {
   const session = fromJson(SessionSchema, row.data as JsonObject, { ignoreUnknownFields: true });
   session.id = row.id;
   session.directory = row.directory;
   session.parentId = row.parent_id ?? "";
   session.timeCreated = timestampFromDate(row.time_created);
   session.timeUpdated = timestampFromDate(row.time_updated);
-  session.messageCount = "message_count" in row ? Number(row.message_count) : 0;
+  session.messageCount = Number(row.message_count);
   return session;
 }
 
@@ -158,14 +175,11 @@ function sessionData(session: Session): string {
   return toJsonb(SessionSchema, create(SessionSchema, { ...session, timeCreated: undefined, timeUpdated: undefined, messageCount: 0 }));
 }
 
-const messageCount = sql<string>`(select count(*) from message m where m.session_id = session.id)`.as("message_count");
-
 /** Lists the sessions whose parent is `parentId`, newest created first (ties by id, descending). */
 export async function listChildSessionRows(db: Kysely<DB>, parentId: string): Promise<SessionRowWithCount[]> {
   return db
     .selectFrom("session")
     .selectAll("session")
-    .select(messageCount)
     .where("parent_id", "=", parentId)
     .orderBy("time_created", "desc")
     .orderBy("id", "desc")
@@ -200,8 +214,15 @@ export async function listLastSeqs(db: Kysely<DB>, ids: string[]): Promise<Array
 
 /**
  * Sets a session's `last_seq` (a new session's first events were appended with seqs up to it).
- * Call only in the transaction that inserted the session or holds its row lock.
+ * Call only in the transaction that inserted the session or holds its row lock. Returns the
+ * row's new version (`xmin` as text, see `VersionedSessionRow`), or undefined when the row is missing.
  */
-export async function setLastSeq(trx: Transaction<DB>, id: string, lastSeq: number): Promise<void> {
-  await trx.updateTable("session").set({ last_seq: lastSeq }).where("id", "=", id).execute();
+export async function setLastSeq(trx: Transaction<DB>, id: string, lastSeq: number): Promise<string | undefined> {
+  const row = await trx
+    .updateTable("session")
+    .set({ last_seq: lastSeq })
+    .where("id", "=", id)
+    .returning(sql<string>`xmin::text`.as("row_version"))
+    .executeTakeFirst();
+  return row?.row_version;
 }

@@ -41,6 +41,7 @@ describe(`storage on ${TEST_ENGINE}`, () => {
       "2026-11-30T2200-event-data-bytes",
       "2026-12-02T0900-message-parent-id",
       "2026-12-05T0900-permission-request",
+      "2026-12-05T0900-session-message-count",
     ]);
   });
 
