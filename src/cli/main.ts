@@ -145,10 +145,20 @@ program
     }),
   );
 
-/** The `version` of the package.json next to src/ (the one `ledger` runs from). */
+/**
+ * The `version` of the ledger's package.json: two folders up from src/cli/main.ts, three from
+ * the compiled dist/src/cli/main.js (the first of the two that names this package).
+ */
 function packageVersion(): string {
-  const file = new URL("../../package.json", import.meta.url);
-  return (JSON.parse(readFileSync(file, "utf8")) as { version: string }).version;
+  for (const up of ["../../package.json", "../../../package.json"]) {
+    try {
+      const pkg = JSON.parse(readFileSync(new URL(up, import.meta.url), "utf8")) as { name?: string; version: string };
+      if (pkg.name === "session-ledger") return pkg.version;
+    } catch {
+      // not this one
+    }
+  }
+  throw new Error("package.json of session-ledger not found above src/cli/main");
 }
 
 function collect(value: string, previous: string[]): string[] {
