@@ -4,7 +4,7 @@
 import { existsSync } from "node:fs";
 import module from "node:module";
 
-const main = new URL("../dist/src/cli/main.js", import.meta.url);
+const main = new URL("../dist/cli/main.js", import.meta.url);
 if (!existsSync(main)) {
   process.stderr.write("ledger: dist/ is missing: run `npm run build` (npm ci builds it), or `npm run dev -- <command>` for the sources\n");
   process.exit(1);

@@ -146,8 +146,8 @@ program
   );
 
 /**
- * The `version` of the ledger's package.json: two folders up from src/cli/main.ts, three from
- * the compiled dist/src/cli/main.js (the first of the two that names this package).
+ * The `version` of the ledger's package.json: two folders up from src/cli/main.ts and from the
+ * bundled dist/cli/main.js (or three, checked too; the first that names this package).
  */
 function packageVersion(): string {
   for (const up of ["../../package.json", "../../../package.json"]) {
