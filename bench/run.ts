@@ -17,6 +17,7 @@ import { kyselyVsPg } from "./kysely-vs-pg.js";
 import { pgliteVsPg } from "./pglite-vs-pg.js";
 import { promptLatency } from "./prompt-latency.js";
 import { replicaVisibility } from "./replica-visibility.js";
+import { startMemory } from "./start-memory.js";
 import { streamFanout } from "./stream-fanout.js";
 import { throughput } from "./throughput.js";
 
@@ -28,6 +29,7 @@ const MODULES: Array<[string, () => Promise<Row[]>]> = [
   ["replica-visibility", replicaVisibility],
   ["history-read", historyRead],
   ["pglite-vs-pg", pgliteVsPg],
+  ["start-memory", startMemory],
 ];
 
 interface Machine {

@@ -160,7 +160,7 @@ async function answerStep(
   let model: ResolvedModel;
   try {
     if (!user.model) throw new Error("the user message names no model and none is configured");
-    model = deps.models.resolve(user.model);
+    model = await deps.models.resolve(user.model);
   } catch (error) {
     const messageError = toMessageError(error, user.model?.providerId ?? "", false);
     await ledger.reportError({ case: "sessionError", value: { messageId: assistant.id, error: messageError } });

@@ -1,6 +1,3 @@
-import { createAnthropic } from "@ai-sdk/anthropic";
-import { createOpenAI } from "@ai-sdk/openai";
-import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import type { LanguageModelV3 } from "@ai-sdk/provider";
 import type { LedgerConfig, ModelConfig, ProviderConfig } from "../config/config.js";
 
@@ -18,8 +15,12 @@ export interface ResolvedModel {
 export interface ModelResolver {
   /** True when at least one model is configured (otherwise prompts cannot be answered). */
   readonly configured: boolean;
-  /** The model, or throws `ModelUnavailableError` naming the configured models. */
-  resolve(ref: { providerId: string; modelId: string }): ResolvedModel;
+  /**
+   * The model. Throws `ModelUnavailableError` naming the configured models (synchronously) when
+   * it is not configured; may return a promise (the provider's package is imported on first
+   * use), which rejects when the provider's npm package is not supported.
+   */
+  resolve(ref: { providerId: string; modelId: string }): ResolvedModel | Promise<ResolvedModel>;
 }
 
 /** The requested model is not configured. `available` lists "provider/model" names that are. */
@@ -42,10 +43,11 @@ export const PROVIDER_PACKAGES = ["@ai-sdk/openai-compatible", "@ai-sdk/openai",
  * `@ai-sdk/openai-compatible` (Ollama, llama.cpp, vLLM, LM Studio: `options.baseURL`),
  * `@ai-sdk/openai` and `@ai-sdk/anthropic`. API keys come from `options.apiKey` or the usual
  * environment variables (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `<PROVIDER_ID>_API_KEY` for
- * openai-compatible). Providers are created once, on first use.
+ * openai-compatible). Providers are created once, on first use, and each provider package is
+ * imported then (`import()`), not when the ledger starts.
  */
 export function createModelResolver(config: LedgerConfig, env: NodeJS.ProcessEnv = process.env): ModelResolver {
-  const providers = new Map<string, { make: (modelId: string) => LanguageModelV3; optionsKey: string }>();
+  const providers = new Map<string, Promise<Provider>>();
   const available = Object.entries(config.providers).flatMap(([p, entry]) => Object.keys(entry.models).map((m) => `${p}/${m}`));
   return {
     configured: available.length > 0,
@@ -58,23 +60,34 @@ export function createModelResolver(config: LedgerConfig, env: NodeJS.ProcessEnv
       if (!provider) {
         provider = createProvider(providerId, entry, env);
         providers.set(providerId, provider);
+        // A failed import is tried again on the next prompt, not cached for the process.
+        provider.catch(() => providers.delete(providerId));
       }
-      return { providerId, modelId, model: provider.make(modelId), config: modelConfig, optionsKey: provider.optionsKey };
+      return provider.then((p) => ({ providerId, modelId, model: p.make(modelId), config: modelConfig, optionsKey: p.optionsKey }));
     },
   };
 }
 
-function createProvider(providerId: string, entry: ProviderConfig, env: NodeJS.ProcessEnv) {
+/** A created provider: makes a model by id; `optionsKey` as in {@link ResolvedModel}. */
+interface Provider {
+  make: (modelId: string) => LanguageModelV3;
+  optionsKey: string;
+}
+
+/** Imports the provider's package and creates it; rejects for an unsupported `npm` package. */
+async function createProvider(providerId: string, entry: ProviderConfig, env: NodeJS.ProcessEnv): Promise<Provider> {
   const options = entry.options as { baseURL?: string; apiKey?: string; headers?: Record<string, string> };
   const npm =
     entry.npm ??
     (providerId === "openai" ? "@ai-sdk/openai" : providerId === "anthropic" ? "@ai-sdk/anthropic" : "@ai-sdk/openai-compatible");
   switch (npm) {
     case "@ai-sdk/openai": {
+      const { createOpenAI } = await import("@ai-sdk/openai");
       const openai = createOpenAI({ baseURL: options.baseURL, apiKey: options.apiKey || env.OPENAI_API_KEY, headers: options.headers });
       return { make: (id: string) => openai(id), optionsKey: "openai" };
     }
     case "@ai-sdk/anthropic": {
+      const { createAnthropic } = await import("@ai-sdk/anthropic");
       const anthropic = createAnthropic({
         baseURL: options.baseURL,
         apiKey: options.apiKey || env.ANTHROPIC_API_KEY,
@@ -84,6 +97,7 @@ function createProvider(providerId: string, entry: ProviderConfig, env: NodeJS.P
     }
     case "@ai-sdk/openai-compatible": {
       const key = options.apiKey || env[`${providerId.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_API_KEY`];
+      const { createOpenAICompatible } = await import("@ai-sdk/openai-compatible");
       const compatible = createOpenAICompatible({
         name: providerId,
         baseURL: options.baseURL ?? "http://127.0.0.1:11434/v1",

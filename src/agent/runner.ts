@@ -9,7 +9,7 @@ import { SessionBusyError, SessionNotFoundError } from "../errors.js";
 import { lastStatusEvents } from "../storage/event-store.js";
 import { getSessionRow, sessionExists as sessionRowExists } from "../storage/session-store.js";
 import type { ToolOutput } from "../tools/tool-context.js";
-import { runLoop, type LoopDeps } from "./loop.js";
+import type { LoopDeps } from "./loop.js";
 import type { ModelResolver } from "./providers.js";
 import { logger } from "../observe/log.js";
 import { recoverSession } from "./recovery.js";
@@ -27,6 +27,15 @@ interface Running {
   /** The session was deleted (a `session_deleted` on the bus, or its row found missing). */
   deleted: boolean;
   done: Promise<void>;
+}
+
+/**
+ * The agent loop's `runLoop`, imported on first use: the loop brings the AI SDK (`ai`, its
+ * gateway provider) and the model tools, which a ledger that only stores noReply prompts never
+ * needs, so they stay out of the start-up time and the idle memory.
+ */
+function loadLoop(): Promise<(typeof import("./loop.js"))["runLoop"]> {
+  return import("./loop.js").then((mod) => mod.runLoop);
 }
 
 /**
@@ -73,7 +82,9 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
           entry.wake = false;
           const resumeNow = entry.resume;
           entry.resume = undefined;
-          await runLoop(loopDeps, sessionId, signal, { resume: resumeNow });
+          await (
+            await loadLoop()
+          )(loopDeps, sessionId, signal, { resume: resumeNow });
         } while (entry.wake && !signal.aborted);
         entry.finishing = true;
       } catch (error) {
@@ -216,7 +227,9 @@ function taskRunner(deps: LedgerDeps & { models: ModelResolver }, locks: Session
       // The child's loop holds the child's lock like any run, so recovery elsewhere leaves it alone.
       const release = await locks.acquire(child.id, childSignal);
       try {
-        await runLoop({ ...deps }, child.id, childSignal);
+        await (
+          await loadLoop()
+        )({ ...deps }, child.id, childSignal);
       } finally {
         await release();
       }

@@ -208,10 +208,20 @@ program
     }),
   );
 
-/** The `version` of the package.json next to src/ (the one `ledger` runs from). */
+/**
+ * The `version` of the ledger's package.json: two folders up from src/cli/main.ts and from the
+ * bundled dist/cli/main.js (or three, checked too; the first that names this package).
+ */
 function packageVersion(): string {
-  const file = new URL("../../package.json", import.meta.url);
-  return (JSON.parse(readFileSync(file, "utf8")) as { version: string }).version;
+  for (const up of ["../../package.json", "../../../package.json"]) {
+    try {
+      const pkg = JSON.parse(readFileSync(new URL(up, import.meta.url), "utf8")) as { name?: string; version: string };
+      if (pkg.name === "session-ledger") return pkg.version;
+    } catch {
+      // not this one
+    }
+  }
+  throw new Error("package.json of session-ledger not found above src/cli/main");
 }
 
 function collect(value: string, previous: string[]): string[] {

@@ -1,6 +1,4 @@
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { ErrorCode, McpError } from "@modelcontextprotocol/sdk/types.js";
+import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { LedgerConfig, McpServerConfig } from "../config/config.js";
 import { notConfigured, type McpContent, type McpReader } from "./reader.js";
 
@@ -34,6 +32,38 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
 
 type ResourceContents = Awaited<ReturnType<Client["readResource"]>>["contents"];
 
+/** The parts of the MCP SDK the reader uses. */
+interface Sdk {
+  Client: typeof import("@modelcontextprotocol/sdk/client/index.js").Client;
+  StdioClientTransport: typeof import("@modelcontextprotocol/sdk/client/stdio.js").StdioClientTransport;
+  McpError: typeof import("@modelcontextprotocol/sdk/types.js").McpError;
+  ErrorCode: typeof import("@modelcontextprotocol/sdk/types.js").ErrorCode;
+}
+
+let loadingSdk: Promise<Sdk> | undefined;
+
+/**
+ * The MCP SDK (with ajv and zod-to-json-schema), imported on the first MCP read: a ledger
+ * without MCP servers, or whose prompts name none, never loads it.
+ */
+function loadSdk(): Promise<Sdk> {
+  if (loadingSdk === undefined) {
+    loadingSdk = Promise.all([
+      import("@modelcontextprotocol/sdk/client/index.js"),
+      import("@modelcontextprotocol/sdk/client/stdio.js"),
+      import("@modelcontextprotocol/sdk/types.js"),
+    ]).then(([client, stdio, types]) => ({
+      Client: client.Client,
+      StdioClientTransport: stdio.StdioClientTransport,
+      McpError: types.McpError,
+      ErrorCode: types.ErrorCode,
+    }));
+    // A failed load is tried again on the next read, not cached for the process.
+    loadingSdk.catch(() => (loadingSdk = undefined));
+  }
+  return loadingSdk;
+}
+
 /** One stdio server: a client connected on demand, dropped when its process ends. */
 class Connection {
   private current?: { client: Client; ready: Promise<Client> };
@@ -47,6 +77,7 @@ class Connection {
   async read(uri: string, signal?: AbortSignal): Promise<ResourceContents> {
     const deadline = AbortSignal.timeout(this.server.timeoutMs);
     const abort = signal ? AbortSignal.any([signal, deadline]) : deadline;
+    const { McpError, ErrorCode } = await loadSdk();
     try {
       const client = await untilAborted(this.connect(), abort);
       const result = await client.readResource({ uri }, { signal: abort, timeout: this.server.timeoutMs });
@@ -68,9 +99,12 @@ class Connection {
     await current?.client.close().catch(() => undefined);
   }
 
-  private connect(): Promise<Client> {
-    if (this.closed) return Promise.reject(new Error("MCP is shut down"));
+  private async connect(): Promise<Client> {
+    if (this.closed) throw new Error("MCP is shut down");
     if (this.current) return this.current.ready;
+    const { Client, StdioClientTransport } = await loadSdk();
+    if (this.closed) throw new Error("MCP is shut down");
+    if (this.current) return (this.current as { ready: Promise<Client> }).ready;
     const [command, ...args] = this.server.command;
     const transport = new StdioClientTransport({ command: command!, args, env: this.server.env, stderr: "inherit" });
     const client = new Client({ name: "session-ledger", version: "0.1.0" }, { capabilities: {} });

@@ -1,5 +1,5 @@
 import { fileTypeFromBuffer } from "file-type";
-import sharp from "sharp";
+import type sharp from "sharp";
 import type { Limits } from "../config/limits.js";
 import { InvalidArgumentError, LimitExceededError } from "../errors.js";
 
@@ -16,6 +16,18 @@ export const JPEG_QUALITIES: readonly number[] = [85, 70, 55, 40, 25, 10];
  * in a JPEG, which providers accept.
  */
 const FAIL_ON = "error";
+
+let loadingSharp: Promise<typeof sharp> | undefined;
+
+/** sharp (libvips, ~30 MB of native code), imported on the first image, not when the ledger starts. */
+function loadSharp(): Promise<typeof sharp> {
+  if (loadingSharp === undefined) {
+    loadingSharp = import("sharp").then((mod) => mod.default);
+    // A failed load is tried again on the next image, not cached for the process.
+    loadingSharp.catch(() => (loadingSharp = undefined));
+  }
+  return loadingSharp;
+}
 
 /** Formats stored unchanged when within bounds: sharp's format name → MIME type. */
 const KEPT_FORMATS: ReadonlyMap<string, string> = new Map([
@@ -122,6 +134,7 @@ export async function normalizeImage(
   const maxDimension = bounds.maxDimension ?? IMAGE_MAX_DIMENSION;
   const maxBytes = bounds.maxBytes ?? IMAGE_MAX_BYTES;
   if (bytes.byteLength === 0) throw new InvalidArgumentError(field, `is an empty image (${mime}, 0 bytes)`);
+  const sharp = await loadSharp();
 
   let header: sharp.Metadata;
   try {

@@ -1,0 +1,140 @@
+/**
+ * The migrated PGlite template: a data directory made once per machine, PGlite version and
+ * migration list, from which every new embedded database starts (a file copy for a `--db`
+ * directory, PGlite's `loadDataDir` tarball for `:memory:`) instead of running initdb (~2 s) and
+ * every migration again.
+ *
+ * Layout: `<cache>/pglite-<PGlite version>-<hash>/` holding `pgdata/` (the data directory,
+ * cleanly shut down) and `pgdata.tar.gz` (the same, as `dumpDataDir` wrote it), where `<cache>`
+ * is `$XDG_CACHE_HOME/session-ledger` or `~/.cache/session-ledger` and `<hash>` covers the
+ * migration names and {@link TEMPLATE_FORMAT}. A template is built in a temporary directory next
+ * to it and renamed into place, so a process never sees half of one, and two processes racing
+ * to build it both end up using the one that was renamed first.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { mkdir, readFile, readdir, rename, rm } from "node:fs/promises";
+import { createRequire } from "node:module";
+import os from "node:os";
+import path from "node:path";
+import type { PGlite, PGliteOptions } from "@electric-sql/pglite";
+import { migrations } from "./migrations/index.js";
+
+/** Bumped when what a template holds changes for another reason than PGlite or the migrations. */
+export const TEMPLATE_FORMAT = 1;
+
+/** A template ready to start from. */
+export interface PgliteTemplate {
+  /** The data directory to copy for a new `--db` directory. */
+  dataDir: string;
+  /** The gzip tarball (PGlite `dumpDataDir`) to pass as `loadDataDir` for `:memory:`. */
+  tarball: string;
+}
+
+/**
+ * The cache folder of the templates: `$XDG_CACHE_HOME/session-ledger` when set (and absolute),
+ * else `~/.cache/session-ledger`.
+ */
+export function templateCacheDir(env: NodeJS.ProcessEnv = process.env): string {
+  const xdg = env.XDG_CACHE_HOME;
+  return path.join(xdg && path.isAbsolute(xdg) ? xdg : path.join(os.homedir(), ".cache"), "session-ledger");
+}
+
+/** The installed PGlite's version (`@electric-sql/pglite`'s package.json), e.g. "0.5.17". */
+export function pgliteVersion(): string {
+  const require = createRequire(import.meta.url);
+  // The package's exports hide package.json: walk up from its entry point to its root.
+  let dir = path.dirname(require.resolve("@electric-sql/pglite"));
+  for (;;) {
+    const file = path.join(dir, "package.json");
+    if (existsSync(file)) {
+      const pkg = JSON.parse(readFileSync(file, "utf8")) as { name?: string; version?: string };
+      if (pkg.name === "@electric-sql/pglite" && pkg.version) return pkg.version;
+    }
+    const parent = path.dirname(dir);
+    if (parent === dir) throw new Error("@electric-sql/pglite's package.json not found");
+    dir = parent;
+  }
+}
+
+/**
+ * The template's folder name: `pglite-<version>-<first 16 hex of sha256(format, migration
+ * names in order)>`. A new migration, or another PGlite, gives a new name (a new template).
+ */
+export function templateKey(migrationNames: readonly string[] = Object.keys(migrations).sort()): string {
+  const hash = createHash("sha256")
+    .update(JSON.stringify({ format: TEMPLATE_FORMAT, migrations: migrationNames }))
+    .digest("hex");
+  return `pglite-${pgliteVersion()}-${hash.slice(0, 16)}`;
+}
+
+/** Whether `LEDGER_PGLITE_TEMPLATE=off` (or `0`, `false`) asks for initdb on every new database. */
+export function templateDisabled(env: NodeJS.ProcessEnv = process.env): boolean {
+  return ["off", "0", "false"].includes((env.LEDGER_PGLITE_TEMPLATE ?? "").toLowerCase());
+}
+
+/**
+ * Whether `dir` is a new data directory: missing, or empty (the CLI's lock creates it empty).
+ * A directory holding anything else is opened as it is (PGlite then refuses what is not one).
+ */
+export async function isNewDataDir(dir: string): Promise<boolean> {
+  try {
+    return (await readdir(dir)).length === 0;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return true;
+    throw error;
+  }
+}
+
+/**
+ * The template for this PGlite and migration list, built first when missing: PGlite's initdb
+ * in a temporary folder of the cache, `migrate` (the caller's, on that database), a checkpoint,
+ * the tarball, a clean shutdown, then a rename into place. Returns undefined, after a warning on
+ * stderr, when the cache cannot be written (read-only home, full disk, ...): the caller then runs
+ * initdb on its own database, as without a template. `open` creates a PGlite (the caller's
+ * options, so the template has the same settings).
+ */
+export async function ensureTemplate(
+  open: (dataDir: string) => Promise<PGlite>,
+  migrate: (pglite: PGlite) => Promise<void>,
+  cacheDir: string = templateCacheDir(),
+): Promise<PgliteTemplate | undefined> {
+  const final = path.join(cacheDir, templateKey());
+  const template = { dataDir: path.join(final, "pgdata"), tarball: path.join(final, "pgdata.tar.gz") };
+  if (existsSync(template.tarball)) return template;
+  const temp = `${final}.${process.pid}-${randomBytes(4).toString("hex")}.tmp`;
+  try {
+    await mkdir(temp, { recursive: true });
+    const pglite = await open(path.join(temp, "pgdata"));
+    try {
+      await migrate(pglite);
+      await pglite.exec("CHECKPOINT");
+      const tarball = await pglite.dumpDataDir("gzip");
+      const { writeFile } = await import("node:fs/promises");
+      await writeFile(path.join(temp, "pgdata.tar.gz"), new Uint8Array(await tarball.arrayBuffer()));
+    } finally {
+      await pglite.close();
+    }
+    try {
+      await rename(temp, final);
+    } catch (error) {
+      // Another process renamed its template first: use that one.
+      const code = (error as NodeJS.ErrnoException).code;
+      if ((code !== "ENOTEMPTY" && code !== "EEXIST") || !existsSync(template.tarball)) throw error;
+    }
+    return template;
+  } catch (error) {
+    process.stderr.write(
+      `note: no PGlite template in ${cacheDir} (${error instanceof Error ? error.message : String(error)}); ` +
+        "the new embedded database runs initdb\n",
+    );
+    return undefined;
+  } finally {
+    await rm(temp, { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+/** The template's tarball as a Blob, for PGlite's `loadDataDir`. */
+export async function templateBlob(template: PgliteTemplate): Promise<NonNullable<PGliteOptions["loadDataDir"]>> {
+  return new Blob([await readFile(template.tarball)]);
+}
