@@ -13,7 +13,7 @@ import { makeStorable } from "../storage/jsonb.js";
 import { insertMessage } from "../storage/message-store.js";
 import { insertParts } from "../storage/part-store.js";
 import { duplicateId, isUniqueViolation } from "../storage/pg-errors.js";
-import { knownSession, readKnownSession, type KnownSession } from "../storage/session-cache.js";
+import { knownSession, readKnownSession, sessionCache, type KnownSession } from "../storage/session-cache.js";
 import type { RowChange } from "../storage/session-write.js";
 import type { LedgerDeps } from "./deps.js";
 import { AlreadyExistsError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
@@ -123,22 +123,25 @@ async function storeResolved(
   const input: PromptWrite = { request, options, agentName: agent.name, model, hooked, drafts, messageId, fingerprint };
 
   try {
-    let current: KnownSession | undefined = known;
-    // At most twice: the state as known, then as read again after a concurrent write.
-    for (let attempt = 0; attempt < 2 && current && !current.session.revert; attempt++) {
-      const events = await writeSessionOnce(deps, session.id, promptEvents(current.session, input), {
-        touch: true,
-        expect: current,
-      });
-      if (events !== "stale") return { message: storedMessage(hooked), events, replayed: false };
-      current = await readKnownSession(deps.db, session.id);
-      if (!current) throw new SessionNotFoundError(session.id);
-      // Resolved with an agent or model that is no longer the session's: resolve again (once).
-      if (current.session.agent !== session.agent || !sameModel(current.session.model, session.model)) {
-        if (!retried) return await storeResolved(deps, request, options, current, true);
-        break;
+    // One prompt at a time per session in this process: each is planned against the state the
+    // previous one left in the cache, so concurrent prompts are not refused as stale.
+    const fast = await oneAtATime(deps.db, session.id, async () => {
+      let current: KnownSession | undefined = sessionCache(deps.db).get(session.id) ?? known;
+      // At most twice: the state as known, then as read again after another process's write.
+      for (let attempt = 0; attempt < 2; attempt++) {
+        if (!current) throw new SessionNotFoundError(session.id);
+        // Resolved with an agent or model that is no longer the session's: resolve again (once).
+        if (current.session.agent !== session.agent || !sameModel(current.session.model, session.model)) return "resolve again";
+        if (current.session.revert) return undefined;
+        const events = await writeSessionOnce(deps, session.id, promptEvents(current.session, input), { touch: true, expect: current });
+        if (events !== "stale") return events;
+        current = await readKnownSession(deps.db, session.id);
       }
-    }
+      return undefined;
+    });
+    if (fast === "resolve again" && !retried)
+      return await storeResolved(deps, request, options, sessionCache(deps.db).get(session.id), true);
+    if (Array.isArray(fast)) return { message: storedMessage(hooked), events: fast, replayed: false };
     const { result, events } = await writeSession(deps, session.id, async (w) => {
       // A concurrent request with the same message_id may have committed while we resolved.
       if (request.messageId) {
@@ -168,6 +171,25 @@ async function storeResolved(
       if (stored) return stored;
     }
     throw mapConflict(error, request, messageId);
+  }
+}
+
+const queues = new WeakMap<object, Map<string, Promise<unknown>>>();
+
+/** Runs `fn` after every earlier `oneAtATime` call for the same session and database has settled. */
+async function oneAtATime<T>(db: object, sessionId: string, fn: () => Promise<T>): Promise<T> {
+  let perDb = queues.get(db);
+  if (!perDb) {
+    perDb = new Map();
+    queues.set(db, perDb);
+  }
+  const run = (perDb.get(sessionId) ?? Promise.resolve()).then(fn, fn);
+  const tail = run.catch(() => undefined);
+  perDb.set(sessionId, tail);
+  try {
+    return await run;
+  } finally {
+    if (perDb.get(sessionId) === tail) perDb.delete(sessionId);
   }
 }
 
