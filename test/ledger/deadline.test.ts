@@ -29,10 +29,13 @@ const SLOW = {
 
 beforeAll(async () => {
   fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "main/m",
-    provider: { main: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } },
-  });
+  t = await startTestLedger(
+    {
+      model: "main/m",
+      provider: { main: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } },
+    },
+    { transport: "http" },
+  );
   grpc = grpcLedgerClient(t.ledger.url);
 });
 afterAll(async () => {

@@ -40,15 +40,18 @@ beforeAll(async () => {
   spare = await startFakeOpenAI();
   for (let i = 0; i < LANES; i++) lanes.push(await startFakeOpenAI());
   const provider = (url: string) => ({ npm: "@ai-sdk/openai-compatible", options: { baseURL: url, apiKey: "test" }, models: { m: {} } });
-  t = await startTestLedger({
-    model: "main/m",
-    provider: Object.fromEntries([
-      ["main", provider(main.url)],
-      ["spare", provider(spare.url)],
-      ...lanes.map((f, i) => [`lane${i}`, provider(f.url)]),
-    ]),
-    retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
-  });
+  t = await startTestLedger(
+    {
+      model: "main/m",
+      provider: Object.fromEntries([
+        ["main", provider(main.url)],
+        ["spare", provider(spare.url)],
+        ...lanes.map((f, i) => [`lane${i}`, provider(f.url)]),
+      ]),
+      retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
+    },
+    { transport: "http" },
+  );
   await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\n");
 });
 

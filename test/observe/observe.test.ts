@@ -85,7 +85,10 @@ describe("an in-process ledger", () => {
     level = logger.level;
     logger.setLevel("info");
     const models = { "mock/model": scriptedModel([textReply("Hello there.", usage(8, 5, { cacheRead: 2, reasoning: 1 }))]) };
-    t = await startTestLedger({ model: "mock/model", retry: { attempts: 0, initial_ms: 0, max_ms: 0 } }, { models: mockResolver(models) });
+    t = await startTestLedger(
+      { model: "mock/model", retry: { attempts: 0, initial_ms: 0, max_ms: 0 } },
+      { models: mockResolver(models), transport: "http" },
+    );
   });
   afterAll(async () => {
     logger.setLevel(level);
@@ -350,7 +353,7 @@ describe("an in-process ledger", () => {
 describe("a ledger with a bearer token", () => {
   let t: TestLedger;
   beforeAll(async () => {
-    t = await startTestLedger({ auth: { token: TOKEN } });
+    t = await startTestLedger({ auth: { token: TOKEN } }, { transport: "http" });
   });
   afterAll(async () => {
     await t?.close();

@@ -13,7 +13,7 @@ const TOKEN = "s3cret-token-for-tests-0123456789";
 
 let t: TestLedger;
 beforeAll(async () => {
-  t = await startTestLedger({ auth: { token: TOKEN } });
+  t = await startTestLedger({ auth: { token: TOKEN } }, { transport: "http" });
 });
 afterAll(() => t?.close());
 
@@ -78,7 +78,7 @@ describe("binding", () => {
 
 describe("host names without a token", () => {
   it("refuses a request whose Host is not loopback (DNS rebinding), and accepts localhost", async () => {
-    const open = await startTestLedger();
+    const open = await startTestLedger({}, { transport: "http" });
     try {
       const port = new URL(open.ledger.url).port;
       const { request } = await import("node:http");

@@ -41,7 +41,7 @@ let sessionId: string;
 let h2: Http2SessionManager;
 
 beforeAll(async () => {
-  t = await startTestLedger({ limits: { request_bytes: LIMIT } });
+  t = await startTestLedger({ limits: { request_bytes: LIMIT } }, { transport: "http" });
   sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
   h2 = new Http2SessionManager(t.ledger.url);
 });

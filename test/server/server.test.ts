@@ -14,7 +14,7 @@ import { connectFailure as failure } from "../support/busy.js";
 let t: TestLedger;
 
 beforeAll(async () => {
-  t = await startTestLedger();
+  t = await startTestLedger({}, { transport: "http" });
 });
 
 afterAll(async () => {
@@ -123,7 +123,7 @@ describe("domain errors", () => {
   });
 
   it("a request over limits.request_bytes → RESOURCE_EXHAUSTED, nothing stored", async () => {
-    const small = await startTestLedger({ limits: { request_bytes: 4096 } });
+    const small = await startTestLedger({ limits: { request_bytes: 4096 } }, { transport: "http" });
     try {
       const { session } = await small.client.createSession({ directory: small.dir });
       const sessionId = session!.id;
@@ -281,7 +281,7 @@ describe("PromptStream and PromptAsync with no_reply", () => {
 
 describe("graceful shutdown", () => {
   it.skipIf(TEST_ENGINE !== "postgres")("every prompt answered before close() is stored", async () => {
-    const g = await startTestLedger();
+    const g = await startTestLedger({}, { transport: "http" });
     let closed = false;
     try {
       const { session } = await g.client.createSession({ directory: g.dir });

@@ -87,16 +87,19 @@ beforeAll(async () => {
   ({ server: site, url: siteUrl } = await serveStatic(outDir));
 
   fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "local/qwen",
-    provider: {
-      local: {
-        npm: "@ai-sdk/openai-compatible",
-        options: { baseURL: fake.url, apiKey: "test" },
-        models: { qwen: { name: "Qwen (fake)" } },
+  t = await startTestLedger(
+    {
+      model: "local/qwen",
+      provider: {
+        local: {
+          npm: "@ai-sdk/openai-compatible",
+          options: { baseURL: fake.url, apiKey: "test" },
+          models: { qwen: { name: "Qwen (fake)" } },
+        },
       },
     },
-  });
+    { transport: "http" },
+  );
   await writeFile(path.join(t.dir, "notes.txt"), "The launch code is 0000.\n");
 
   profileDir = await mkdtemp(path.join(os.tmpdir(), "ledger-web-chromium-"));
