@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { finished, runCli, spawnCli, startCli, waitForOutput, type CliRun as Run } from "../support/cli.js";
 import { ADMIN_URL, createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { compatibleProvider } from "../support/mock-models.js";
 
 // The CLI's commands run in-process (`main` with buffers for stdout/stderr, see
 // test/support/cli.ts); the end-to-end tests that need a real process (`--version` through
@@ -383,7 +384,7 @@ describe("a model server that refuses connections", () => {
         model: "local/qwen",
         retry: { initial_ms: 200, max_total_ms: 1000 },
         provider: {
-          local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: `http://127.0.0.1:${port}/v1` }, models: { qwen: {} } },
+          local: compatibleProvider(`http://127.0.0.1:${port}/v1`, { qwen: {} }),
         },
       };
       await writeFile(path.join(project, "ledger.json"), JSON.stringify(config));
@@ -424,7 +425,7 @@ describe("ledger prompt with a model (streamed)", () => {
       model: "local/qwen",
       retry: { attempts: 2, initial_ms: 10, max_ms: 50 },
       provider: {
-        local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url }, models: { qwen: { cost: { input: 1, output: 2 } } } },
+        local: compatibleProvider(fake.url, { qwen: { cost: { input: 1, output: 2 } } }),
       },
     };
     await writeFile(path.join(project, "ledger.json"), JSON.stringify(config, null, 2));

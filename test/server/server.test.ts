@@ -9,7 +9,7 @@ import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { TEST_ENGINE } from "../support/db.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { file, text } from "../support/prompt.js";
-import { connectFailure as failure } from "../support/busy.js";
+import { connectError as failure } from "../support/errors.js";
 
 let t: TestLedger;
 

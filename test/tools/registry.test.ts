@@ -6,7 +6,8 @@ import { PermissionAction, PermissionRuleSchema, type PermissionRule } from "../
 import { BUILT_IN_AGENTS, type AgentInfo } from "../../src/config/agents.js";
 import { createTools, isAllowed } from "../../src/tools/registry.js";
 import type { TaskRunner } from "../../src/tools/task.js";
-import { aborted, rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
+import { errorOf as rejection } from "../support/errors.js";
+import { aborted, toolTree, type ToolTree } from "../support/tool-tree.js";
 
 const [build, , general] = BUILT_IN_AGENTS;
 const rule = (permission: string, allow: boolean): PermissionRule =>

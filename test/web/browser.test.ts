@@ -9,6 +9,7 @@ import { build } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { compatibleProvider } from "../support/mock-models.js";
 
 // The browser client (web/) end to end: built with Vite, served by a static server, driven in
 // headless Chromium (Debian's /usr/bin/chromium; playwright-core never downloads a browser)
@@ -91,11 +92,7 @@ beforeAll(async () => {
     {
       model: "local/qwen",
       provider: {
-        local: {
-          npm: "@ai-sdk/openai-compatible",
-          options: { baseURL: fake.url, apiKey: "test" },
-          models: { qwen: { name: "Qwen (fake)" } },
-        },
+        local: compatibleProvider(fake.url, { qwen: { name: "Qwen (fake)" } }, "test"),
       },
     },
     { transport: "http" },
