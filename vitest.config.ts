@@ -3,9 +3,15 @@ import { defineConfig } from "vitest/config";
 // `npm test` runs the whole suite on Postgres and the database-backed tests again on PGlite.
 // Each test file creates its own database (see test/support/db.ts). Tests that spawn
 // bin/ledger.js run dist/: globalSetup builds it first when it is missing or stale.
+// isolate: false — the files of one worker share its module cache, so the server stack (AI SDK,
+// sharp, tree-sitter, pg, PGlite) is imported once per worker instead of once per file (about
+// half the wall time of the light files; see docs/development.md "Test tiers"). Files still get
+// their own database, server and temp dirs; a file that changes process-wide state (the log
+// level, an env variable, a stderr spy) restores it in afterAll/afterEach.
 export default defineConfig({
   test: {
     globalSetup: ["test/support/build-dist.ts"],
+    isolate: false,
     testTimeout: 30_000,
     hookTimeout: 60_000,
     projects: [

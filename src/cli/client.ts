@@ -3,6 +3,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { loadConfig } from "../config/config.js";
 import { logger } from "../observe/log.js";
+import type { CliIo } from "./io.js";
 
 /** A Connect client of `ledger.v1.SessionService`. */
 export type Ledger = Client<typeof SessionService>;
@@ -16,24 +17,30 @@ export interface ClientOptions {
 
 /**
  * Runs `fn` with a client (sending `LEDGER_TOKEN` as a bearer token when set) of the server at `--url`, or, without one, of a server started in
- * this process on a random loopback port (embedded database, closed again afterwards).
+ * this process on a random loopback port (embedded database, closed again afterwards). Relative
+ * `--db`/`--config` paths and ./ledger.json are found from `io.cwd`; `DATABASE_URL` and `LEDGER_TOKEN` come from `io.env`.
  */
-export async function withClient<T>(opts: ClientOptions, fn: (client: Ledger) => Promise<T>): Promise<T> {
-  if (opts.url) return fn(connect(opts.url));
+export async function withClient<T>(opts: ClientOptions, io: Pick<CliIo, "cwd" | "env">, fn: (client: Ledger) => Promise<T>): Promise<T> {
+  if (opts.url) return fn(connect(opts.url, io.env));
   // The in-process server's RPC log lines would mix into this command's output.
-  if (!process.env.LEDGER_LOG_LEVEL) logger.setLevel("warn");
+  if (!io.env.LEDGER_LOG_LEVEL) logger.setLevel("warn");
   // Loaded on use: with --url the CLI never loads the server stack (database, AI SDK, ...).
   const { startLocal } = await import("./local.js");
-  const ledger = await startLocal({ config: loadConfig({ explicitPath: opts.config }), db: opts.db });
+  const ledger = await startLocal({
+    config: loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env }),
+    db: opts.db,
+    cwd: io.cwd,
+    env: io.env,
+  });
   try {
-    return await fn(connect(ledger.url));
+    return await fn(connect(ledger.url, io.env));
   } finally {
     await ledger.close();
   }
 }
 
-function connect(baseUrl: string): Ledger {
-  const token = process.env.LEDGER_TOKEN;
+function connect(baseUrl: string, env: NodeJS.ProcessEnv): Ledger {
+  const token = env.LEDGER_TOKEN;
   const auth: Interceptor = (next) => (req) => {
     if (token) req.header.set("authorization", `Bearer ${token}`);
     return next(req);

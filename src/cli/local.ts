@@ -8,12 +8,12 @@ import { targetFromEnv, type DatabaseTarget } from "../storage/db.js";
 export const DEFAULT_DB_DIR = ".ledger/db";
 
 /**
- * Picks the database: `DATABASE_URL` (Postgres) when set, else PGlite in `db` (default
- * `./.ledger/db`; `:memory:` for a throw-away one).
+ * Picks the database: `DATABASE_URL` (Postgres) in `env` when set, else PGlite in `db` (default
+ * `./.ledger/db`, relative to `cwd`; `:memory:` for a throw-away one).
  */
-export function databaseTarget(db: string | undefined): DatabaseTarget {
-  const dir = db === ":memory:" ? db : path.resolve(db ?? DEFAULT_DB_DIR);
-  return targetFromEnv(dir);
+export function databaseTarget(db: string | undefined, cwd = process.cwd(), env: NodeJS.ProcessEnv = process.env): DatabaseTarget {
+  const dir = db === ":memory:" ? db : path.resolve(cwd, db ?? DEFAULT_DB_DIR);
+  return targetFromEnv(dir, env);
 }
 
 /**
@@ -29,8 +29,11 @@ export async function startLocal(options: {
   host?: string;
   port?: number;
   forServe?: boolean;
+  /** Default: this process's working directory and environment. */
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
 }): Promise<RunningLedger> {
-  const database = databaseTarget(options.db);
+  const database = databaseTarget(options.db, options.cwd, options.env);
   const release =
     database.kind === "pglite" && database.dir !== ":memory:" ? await lockDir(database.dir, options.forServe === true) : async () => {};
   try {

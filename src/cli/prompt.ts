@@ -7,6 +7,7 @@ import { MessageWithPartsSchema, type MessageWithParts } from "../../gen/ledger/
 import { PartInputSchema, type PartInput } from "../../gen/ledger/v1/part_pb.js";
 import { parseModelRef } from "../config/config.js";
 import type { ClientOptions, Ledger } from "./client.js";
+import type { CliIo } from "./io.js";
 import { errorKind, formatMessage } from "./print.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK, PromptRenderer } from "./render.js";
 import { createSpinner } from "./spinner.js";
@@ -46,21 +47,23 @@ interface Request {
  * a run is going, the first Ctrl-C aborts it (Abort RPC) and waits for the end; a second one exits at once with {@link EXIT_ABORTED}.
  * A `model` that is not "provider/model" (no slash, or a blank side) throws `InvalidArgumentError`
  * on `--model` before any request is sent; request failures reject with the `ConnectError`.
+ * Output goes to `io.stdout`/`io.stderr`; `--file` and `--dir` resolve against `io.cwd`.
  */
-export async function runPrompt(client: Ledger, text: string, opts: PromptOptions): Promise<number> {
+export async function runPrompt(client: Ledger, text: string, opts: PromptOptions, io: CliIo): Promise<number> {
+  const print = (line: string): void => void io.stdout.write(`${line}\n`);
   // Refuse a malformed --model before any request (and before a session is made for it).
   const model = opts.model ? parseModelRef(opts.model, "--model") : undefined;
-  const files = await Promise.all(opts.file.map(fileDraft));
+  const files = await Promise.all(opts.file.map((file) => fileDraft(file, io.cwd)));
   let noReply = !opts.reply;
   if (!noReply && !opts.model && (await client.listModels({})).models.length === 0) {
     noReply = true;
-    process.stderr.write(
+    io.stderr.write(
       "note: no model is configured, so the message is stored without a reply.\n" +
         '      To get answers, add a provider to ledger.json, e.g. {"model": "local/qwen", "provider": {"local": {"npm": "@ai-sdk/openai-compatible",\n' +
         '      "options": {"baseURL": "http://127.0.0.1:11434/v1"}, "models": {"qwen": {}}}}} (see README "Configuration").\n',
     );
   }
-  const sessionId = opts.session ?? (await client.createSession({ directory: path.resolve(opts.dir ?? ".") })).session!.id;
+  const sessionId = opts.session ?? (await client.createSession({ directory: path.resolve(io.cwd, opts.dir ?? ".") })).session!.id;
   const request: Request = {
     sessionId,
     agent: opts.agent,
@@ -82,22 +85,22 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
     else print(`session ${sessionId}\n${formatMessage(res.message!)}`);
     return EXIT_OK;
   }
-  const policy: PermissionPolicy = { yes: opts.yes === true, interactive: process.stdin.isTTY === true && process.stderr.isTTY === true };
+  const policy: PermissionPolicy = { yes: opts.yes === true, interactive: process.stdin.isTTY === true && io.stderr.isTTY === true };
   if (opts.json) {
-    const interrupt = onInterrupt(() => void abort(client, sessionId, (text) => process.stderr.write(text)));
+    const interrupt = onInterrupt(io, () => void abort(client, sessionId, (text) => void io.stderr.write(text)));
     const watching = new AbortController();
-    const answering = answerWhileRunning(client, sessionId, policy, watching.signal, (text) => process.stderr.write(text));
+    const answering = answerWhileRunning(client, sessionId, policy, watching.signal, (text) => void io.stderr.write(text));
     try {
       const res = await client.prompt(request).catch(forget);
       print(toJsonString(MessageWithPartsSchema, res.message!));
-      return exitCodeOf(res.message);
+      return exitCodeOf(res.message, io);
     } finally {
       watching.abort();
       await answering;
       interrupt.dispose();
     }
   }
-  return streamPrompt(client, request, forget, policy);
+  return streamPrompt(client, request, forget, policy, io);
 }
 
 async function streamPrompt(
@@ -105,19 +108,20 @@ async function streamPrompt(
   request: Request,
   forget: (error: unknown) => Promise<never>,
   policy: PermissionPolicy,
+  io: CliIo,
 ): Promise<number> {
   let asking = false;
-  const spinner = createSpinner(process.stderr, () => !renderer.midLine && !asking);
+  const spinner = createSpinner(io.stderr, () => !renderer.midLine && !asking);
   const renderer = new PromptRenderer({
-    out: (s) => process.stdout.write(s),
-    err: (s) => process.stderr.write(s),
+    out: (s) => void io.stdout.write(s),
+    err: (s) => void io.stderr.write(s),
     spinner,
-    dim: process.stderr.isTTY === true,
+    dim: io.stderr.isTTY === true,
   });
   const stream = new AbortController();
   let received = false;
   let gaveUp = false;
-  const interrupt = onInterrupt(() => {
+  const interrupt = onInterrupt(io, () => {
     void abort(client, request.sessionId, (text) => renderer.notice(text)).then((aborted) => {
       // The loop is over; if the stream still has not ended, stop waiting for it.
       if (aborted) setTimeout(() => ((gaveUp = true), stream.abort()), ABORT_GRACE_MS).unref();
@@ -168,22 +172,21 @@ async function abort(client: Ledger, sessionId: string, say: (text: string) => v
 }
 
 /** Handles SIGINT while a run is going: the first calls `first`, the second exits with {@link EXIT_ABORTED}. */
-function onInterrupt(first: () => void): { dispose(): void } {
+function onInterrupt(io: CliIo, first: () => void): { dispose(): void } {
   let count = 0;
-  const handler = () => {
-    if (++count > 1) process.exit(EXIT_ABORTED);
+  const dispose = io.onSignal("SIGINT", () => {
+    if (++count > 1) return io.exit(EXIT_ABORTED);
     first();
-  };
-  process.on("SIGINT", handler);
-  return { dispose: () => void process.off("SIGINT", handler) };
+  });
+  return { dispose };
 }
 
 /** {@link EXIT_OK}, {@link EXIT_FAILED} or {@link EXIT_ABORTED} from a final assistant message's error (printed on stderr). */
-function exitCodeOf(message: MessageWithParts | undefined): number {
+function exitCodeOf(message: MessageWithParts | undefined, io: CliIo): number {
   const kind = message?.message?.kind;
   if (kind?.case !== "assistant" || !kind.value.error) return EXIT_OK;
   const error = kind.value.error;
-  process.stderr.write(`error: ${errorKind(error)}: ${error.message}\n`);
+  io.stderr.write(`error: ${errorKind(error)}: ${error.message}\n`);
   return error.kind.case === "aborted" ? EXIT_ABORTED : EXIT_FAILED;
 }
 
@@ -191,11 +194,11 @@ function exitCodeOf(message: MessageWithParts | undefined): number {
  * Checks that every `--file` path exists (as the CLI sees it), before anything is sent: the
  * server would store a missing file as a "File not found" text and the prompt would succeed.
  * Throws an `Error` naming the first path that cannot be used, as given and resolved, e.g.
- * `--file nope.txt: no such file or directory (/home/me/nope.txt)`.
+ * `--file nope.txt: no such file or directory (/home/me/nope.txt)`. Relative paths resolve against `cwd`.
  */
-export async function checkFiles(files: string[]): Promise<void> {
+export async function checkFiles(files: string[], cwd = process.cwd()): Promise<void> {
   for (const file of files) {
-    const absolute = path.resolve(file);
+    const absolute = path.resolve(cwd, file);
     const problem = await stat(absolute).then(
       () => undefined,
       (error: NodeJS.ErrnoException) => STAT_ERRORS[error.code ?? ""] ?? error.message,
@@ -212,14 +215,10 @@ const STAT_ERRORS: Readonly<Record<string, string>> = {
   ENAMETOOLONG: "name too long",
 };
 
-async function fileDraft(file: string): Promise<PartInput> {
-  const absolute = path.resolve(file);
+async function fileDraft(file: string, cwd: string): Promise<PartInput> {
+  const absolute = path.resolve(cwd, file);
   const info = await stat(absolute).catch(() => undefined);
   const mime = info?.isDirectory() ? "application/x-directory" : "text/plain";
   const url = pathToFileURL(absolute).href + (info?.isDirectory() ? "/" : "");
   return create(PartInputSchema, { kind: { case: "file", value: { mime, filename: path.basename(absolute), url } } });
-}
-
-function print(text: string): void {
-  process.stdout.write(`${text}\n`);
 }

@@ -1,3 +1,5 @@
+import type { CliOutput } from "./io.js";
+
 /** A one-line progress indicator on a terminal stream; see {@link createSpinner}. */
 export interface Spinner {
   /** Shows `label` (or hides the spinner with `undefined`); the elapsed time restarts on a new label. */
@@ -16,7 +18,7 @@ const TICK_MS = 80;
  * while `canDraw()` says the cursor may be used (e.g. stdout is at the start of a line). When
  * `stream` is not a TTY it does nothing at all, so pipes and logs stay clean.
  */
-export function createSpinner(stream: NodeJS.WriteStream, canDraw: () => boolean = () => true): Spinner {
+export function createSpinner(stream: CliOutput, canDraw: () => boolean = () => true): Spinner {
   if (!stream.isTTY) return { set() {}, clear() {}, stop() {} };
   let label: string | undefined;
   let since = Date.now();
@@ -30,7 +32,7 @@ export function createSpinner(stream: NodeJS.WriteStream, canDraw: () => boolean
     if (!label || !canDraw()) return clear();
     const seconds = Math.floor((Date.now() - since) / 1000);
     const text = `${FRAMES[frame++ % FRAMES.length]} ${label}${seconds > 0 ? ` ${seconds}s` : ""}`;
-    const width = stream.columns > 1 ? stream.columns - 1 : 79;
+    const width = stream.columns !== undefined && stream.columns > 1 ? stream.columns - 1 : 79;
     stream.write(`\r\x1b[K\x1b[2m${text.slice(0, width)}\x1b[0m`);
     drawn = true;
   };

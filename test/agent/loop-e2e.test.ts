@@ -9,6 +9,8 @@ import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
+import { compatibleProvider } from "../support/mock-models.js";
+import { waitFor } from "../support/wait.js";
 
 // The loop end to end: the real service, @ai-sdk/openai-compatible pointed at a local server
 // speaking the OpenAI streaming protocol, and a gRPC client (h2c) reading PromptStream.
@@ -24,12 +26,8 @@ beforeAll(async () => {
   t = await startTestLedger({
     model: "local/qwen",
     provider: {
-      local: {
-        npm: "@ai-sdk/openai-compatible",
-        options: { baseURL: fake.url, apiKey: "test" },
-        models: { qwen: { cost: { input: 1, output: 2 } } },
-      },
-      second: { npm: "@ai-sdk/openai-compatible", options: { baseURL: other.url }, models: { small: {} } },
+      local: compatibleProvider(fake.url, { qwen: { cost: { input: 1, output: 2 } } }, "test"),
+      second: compatibleProvider(other.url, { small: {} }),
     },
     retry: { attempts: 2, initial_ms: 10, max_ms: 50 },
   });
@@ -184,10 +182,14 @@ describe("abort", () => {
       fake.push({ kind: "stream", chunks: [{ text: `partial ${i}` }, { hang: true }] });
       const call = t.client.prompt({ sessionId, parts: [text(`question ${i}`)] });
       // Abort once this question's answer is streaming (its text part exists).
-      await waitFor(async () => {
-        const answers = (await t.client.listMessages({ sessionId })).messages.filter((m) => assistantOf(m));
-        return answers.length === i + 1 && answers[i]!.parts.some((p) => p.kind.case === "text");
-      });
+      await waitFor(
+        "this question's answer to stream",
+        async () => {
+          const answers = (await t.client.listMessages({ sessionId })).messages.filter((m) => assistantOf(m));
+          return answers.length === i + 1 && answers[i]!.parts.some((p) => p.kind.case === "text");
+        },
+        5000,
+      );
       expect((await t.client.abort({ sessionId })).aborted).toBe(true);
       const res = await call;
       const a = assistantOf(res.message)!;
@@ -309,13 +311,4 @@ describe("model switch", () => {
 
 function timestampMs(t: { seconds: bigint; nanos: number }): number {
   return Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6);
-}
-
-async function waitFor(check: () => Promise<boolean>, ms = 5000): Promise<void> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error("condition not met in time");
 }

@@ -22,6 +22,7 @@ import {
   toolCallReply,
   usage,
   type ModelKey,
+  NO_RETRY,
 } from "../support/mock-models.js";
 import { text, type Draft } from "../support/prompt.js";
 
@@ -40,10 +41,7 @@ let t: TestLedger;
 let notes: string;
 
 beforeAll(async () => {
-  t = await startTestLedger(
-    { model: "mock/model", retry: { attempts: 0, initial_ms: 0, max_ms: 0 } },
-    { models: mockResolver(models, configs) },
-  );
+  t = await startTestLedger({ model: "mock/model", retry: NO_RETRY }, { models: mockResolver(models, configs) });
   await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\nsecond line\n");
   await writeFile(path.join(t.dir, "todo.txt"), "buy milk\n");
   notes = (await readTool({ filePath: "notes.txt" }, { directory: t.dir, roots: [] })).output;

@@ -2,7 +2,16 @@ import type { LanguageModelV3, LanguageModelV3StreamResult } from "@ai-sdk/provi
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ReasoningPart, TextPart } from "../../gen/ledger/v1/part_pb.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { mockResolver, reasoningParts, reply, scriptedModel, textParts, textReply, type ModelKey } from "../support/mock-models.js";
+import {
+  mockResolver,
+  reasoningParts,
+  reply,
+  scriptedModel,
+  textParts,
+  textReply,
+  type ModelKey,
+  NO_RETRY,
+} from "../support/mock-models.js";
 import { text } from "../support/prompt.js";
 import { assistantOf } from "../support/stored.js";
 
@@ -13,7 +22,7 @@ const models: Partial<Record<ModelKey, LanguageModelV3>> = {};
 let t: TestLedger;
 
 beforeAll(async () => {
-  t = await startTestLedger({ model: "mock/model", retry: { attempts: 0, initial_ms: 0, max_ms: 0 } }, { models: mockResolver(models) });
+  t = await startTestLedger({ model: "mock/model", retry: NO_RETRY }, { models: mockResolver(models) });
 });
 afterAll(async () => {
   await t?.close();

@@ -1,6 +1,7 @@
 import { writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { NO_RETRY, compatibleProvider } from "../support/mock-models.js";
 import { startFakeAnthropic, type FakeAnthropic } from "../support/anthropic-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
@@ -28,9 +29,9 @@ beforeAll(async () => {
         options: { baseURL: claude.url, apiKey: "test" },
         models: { sonnet: { options: { thinking: { type: "enabled", budgetTokens: 2048 } } } },
       },
-      local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: local.url, apiKey: "test" }, models: { qwen: {} } },
+      local: compatibleProvider(local.url, { qwen: {} }, "test"),
     },
-    retry: { attempts: 0, initial_ms: 0, max_ms: 0 },
+    retry: NO_RETRY,
   });
   await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\n");
 });

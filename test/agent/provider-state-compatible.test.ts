@@ -1,6 +1,7 @@
 import { writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { NO_RETRY, compatibleProvider } from "../support/mock-models.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
@@ -18,9 +19,9 @@ beforeAll(async () => {
   t = await startTestLedger({
     model: "deepseek/reasoner",
     provider: {
-      deepseek: { npm: "@ai-sdk/openai-compatible", options: { baseURL: deepseek.url, apiKey: "test" }, models: { reasoner: {} } },
+      deepseek: compatibleProvider(deepseek.url, { reasoner: {} }, "test"),
     },
-    retry: { attempts: 0, initial_ms: 0, max_ms: 0 },
+    retry: NO_RETRY,
   });
   await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\n");
 });

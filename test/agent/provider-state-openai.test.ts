@@ -1,6 +1,7 @@
 import { writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { NO_RETRY, compatibleProvider } from "../support/mock-models.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { startFakeResponses, type FakeResponses } from "../support/openai-responses-server.js";
@@ -26,9 +27,9 @@ beforeAll(async () => {
       openai: { npm: "@ai-sdk/openai", options, models: { "gpt-5": {} } },
       // Zero data retention: nothing stored at OpenAI, reasoning comes back as encrypted content.
       zdr: { npm: "@ai-sdk/openai", options, models: { "gpt-5": { options: { store: false } } } },
-      local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: local.url, apiKey: "test" }, models: { qwen: {} } },
+      local: compatibleProvider(local.url, { qwen: {} }, "test"),
     },
-    retry: { attempts: 0, initial_ms: 0, max_ms: 0 },
+    retry: NO_RETRY,
   });
   await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\n");
 });

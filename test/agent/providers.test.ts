@@ -1,13 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { createModelResolver, ModelUnavailableError } from "../../src/agent/providers.js";
+import { compatibleProvider } from "../support/mock-models.js";
 
 // The resolver looks models up in ledger.json only: names that exist on every JavaScript object
 // (constructor, toString, __proto__) are unknown models, not crashes.
 
 const config = buildConfig(
   configFileSchema.parse({
-    provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: "http://127.0.0.1:9/v1" }, models: { qwen: {} } } },
+    provider: { local: compatibleProvider("http://127.0.0.1:9/v1", { qwen: {} }) },
   }),
   "ledger.json",
   "/",

@@ -2,6 +2,7 @@ import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageWithParts, AssistantMessage } from "../../gen/ledger/v1/message_pb.js";
 import type { RetryPart } from "../../gen/ledger/v1/part_pb.js";
+import { compatibleProvider } from "../support/mock-models.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
@@ -20,8 +21,8 @@ beforeAll(async () => {
   t = await startTestLedger({
     model: "local/qwen",
     provider: {
-      local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url }, models: { qwen: {} } },
-      down: { npm: "@ai-sdk/openai-compatible", options: { baseURL: `http://127.0.0.1:${closedPort}/v1` }, models: { m: {} } },
+      local: compatibleProvider(fake.url, { qwen: {} }),
+      down: compatibleProvider(`http://127.0.0.1:${closedPort}/v1`),
     },
     retry: { attempts: 10, initial_ms: 300, max_ms: 300, max_total_ms: BUDGET_MS },
   });

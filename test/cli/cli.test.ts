@@ -1,14 +1,17 @@
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from "node:fs/promises";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { finished, runCli, spawnCli, startCli, waitForOutput, type CliRun as Run } from "../support/cli.js";
 import { ADMIN_URL, createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { compatibleProvider } from "../support/mock-models.js";
 
-const BIN = path.resolve(import.meta.dirname, "../../bin/ledger.js");
+// The CLI's commands run in-process (`main` with buffers for stdout/stderr, see
+// test/support/cli.ts); the end-to-end tests that need a real process (`--version` through
+// bin/ledger.js, `ledger serve` and its signals, Ctrl-C) spawn one.
 const SESSION_LINE = /^session (ses_[0-9A-HJKMNP-TV-Z]{26})$/;
 const MESSAGE_LINE = /^message (msg_[0-9A-HJKMNP-TV-Z]{26}) {2}user {2}agent=build {2}model=\(none\)$/;
 const PART_LINE = /^ +(\d+)\. (prt_[0-9A-HJKMNP-TV-Z]{26}) {2}(\S+) +(.*)$/;
@@ -29,13 +32,13 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-/** The child's environment: DATABASE_URL only for the Postgres engine, never a config override. */
-function childEnv(): NodeJS.ProcessEnv {
+/** The CLI's environment: DATABASE_URL only for the Postgres engine, never a config override. */
+function childEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   const env = { ...process.env };
   delete env.DATABASE_URL;
   delete env.LEDGER_CONFIG;
   if (database?.url) env.DATABASE_URL = database.url;
-  return env;
+  return { ...env, ...extra };
 }
 
 /** `--db <dir>/db` for the PGlite engine (with DATABASE_URL set it is not needed). */
@@ -43,32 +46,19 @@ function dbArgs(): string[] {
   return TEST_ENGINE === "pglite" ? ["--db", path.join(dir, "db")] : [];
 }
 
-function start(args: string[], cwd = dir, env: NodeJS.ProcessEnv = {}): ChildProcess {
-  return spawn(process.execPath, [BIN, ...args], { cwd, env: { ...childEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] });
+/** Spawns `node bin/ledger.js <args>` in `cwd` (default: the temp dir). */
+function spawnLedger(args: string[], cwd = dir) {
+  return spawnCli(args, { cwd, env: childEnv() });
 }
 
-interface Run {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
+/** Runs `ledger <args>` in-process to completion in `cwd` (default: the temp dir). */
+function inDir(cwd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
+  return runCli(args, { cwd, env: childEnv(env) });
 }
 
-/** Collects a child's output until it exits. */
-function finished(child: ChildProcess): Promise<Run> {
-  let stdout = "";
-  let stderr = "";
-  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  return new Promise((resolve, reject) => {
-    child.once("error", reject);
-    child.once("close", (code, signal) => resolve({ code, signal, stdout, stderr }));
-  });
-}
-
-/** Runs `ledger <args>` to completion in the temp dir. */
+/** Runs `ledger <args>` in-process to completion in the temp dir. */
 async function ledger(...args: string[]): Promise<Run> {
-  return finished(start(args));
+  return inDir(dir, args);
 }
 
 /** Parses JSON Lines: every line one compact JSON value, the output ending with a newline. */
@@ -216,8 +206,8 @@ describe("ledger --version", () => {
       const { version } = JSON.parse(await readFile(path.resolve(import.meta.dirname, "../../package.json"), "utf8")) as {
         version: string;
       };
-      for (const flag of ["--version", "-V"]) {
-        const run = await ledger(flag);
+      // Once through the real executable (bin/ledger.js under tsx), once in-process.
+      for (const run of [await finished(spawnLedger(["--version"])), await ledger("-V")]) {
         expectOk(run);
         expect(run.stdout).toBe(`${version}\n`);
       }
@@ -233,7 +223,7 @@ describe("ledger.json syntax errors", () => {
       const project = path.join(dir, "bad-config");
       await mkdir(project);
       await writeFile(path.join(project, "ledger.json"), '{\n  "model": "local/qwen",\n  "roots": [\n}\n');
-      const run = await finished(start(["sessions", ...dbArgs()], project));
+      const run = await inDir(project, ["sessions", ...dbArgs()]);
       expect(run.code, run.stderr).toBe(1);
       expect(run.stderr).toBe(`error: ${path.join(project, "ledger.json")}: invalid JSONC at line 4, column 1: value expected\n`);
       expect(run.stdout).toBe("");
@@ -261,7 +251,7 @@ describe("an unusable DATABASE_URL", () => {
         [["prompt", "--no-reply", "hi"], closed, `connect ECONNREFUSED 127.0.0.1:${port}`],
         [["messages", "ses_01M8N3PWC98KEGMQ42T22BSJ1B"], closed, `connect ECONNREFUSED 127.0.0.1:${port}`],
       ];
-      const runs = await Promise.all(cases.map(([args, url]) => finished(start(args, dir, { DATABASE_URL: url }))));
+      const runs = await Promise.all(cases.map(([args, url]) => inDir(dir, args, { DATABASE_URL: url })));
       runs.forEach((run, i) => {
         const [args, , cause] = cases[i]!;
         expect(run.code, `ledger ${args.join(" ")}: ${run.stderr}`).toBe(1);
@@ -316,7 +306,7 @@ describe("ledger serve", () => {
     "prints one listening line, answers ledger prompt --url, refuses a second serve on its port or PGlite dir with advice, exits 0 on SIGTERM",
     async () => {
       const serveDb = path.join(dir, "serve-db");
-      const serve = start(["serve", "--port", "0", "--db", serveDb]);
+      const serve = spawnLedger(["serve", "--port", "0", "--db", serveDb]);
       const exited = finished(serve);
       try {
         const line = await new Promise<string>((resolve, reject) => {
@@ -380,22 +370,6 @@ describe("ledger serve", () => {
   );
 });
 
-/** Resolves with the first match of `pattern` in the child's stdout so far; rejects if it exits first. */
-function waitForOutput(child: ChildProcess, pattern: RegExp, exited: Promise<Run>): Promise<RegExpExecArray> {
-  return new Promise((resolve, reject) => {
-    let seen = "";
-    const onData = (chunk: Buffer | string) => {
-      seen += String(chunk);
-      const match = pattern.exec(seen);
-      if (!match) return;
-      child.stdout!.off("data", onData);
-      resolve(match);
-    };
-    child.stdout!.on("data", onData);
-    void exited.then((run) => reject(new Error(`exited (${run.code}) before printing ${pattern}:\n${run.stdout}\n${run.stderr}`)));
-  });
-}
-
 describe("a model server that refuses connections", () => {
   it(
     "each retry shows on stderr; the run gives up within retry.max_total_ms with the cause; exit 1",
@@ -410,14 +384,16 @@ describe("a model server that refuses connections", () => {
         model: "local/qwen",
         retry: { initial_ms: 200, max_total_ms: 1000 },
         provider: {
-          local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: `http://127.0.0.1:${port}/v1` }, models: { qwen: {} } },
+          local: compatibleProvider(`http://127.0.0.1:${port}/v1`, { qwen: {} }),
         },
       };
       await writeFile(path.join(project, "ledger.json"), JSON.stringify(config));
-      const child = start(["prompt", "hi", ...dbArgs()], project);
       let firstRetryAt: number | undefined;
-      child.stderr!.on("data", (chunk: Buffer) => void (String(chunk).includes("retrying in") && (firstRetryAt ??= Date.now())));
-      const run = await finished(child);
+      const run = await runCli(
+        ["prompt", "hi", ...dbArgs()],
+        { cwd: project, env: childEnv() },
+        { onStderr: (text) => void (text.includes("retrying in") && (firstRetryAt ??= Date.now())) },
+      );
       const gaveUpAfter = Date.now() - firstRetryAt!;
       expect(run.code, run.stderr).toBe(1);
       const notices = run.stderr.split("\n").filter((l) => l.startsWith("retrying in "));
@@ -449,7 +425,7 @@ describe("ledger prompt with a model (streamed)", () => {
       model: "local/qwen",
       retry: { attempts: 2, initial_ms: 10, max_ms: 50 },
       provider: {
-        local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url }, models: { qwen: { cost: { input: 1, output: 2 } } } },
+        local: compatibleProvider(fake.url, { qwen: { cost: { input: 1, output: 2 } } }),
       },
     };
     await writeFile(path.join(project, "ledger.json"), JSON.stringify(config, null, 2));
@@ -458,7 +434,7 @@ describe("ledger prompt with a model (streamed)", () => {
     await fake?.close();
   });
 
-  const prompt = (...args: string[]) => finished(start(["prompt", ...args, ...dbArgs()], project));
+  const prompt = (...args: string[]) => inDir(project, ["prompt", ...args, ...dbArgs()]);
 
   it(
     "streams a tool call and the answer, then the token/cost summary; exit 0",
@@ -503,7 +479,7 @@ describe("ledger prompt with a model (streamed)", () => {
       const second = fake.requests[before + 2]!.body.messages as Array<{ role: string; content: unknown }>;
       expect(second.find((m) => m.role === "tool")?.content).toContain("hello from notes");
 
-      const messages = await finished(start(["messages", sessionId!, ...dbArgs()], project));
+      const messages = await inDir(project, ["messages", sessionId!, ...dbArgs()]);
       expectOk(messages);
       expect(messages.stdout.match(/ assistant /g)).toHaveLength(2);
       // Every part says what it holds: the tool and its state, the retry, the reasoning, each step's finish and tokens.
@@ -544,7 +520,7 @@ describe("ledger prompt with a model (streamed)", () => {
   it(
     "--model without a slash or with an empty part is a usage error before any request: exit 1, nothing stored",
     async () => {
-      const before = await finished(start(["sessions", "--json", ...dbArgs()], project));
+      const before = await inDir(project, ["sessions", "--json", ...dbArgs()]);
       expectOk(before);
       const requests = fake.requests.length;
       for (const model of ["garbage", "/qwen", "local/"]) {
@@ -556,11 +532,11 @@ describe("ledger prompt with a model (streamed)", () => {
         expect(run.stderr).toContain('expected "provider/model" (e.g. "local/qwen")');
       }
       // Refused before connecting: an unreachable --url is never tried.
-      const viaUrl = await finished(start(["prompt", "hi", "--model", "garbage", "--url", "http://127.0.0.1:9"], project));
+      const viaUrl = await inDir(project, ["prompt", "hi", "--model", "garbage", "--url", "http://127.0.0.1:9"]);
       expect(viaUrl.code, viaUrl.stderr).toBe(1);
       expect(viaUrl.stderr).toContain('"garbage" is not a model reference: no "/"');
       expect(viaUrl.stderr).not.toMatch(/ECONNREFUSED|Unavailable/);
-      const after = await finished(start(["sessions", "--json", ...dbArgs()], project));
+      const after = await inDir(project, ["sessions", "--json", ...dbArgs()]);
       expect(after.stdout).toBe(before.stdout);
       expect(fake.requests.length).toBe(requests);
     },
@@ -606,7 +582,8 @@ describe("ledger prompt with a model (streamed)", () => {
     "Ctrl-C aborts the run, waits for it to end, and exits 130",
     async () => {
       fake.push({ kind: "stream", chunks: [{ text: "partial answer" }, { hang: true }] });
-      const child = start(["prompt", "tell me a long story", ...dbArgs()], project);
+      // A real process and a real SIGINT.
+      const child = spawnLedger(["prompt", "tell me a long story", ...dbArgs()], project);
       const exited = finished(child);
       await waitForOutput(child, /partial answer/, exited);
       child.kill("SIGINT");
@@ -623,24 +600,23 @@ describe("ledger prompt with a model (streamed)", () => {
     "ledger abort against ledger serve stops a running prompt --url, which exits 130",
     async () => {
       const serveArgs = ["serve", "--port", "0", ...(TEST_ENGINE === "pglite" ? ["--db", path.join(dir, "project-serve-db")] : [])];
-      const serve = start(serveArgs, project);
+      const serve = spawnLedger(serveArgs, project);
       const served = finished(serve);
       try {
         const url = (await waitForOutput(serve, /listening on (http:\/\/\S+)\n/, served))[1]!;
         fake.push({ kind: "stream", chunks: [{ text: "partial answer" }, { hang: true }] });
-        const child = start(["prompt", "--url", url, "tell me a long story"], project);
-        const exited = finished(child);
-        const sessionId = (await waitForOutput(child, /^session (ses_\w+)\n[^]*partial answer/, exited))[1]!;
+        const child = startCli(["prompt", "--url", url, "tell me a long story"], { cwd: project, env: childEnv() });
+        const sessionId = (await child.waitForStdout(/^session (ses_\w+)\n[^]*partial answer/))[1]!;
 
-        const abort = await finished(start(["abort", sessionId, "--url", url], project));
+        const abort = await inDir(project, ["abort", sessionId, "--url", url]);
         expectOk(abort);
         expect(abort.stdout).toBe("aborted\n");
-        const run = await exited;
+        const run = await child.done;
         expect(run.code, run.stderr).toBe(130);
         expect(run.stderr).toMatch(/^error: aborted: /m);
         expect(run.stdout).toMatch(SUMMARY);
 
-        const again = await finished(start(["abort", sessionId, "--url", url], project));
+        const again = await inDir(project, ["abort", sessionId, "--url", url]);
         expectOk(again);
         expect(again.stdout).toBe("no loop was running\n");
       } finally {

@@ -11,6 +11,7 @@ import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { compatibleProvider } from "../support/mock-models.js";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 const BIN = path.join(ROOT, "bin/ledger.js");
@@ -246,7 +247,7 @@ describe.skipIf(Boolean(missing) && !required)("clients/python example.py agains
       await writeFile(path.join(modelProject, "notes.txt"), "hello from notes\n");
       const config = {
         model: "local/qwen",
-        provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url }, models: { qwen: {} } } },
+        provider: { local: compatibleProvider(fake.url, { qwen: {} }) },
       };
       await writeFile(path.join(modelProject, "ledger.json"), JSON.stringify(config, null, 2));
       modelServer = await serve(modelProject, { LEDGER_TOKEN: TOKEN });

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
-import { connectFailure } from "../support/busy.js";
+import { connectError } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text, type Draft } from "../support/prompt.js";
 
@@ -59,7 +59,7 @@ const userAgent = (message: MessageWithParts | undefined) =>
 describe("agents named inside a prompt must exist and be subagents", () => {
   it("an agent mention naming no agent → NOT_FOUND on parts[1].agent.name with the visible agents; nothing written", async () => {
     const sessionId = await newSession();
-    const error = await connectFailure(t.client.prompt({ sessionId, noReply: true, parts: [text("go"), mention("nope")] }));
+    const error = await connectError(t.client.prompt({ sessionId, noReply: true, parts: [text("go"), mention("nope")] }));
     expect(error.code).toBe(Code.NotFound);
     expect(error.rawMessage).toBe(
       'parts[1].agent.name: agent "nope" not found; available agents: build, plan, general, explore, both, reviewer',
@@ -72,7 +72,7 @@ describe("agents named inside a prompt must exist and be subagents", () => {
 
   it("a subtask naming no agent → NOT_FOUND on parts[0].subtask.agent; nothing written", async () => {
     const sessionId = await newSession();
-    const error = await connectFailure(t.client.prompt({ sessionId, noReply: true, parts: [subtask("ghost")] }));
+    const error = await connectError(t.client.prompt({ sessionId, noReply: true, parts: [subtask("ghost")] }));
     expect(error.code).toBe(Code.NotFound);
     expect(error.rawMessage).toMatch(
       /^parts\[0\]\.subtask\.agent: agent "ghost" not found; available agents: build, plan, general, explore, both, reviewer$/,
@@ -82,12 +82,12 @@ describe("agents named inside a prompt must exist and be subagents", () => {
 
   it("a mention or subtask of a primary-only agent → INVALID_ARGUMENT saying it is not a subagent; nothing written", async () => {
     const sessionId = await newSession();
-    const viaMention = await connectFailure(t.client.prompt({ sessionId, noReply: true, parts: [text("go"), mention("build")] }));
+    const viaMention = await connectError(t.client.prompt({ sessionId, noReply: true, parts: [text("go"), mention("build")] }));
     expect([viaMention.code, viaMention.rawMessage]).toEqual([
       Code.InvalidArgument,
       'parts[1].agent.name: agent "build" is a primary agent, not a subagent; delegate to one of: general, explore, both',
     ]);
-    const viaSubtask = await connectFailure(t.client.promptAsync({ sessionId, noReply: true, parts: [subtask("reviewer")] }));
+    const viaSubtask = await connectError(t.client.promptAsync({ sessionId, noReply: true, parts: [subtask("reviewer")] }));
     expect([viaSubtask.code, viaSubtask.rawMessage]).toEqual([
       Code.InvalidArgument,
       'parts[0].subtask.agent: agent "reviewer" is a primary agent, not a subagent; delegate to one of: general, explore, both',
@@ -107,7 +107,7 @@ describe("agents named inside a prompt must exist and be subagents", () => {
 
   it("a subtask command whose agent is primary-only → INVALID_ARGUMENT on command.agent", async () => {
     const sessionId = await newSession();
-    const error = await connectFailure(t.client.command({ sessionId, command: "delegate", arguments: "files", noReply: true }));
+    const error = await connectError(t.client.command({ sessionId, command: "delegate", arguments: "files", noReply: true }));
     expect([error.code, error.rawMessage]).toEqual([
       Code.InvalidArgument,
       'command.agent: agent "build" is a primary agent, not a subagent; delegate to one of: general, explore, both',
@@ -166,7 +166,7 @@ describe("the session keeps its agent", () => {
     const reviewer = agents.get("reviewer")!;
     agents.delete("reviewer");
     try {
-      const error = await connectFailure(t.client.prompt({ sessionId, noReply: true, parts: [text("hi")] }));
+      const error = await connectError(t.client.prompt({ sessionId, noReply: true, parts: [text("hi")] }));
       expect([error.code, error.rawMessage]).toEqual([
         Code.NotFound,
         'session.agent: agent "reviewer" not found; available agents: build, plan, general, explore, both',

@@ -1,11 +1,12 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { expandTemplate } from "../../src/ledger/command.js";
 import { newId } from "../../src/ids.js";
+import { connectError as rejection } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { shape, text } from "../support/prompt.js";
 
@@ -25,15 +26,6 @@ beforeAll(async () => {
   await mkdir(path.join(t.dir, "src"));
 });
 afterAll(() => t?.close());
-
-async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
-  const error = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(error).toBeInstanceOf(ConnectError);
-  return error as ConnectError;
-}
 
 async function eventKinds(sessionId: string) {
   return t.ledger.deps.db

@@ -6,6 +6,7 @@ import { encodeEnvelope } from "@connectrpc/connect/protocol";
 import { endStreamFlag, endStreamFromJson, errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { compatibleProvider } from "../support/mock-models.js";
 import { grpcLedgerClient, type GrpcLedger } from "../support/grpc-js.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
@@ -29,10 +30,13 @@ const SLOW = {
 
 beforeAll(async () => {
   fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "main/m",
-    provider: { main: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } },
-  });
+  t = await startTestLedger(
+    {
+      model: "main/m",
+      provider: { main: compatibleProvider(fake.url, { m: {} }, "test") },
+    },
+    { transport: "http" },
+  );
   grpc = grpcLedgerClient(t.ledger.url);
 });
 afterAll(async () => {

@@ -1,8 +1,10 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { followSession } from "../../src/events/feed.js";
 import { newId } from "../../src/ids.js";
+import { compatibleProvider } from "../support/mock-models.js";
+import { codeOf as code } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
@@ -20,7 +22,7 @@ beforeAll(async () => {
   fake = await startFakeOpenAI();
   t = await startTestLedger({
     model: "main/m",
-    provider: { main: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } },
+    provider: { main: compatibleProvider(fake.url, { m: {} }, "test") },
     retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
   });
 });
@@ -63,13 +65,6 @@ function collect(stream: AsyncIterable<{ event?: SessionEvent }>) {
     }
   })();
   return { events, done, ended: () => ended, failure: () => failure };
-}
-
-async function code(promise: Promise<unknown>): Promise<Code | undefined> {
-  return promise.then(
-    () => undefined,
-    (e: unknown) => (e instanceof ConnectError ? e.code : undefined),
-  );
 }
 
 const rowsOf = async (table: "session" | "message" | "part" | "session_event", sessionId: string) =>

@@ -4,7 +4,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../../src/ids.js";
-import { failure, hangLoop } from "../support/busy.js";
+import { compatibleProvider } from "../support/mock-models.js";
+import { hangLoop } from "../support/busy.js";
+import { failure } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { partText, text } from "../support/prompt.js";
@@ -18,7 +20,7 @@ beforeAll(async () => {
   fake = await startFakeOpenAI();
   t = await startTestLedger({
     model: "fake/m",
-    provider: { fake: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } },
+    provider: { fake: compatibleProvider(fake.url, { m: {} }, "test") },
   });
 });
 afterAll(async () => {

@@ -5,7 +5,7 @@ import { pathToFileURL } from "node:url";
 import type { LanguageModelV3 } from "@ai-sdk/provider";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectFailure } from "../support/busy.js";
+import { connectError } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { mockResolver, scriptedModel, textReply, toolCallReply, type ModelKey } from "../support/mock-models.js";
 import { file, shape, text } from "../support/prompt.js";
@@ -68,7 +68,7 @@ describe("a session directory reached through a symlink", () => {
   it("still refuses an escape through a link inside the project, by either spelling", async () => {
     const { session } = await t.client.createSession({ directory: link });
     for (const dir of [link, real]) {
-      const error = await connectFailure(
+      const error = await connectError(
         t.client.prompt({
           sessionId: session!.id,
           noReply: true,
@@ -77,7 +77,7 @@ describe("a session directory reached through a symlink", () => {
       );
       expect(error.code).toBe(Code.PermissionDenied);
     }
-    const plain = await connectFailure(
+    const plain = await connectError(
       t.client.prompt({
         sessionId: session!.id,
         noReply: true,

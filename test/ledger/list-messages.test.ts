@@ -1,7 +1,7 @@
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
-import { failure } from "../support/busy.js";
+import { failure } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
 

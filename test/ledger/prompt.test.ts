@@ -2,10 +2,11 @@ import { mkdtemp, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { newId } from "../../src/ids.js";
+import { connectError as rejection } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { file, partText, promptOnce, shape, text } from "../support/prompt.js";
 
@@ -45,15 +46,6 @@ async function tables(sessionId: string) {
     .execute();
   const events = await db.selectFrom("session_event").select(["seq", "kind"]).where("session_id", "=", sessionId).orderBy("seq").execute();
   return { session, messages, parts, events };
-}
-
-async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
-  const error = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(error).toBeInstanceOf(ConnectError);
-  return error as ConnectError;
 }
 
 describe("stored shape", () => {

@@ -2,10 +2,13 @@ import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { newId } from "../../src/ids.js";
-import { hangLoop, failure } from "../support/busy.js";
+import { compatibleProvider } from "../support/mock-models.js";
+import { hangLoop } from "../support/busy.js";
+import { failure } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { partText, text } from "../support/prompt.js";
+import { waitFor } from "../support/wait.js";
 
 // Revert / Unrevert end to end: the mark hides messages from ListMessages, the next prompt
 // removes them in its own transaction with message_removed/part_removed events, and a running
@@ -17,7 +20,7 @@ beforeAll(async () => {
   fake = await startFakeOpenAI();
   t = await startTestLedger({
     model: "fake/m",
-    provider: { fake: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { m: {} } } },
+    provider: { fake: compatibleProvider(fake.url, { m: {} }, "test") },
   });
 });
 afterAll(async () => {
@@ -261,7 +264,7 @@ describe("Revert / Unrevert", () => {
     const { sessionId, sent } = await threeMessages();
     const stop = await hangLoop(t, fake, sessionId);
     await stop(); // the "hang on" prompt's answer is aborted: resumable
-    while ((await t.client.getStatus({})).statuses[sessionId]) await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor("the loop to end", async () => !(await t.client.getStatus({})).statuses[sessionId], 20_000, 20);
     await t.client.revert({ sessionId, messageId: idOf(sent[1]!) });
     const before = await rows(sessionId);
     const seq = await lastSeq(sessionId);

@@ -5,10 +5,12 @@
 // - a session whose last model is not configured (an explicitly requested unknown model, or the
 //   model it was created with) does not stay stuck on it: a prompt without `model` falls back to
 //   the configured default, while an explicit unknown model still ends in model_not_found.
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
 import type { AssistantMessage, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import { compatibleProvider, NO_RETRY } from "../support/mock-models.js";
+import { connectError as rejection } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
@@ -20,8 +22,8 @@ beforeAll(async () => {
   fake = await startFakeOpenAI();
   t = await startTestLedger({
     model: "local/qwen",
-    retry: { attempts: 0, initial_ms: 0, max_ms: 0 },
-    provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url }, models: { qwen: {}, other: {} } } },
+    retry: NO_RETRY,
+    provider: { local: compatibleProvider(fake.url, { qwen: {}, other: {} }) },
     command: { hello: { template: "say hello to $ARGUMENTS" } },
   });
 });
@@ -39,15 +41,6 @@ beforeEach(() => {
 
 async function newSession(model?: { providerId: string; modelId: string }): Promise<string> {
   return (await t.client.createSession({ directory: t.dir, model })).session!.id;
-}
-
-async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
-  const error = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(error).toBeInstanceOf(ConnectError);
-  return error as ConnectError;
 }
 
 function assistantOf(message: MessageWithParts | undefined): AssistantMessage {

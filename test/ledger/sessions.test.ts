@@ -1,10 +1,10 @@
 import { mkdir, symlink } from "node:fs/promises";
 import path from "node:path";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newId } from "../../src/ids.js";
 import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
-import { connectFailure, failure } from "../support/busy.js";
+import { codeOf as code, connectError, failure } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
 
@@ -13,13 +13,6 @@ beforeAll(async () => {
   t = await startTestLedger({ provider: { a: { models: { one: {} } }, b: { models: { two: { variants: { high: {} } } } } } });
 });
 afterAll(() => t?.close());
-
-async function code(promise: Promise<unknown>): Promise<Code | undefined> {
-  return promise.then(
-    () => undefined,
-    (e: unknown) => (e instanceof ConnectError ? e.code : undefined),
-  );
-}
 
 describe("session CRUD", () => {
   it("creates a session in a resolved directory with defaults", async () => {
@@ -38,7 +31,7 @@ describe("session CRUD", () => {
       .select((eb) => eb.fn.countAll().as("n"))
       .executeTakeFirstOrThrow();
     for (const directory of [undefined, "", "   "]) {
-      const error = await connectFailure(t.client.createSession({ directory, title: "no directory" }));
+      const error = await connectError(t.client.createSession({ directory, title: "no directory" }));
       expect(error.code).toBe(Code.InvalidArgument);
       expect(error.rawMessage).toBe(
         "directory: is required: the absolute path of an existing project directory on the server (the ledger CLI sends its working directory)",
@@ -54,12 +47,12 @@ describe("session CRUD", () => {
   });
 
   it("refuses a relative directory (the server's working directory is not the client's)", async () => {
-    const error = await connectFailure(t.client.createSession({ directory: "src" }));
+    const error = await connectError(t.client.createSession({ directory: "src" }));
     expect([error.code, error.rawMessage]).toEqual([
       Code.InvalidArgument,
       `directory: "src" is relative: send the absolute path of the project directory (the server's working directory is not the client's)`,
     ]);
-    const filter = await connectFailure(t.client.listSessions({ directory: "src" }));
+    const filter = await connectError(t.client.listSessions({ directory: "src" }));
     expect([filter.code, filter.rawMessage]).toEqual([
       Code.InvalidArgument,
       `directory: "src" is relative: filter by the absolute path of the project directory`,

@@ -9,10 +9,13 @@ import { MessageSchema, type AssistantMessage, type Message, type MessageWithPar
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { sql } from "kysely";
 import { pruneEvents } from "../../src/storage/event-store.js";
+import { compatibleProvider } from "../support/mock-models.js";
+import { connectError as failure } from "../support/errors.js";
 import { TEST_ENGINE } from "../support/db.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI, type ReplyChunk, type ScriptedReply } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
+import { sleep, waitFor } from "../support/wait.js";
 
 // WatchSession / PromptStream / ResumeSession end to end through the Connect client: gap-free
 // seqs under concurrent writers, client-side reconstruction across random disconnects, stale
@@ -39,16 +42,19 @@ beforeAll(async () => {
   main = await startFakeOpenAI();
   spare = await startFakeOpenAI();
   for (let i = 0; i < LANES; i++) lanes.push(await startFakeOpenAI());
-  const provider = (url: string) => ({ npm: "@ai-sdk/openai-compatible", options: { baseURL: url, apiKey: "test" }, models: { m: {} } });
-  t = await startTestLedger({
-    model: "main/m",
-    provider: Object.fromEntries([
-      ["main", provider(main.url)],
-      ["spare", provider(spare.url)],
-      ...lanes.map((f, i) => [`lane${i}`, provider(f.url)]),
-    ]),
-    retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
-  });
+  const provider = (url: string) => compatibleProvider(url, { m: {} }, "test");
+  t = await startTestLedger(
+    {
+      model: "main/m",
+      provider: Object.fromEntries([
+        ["main", provider(main.url)],
+        ["spare", provider(spare.url)],
+        ...lanes.map((f, i) => [`lane${i}`, provider(f.url)]),
+      ]),
+      retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
+    },
+    { transport: "http" },
+  );
   await writeFile(path.join(t.dir, "notes.txt"), "hello from notes\n");
 });
 
@@ -62,7 +68,6 @@ afterAll(async () => {
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 const range = (from: number, to: number) => Array.from({ length: Math.max(0, to - from + 1) }, (_, i) => from + i);
 const newSession = async () => (await t.client.createSession({ directory: t.dir })).session!.id;
 
@@ -87,27 +92,6 @@ async function storedSeqs(sessionId: string): Promise<number[]> {
   return rows.map((r) => Number(r.seq));
 }
 
-async function waitFor(check: () => boolean | Promise<boolean>, what: string, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await check()) return;
-    await sleep(5);
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
-
-/** Awaits the first step of a stream (or a unary call) that must fail; returns the ConnectError. */
-async function failure(call: Promise<unknown> | AsyncIterable<unknown>): Promise<ConnectError> {
-  try {
-    if (Symbol.asyncIterator in call) for await (const _ of call) throw new Error("the stream yielded a message instead of failing");
-    else await call;
-  } catch (error) {
-    if (error instanceof Error && error.message.startsWith("the stream yielded")) throw error;
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
-}
-
 /** A WatchSession reader in the background, stopped with an AbortController. */
 function tail(sessionId: string, afterSeq: bigint) {
   const controller = new AbortController();
@@ -125,7 +109,7 @@ function tail(sessionId: string, afterSeq: bigint) {
     failed: () => failed,
     /** Waits until an event with `seq >= seq` (stored or delta) arrived. */
     async reach(seq: bigint) {
-      await waitFor(() => failed !== undefined || events.some((e) => e.seq >= seq), `the watcher to reach seq ${seq}`);
+      await waitFor(`the watcher to reach seq ${seq}`, () => failed !== undefined || events.some((e) => e.seq >= seq), 10_000, 5);
       if (failed) throw failed;
     },
     async stop() {
@@ -528,9 +512,10 @@ describe("disconnect at random points and re-attach", () => {
       // No stream outlives its client: every cut subscription was released on the server.
       const ids = new Set(results.map((r) => r.sessionId));
       await waitFor(
-        () => t.ledger.deps.bus.watchedSessions().every((id) => !ids.has(id)),
         "the server to drop the cut streams' subscriptions",
+        () => t.ledger.deps.bus.watchedSessions().every((id) => !ids.has(id)),
         5000,
+        5,
       );
       process.stdout.write(
         `soak (seed ${SOAK_SEED}): ${attempts.count} attachments over ${results.length} sessions in ${Date.now() - started} ms; deltas ${JSON.stringify(total)}\n`,
@@ -621,21 +606,26 @@ describe("cursor pruned during the replay", () => {
             if (!controller.signal.aborted) failed = ConnectError.from(error);
           }
         })();
-        await waitFor(async () => {
-          const waiting = await sql<{ n: number }>`
+        await waitFor(
+          "WatchSession's replay to wait on session_event",
+          async () => {
+            const waiting = await sql<{ n: number }>`
             select count(*)::int as n from pg_stat_activity
             where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%session_event%'`.execute(
-            db,
-          );
-          return waiting.rows[0]!.n > 0;
-        }, "WatchSession's replay to wait on session_event");
+              db,
+            );
+            return waiting.rows[0]!.n > 0;
+          },
+          10_000,
+          5,
+        );
         // Retention runs now: the cursor (0) was valid when checked, and is not any more.
         await pruneEvents(trx, new Date(Date.now() + 1000));
       });
       // Something happens in the session; a follower at cursor 0 cannot get seq 1 any more.
       await t.client.prompt({ sessionId, noReply: true, parts: [text("new")] });
       const { lastSeq } = await bounds(sessionId);
-      await waitFor(() => failed !== undefined || events.some((e) => e.seq >= lastSeq), "the watcher to end or catch up");
+      await waitFor("the watcher to end or catch up", () => failed !== undefined || events.some((e) => e.seq >= lastSeq), 10_000, 5);
       controller.abort();
       await done;
       // Correct: no event after a gap, and the stream ends with OUT_OF_RANGE CURSOR_EXPIRED.
@@ -683,14 +673,19 @@ describe("a PromptStream client that goes away early", () => {
     })();
     // Wait until the request is at the server, blocked on the row (PGlite: everything waits for the holder).
     if (TEST_ENGINE === "postgres") {
-      await waitFor(async () => {
-        const waiting = await sql<{ n: number }>`
+      await waitFor(
+        "PromptStream's write to wait for the session row",
+        async () => {
+          const waiting = await sql<{ n: number }>`
           select count(*)::int as n from pg_stat_activity
           where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%for update%'`.execute(
-          db,
-        );
-        return waiting.rows[0]!.n > 0;
-      }, "PromptStream's write to wait for the session row");
+            db,
+          );
+          return waiting.rows[0]!.n > 0;
+        },
+        10_000,
+        5,
+      );
     } else {
       await sleep(300);
     }
@@ -702,13 +697,14 @@ describe("a PromptStream client that goes away early", () => {
     expect(received).toEqual([]);
 
     // The prompt was stored; the client re-attaches as the contract says and waits for the answer.
-    await waitFor(async () => (await listAll(sessionId)).length >= 1, "the prompt to be stored");
+    await waitFor("the prompt to be stored", async () => (await listAll(sessionId)).length >= 1, 10_000, 5);
     const reader = tail(sessionId, 0n);
     const answered = await waitFor(
+      "the answer",
       async () =>
         reader.events.some((e) => e.kind.case === "messageUpdated" && assistantOf(e.kind.value.message)?.time?.completed !== undefined),
-      "the answer",
       3000,
+      5,
     ).then(
       () => true,
       () => false,
@@ -798,7 +794,7 @@ describe("ResumeSession", () => {
         firstError = error;
       }
     })();
-    await waitFor(() => first.some((e) => e.kind.case === "partDelta"), "the answer to stream");
+    await waitFor("the answer to stream", () => first.some((e) => e.kind.case === "partDelta"), 10_000, 5);
     expect((await t.client.abort({ sessionId })).aborted).toBe(true);
     await firstDone;
     expect(firstError).toBeUndefined();

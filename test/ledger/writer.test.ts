@@ -1,35 +1,24 @@
 import { create } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SessionEventSchema } from "../../gen/ledger/v1/event_pb.js";
-import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { EventBus, type BusItem } from "../../src/events/bus.js";
-import { newId } from "../../src/ids.js";
 import { inTransaction, publishLive, writeSession, type WriterDeps } from "../../src/ledger/writer.js";
-import { openDatabase, type Database } from "../../src/storage/db.js";
-import { getLogBounds, insertSession } from "../../src/storage/session-store.js";
-import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import type { Database } from "../../src/storage/db.js";
+import { getLogBounds } from "../../src/storage/session-store.js";
+import { insertTestSession, openTestDatabase, TEST_ENGINE } from "../support/db.js";
 
 // The one after-commit path: what a write publishes reaches the bus only once its transaction
 // committed, and never when it rolled back.
 
-let test: TestDatabase;
 let database: Database;
 let deps: WriterDeps;
 beforeAll(async () => {
-  test = await createTestDatabase();
-  database = await openDatabase(test.target);
+  database = await openTestDatabase();
   deps = { db: database.db, bus: new EventBus() };
 });
-afterAll(async () => {
-  await database?.close();
-  await test?.drop();
-});
+afterAll(() => database?.close());
 
-async function newSession(): Promise<string> {
-  const session = create(SessionSchema, { id: newId("ses"), directory: "/tmp", title: "t" });
-  await insertSession(database.db, session, new Date());
-  return session.id;
-}
+const newSession = () => insertTestSession(database.db);
 
 function listen(sessionId: string): BusItem[] {
   const seen: BusItem[] = [];

@@ -10,9 +10,10 @@ import { createMetrics } from "../../src/observe/metrics.js";
 import { codeName, protocolOf, requestIdFrom } from "../../src/observe/rpc.js";
 import { TEST_ENGINE } from "../support/db.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { mockResolver, scriptedModel, textReply, usage } from "../support/mock-models.js";
+import { mockResolver, scriptedModel, textReply, usage, NO_RETRY } from "../support/mock-models.js";
 import { text } from "../support/prompt.js";
-import { connectFailure as failure } from "../support/busy.js";
+import { connectError as failure } from "../support/errors.js";
+import { waitFor } from "../support/wait.js";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const SERVICE = "/ledger.v1.SessionService";
@@ -53,16 +54,6 @@ function jsonLines(chunks: string[]): Record<string, unknown>[] {
     .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
-async function until<T>(what: string, probe: () => T | undefined, timeoutMs = 5000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
 /** What the code under test wrote to stderr during the current test (captured, not shown). */
 let written: string[] = [];
 beforeEach(() => {
@@ -85,7 +76,7 @@ describe("an in-process ledger", () => {
     level = logger.level;
     logger.setLevel("info");
     const models = { "mock/model": scriptedModel([textReply("Hello there.", usage(8, 5, { cacheRead: 2, reasoning: 1 }))]) };
-    t = await startTestLedger({ model: "mock/model", retry: { attempts: 0, initial_ms: 0, max_ms: 0 } }, { models: mockResolver(models) });
+    t = await startTestLedger({ model: "mock/model", retry: NO_RETRY }, { models: mockResolver(models), transport: "http" });
   });
   afterAll(async () => {
     logger.setLevel(level);
@@ -166,7 +157,7 @@ describe("an in-process ledger", () => {
     expect(rpcLines("req-watch")).toHaveLength(0);
     controller.abort();
     await reading;
-    const line = await until("the WatchSession log line", () => rpcLines("req-watch")[0]);
+    const line = await waitFor("the WatchSession log line", () => rpcLines("req-watch")[0], 5000);
     expect(line).toMatchObject({ procedure: `${SERVICE}/WatchSession`, session_id: session!.id });
     expect(line.code).toBe("canceled");
     expect(rpcLines("req-watch")).toHaveLength(1);
@@ -208,13 +199,13 @@ describe("an in-process ledger", () => {
     });
     expect(res.status).toBe(400);
     expect(res.headers.get("x-request-id")).toBe("req-malformed");
-    const line = await until("the malformed request's log line", () => rpcLines("req-malformed")[0]);
+    const line = await waitFor("the malformed request's log line", () => rpcLines("req-malformed")[0], 5000);
     expect(line).toMatchObject({ procedure: `${SERVICE}/CreateSession`, code: "invalid_argument", http_status: 400 });
 
     const unknown = await fetch(`${t.ledger.url}/no.such.Service/Method`, { method: "POST", headers: { "x-request-id": "req-unknown" } });
     expect(unknown.status).toBe(404);
     expect(unknown.headers.get("x-request-id")).toBe("req-unknown");
-    const http = await until("the unknown path's log line", () => jsonLines(written).find((l) => l.request_id === "req-unknown"));
+    const http = await waitFor("the unknown path's log line", () => jsonLines(written).find((l) => l.request_id === "req-unknown"), 5000);
     expect(http).toMatchObject({ msg: "http", path: "/no.such.Service/Method", status: 404 });
   });
 
@@ -238,10 +229,14 @@ describe("an in-process ledger", () => {
         }
       }
     }
-    const lines = await until("a log line per canceled stream", () => {
-      const found = ids.map((id) => rpcLines(id)[0]);
-      return found.every(Boolean) ? found : undefined;
-    });
+    const lines = await waitFor(
+      "a log line per canceled stream",
+      () => {
+        const found = ids.map((id) => rpcLines(id)[0]);
+        return found.every(Boolean) ? found : undefined;
+      },
+      5000,
+    );
     for (const line of lines)
       expect(line).toMatchObject({ level: "info", procedure: `${SERVICE}/WatchSession`, code: "canceled", session_id: sessionId });
     // Give a late write failure the time to be logged, then check nothing was.
@@ -282,7 +277,7 @@ describe("an in-process ledger", () => {
       expect(error.code).toBe("invalid_argument");
       expect(error.message).toContain(message);
       expect(error.message).toContain("application/grpc[+proto|+json] (gRPC) or application/grpc-web[+proto|+json] (gRPC-Web)");
-      const line = await until("the 415's log line", () => rpcLines(`req-415-${i}`)[0]);
+      const line = await waitFor("the 415's log line", () => rpcLines(`req-415-${i}`)[0], 5000);
       expect(line).toMatchObject({ procedure: `${SERVICE}/${method}`, code: "invalid_argument", http_status: 415 });
     }
     const samples = parseExposition(await (await fetch(`${t.ledger.url}/metrics`)).text());
@@ -350,7 +345,7 @@ describe("an in-process ledger", () => {
 describe("a ledger with a bearer token", () => {
   let t: TestLedger;
   beforeAll(async () => {
-    t = await startTestLedger({ auth: { token: TOKEN } });
+    t = await startTestLedger({ auth: { token: TOKEN } }, { transport: "http" });
   });
   afterAll(async () => {
     await t?.close();
@@ -392,7 +387,7 @@ describe("`ledger serve` as a child process", () => {
     child.stderr.on("data", (d: Buffer) => stderr.push(d.toString("utf8")));
     const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
     try {
-      const url = await until("the listening line", () => /listening on (\S+)/.exec(stdout.join(""))?.[1], 90_000);
+      const url = await waitFor("the listening line", () => /listening on (\S+)/.exec(stdout.join(""))?.[1], 90_000);
       const client = createClient(SessionService, createConnectTransport({ baseUrl: url, httpVersion: "1.1" }));
       let echoed: string | null = null;
       const { session } = await client.createSession(
@@ -403,7 +398,7 @@ describe("`ledger serve` as a child process", () => {
       await failure(client.getSession({ sessionId: "ses_123" }, { headers: { "x-request-id": "child-bad" } }));
       await client.getSession({ sessionId: session!.id }, { headers: { "x-request-id": "child-get" } });
       const lines = () => jsonLines(stderr).filter((l) => l.msg === "rpc");
-      await until("three rpc lines", () => (lines().length >= 3 ? true : undefined));
+      await waitFor("three rpc lines", () => (lines().length >= 3 ? true : undefined), 5000);
       expect(lines()).toEqual([
         expect.objectContaining({
           level: "info",

@@ -10,6 +10,7 @@ import { InvalidArgumentError, LimitExceededError } from "../../src/errors.js";
 import { parseDataUrl, toDataUrl } from "../../src/parts/data-url.js";
 import { IMAGE_MAX_BYTES, isImageMime, normalizeImage, sniffImage } from "../../src/parts/image.js";
 import { resolveDrafts } from "../../src/parts/resolve.js";
+import { rejection } from "../support/errors.js";
 
 // Every image here is a real one, made by sharp itself.
 
@@ -32,13 +33,6 @@ function noise(width: number, height: number): sharp.Sharp {
 async function info(bytes: Uint8Array): Promise<{ format: string; width: number; height: number; channels: number; pages: number }> {
   const m = await sharp(bytes).metadata();
   return { format: m.format, width: m.width, height: m.height, channels: m.channels, pages: m.pages ?? 1 };
-}
-
-async function rejection(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    () => expect.unreachable("expected a rejection"),
-    (error: unknown) => error,
-  );
 }
 
 async function invalid(promise: Promise<unknown>, message: RegExp): Promise<InvalidArgumentError> {

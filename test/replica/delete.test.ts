@@ -5,6 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import pg from "pg";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { codeOf as code } from "../support/errors.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { startModelProxy, type ModelProxy } from "../support/model-proxy.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
@@ -120,13 +121,6 @@ function promptStream(r: Replica, sessionId: string, prompt: string) {
 
 const deletedId = (e: SessionEvent | undefined) =>
   e?.kind.case === "sessionDeleted" ? e.kind.value.session?.id : `(last event: ${e?.kind.case})`;
-
-async function code(promise: Promise<unknown>): Promise<Code | undefined> {
-  return promise.then(
-    () => undefined,
-    (e: unknown) => (e instanceof ConnectError ? e.code : undefined),
-  );
-}
 
 async function sessionRows(...ids: string[]): Promise<string[]> {
   const { rows } = await sql().query<{ id: string }>("select id from session where id = any($1)", [ids]);

@@ -26,7 +26,7 @@ const ALLOWED = new Set([
 let t: TestLedger;
 let sessionId: string;
 beforeAll(async () => {
-  t = await startTestLedger({ limits: { request_bytes: 256 * 1024, text_part_bytes: 64 * 1024 } });
+  t = await startTestLedger({ limits: { request_bytes: 256 * 1024, text_part_bytes: 64 * 1024 } }, { transport: "http" });
   sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
 });
 afterAll(() => t?.close());

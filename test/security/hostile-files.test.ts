@@ -424,7 +424,10 @@ beforeAll(async () => {
   await writeFile(join(layout.outside, "secret.txt"), "TOP SECRET\n");
   await writeFile(`${layout.session}-evil/x.txt`, "evil\n");
   for (const row of ROWS) await row.setup?.(layout);
-  [main, wide] = await Promise.all([startTestLedger({ roots: [layout.root] }), startTestLedger({ roots: ["/"] })]);
+  [main, wide] = await Promise.all([
+    startTestLedger({ roots: [layout.root] }, { transport: "http" }),
+    startTestLedger({ roots: ["/"] }, { transport: "http" }),
+  ]);
   // Warm both servers up (connection, first query, JIT), so the bounds measure the refusal itself.
   for (const t of [main, wide]) {
     const { session } = await t.client.createSession({ directory: layout.session });

@@ -12,7 +12,7 @@ const TIMEOUT_MS = Math.max(60_000, DURATION_MS * 2 + 30_000);
 
 let t: TestLedger;
 beforeAll(async () => {
-  t = await startTestLedger();
+  t = await startTestLedger({}, { transport: "http" });
 });
 afterAll(() => t?.close());
 

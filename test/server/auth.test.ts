@@ -1,11 +1,12 @@
 import { createClient } from "@connectrpc/connect";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startLedger } from "../../src/app.js";
 import { buildConfig, ConfigError, configFileSchema } from "../../src/config/config.js";
+import { connectError as failure } from "../support/errors.js";
 import { createTestDatabase } from "../support/db.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 
@@ -13,7 +14,7 @@ const TOKEN = "s3cret-token-for-tests-0123456789";
 
 let t: TestLedger;
 beforeAll(async () => {
-  t = await startTestLedger({ auth: { token: TOKEN } });
+  t = await startTestLedger({ auth: { token: TOKEN } }, { transport: "http" });
 });
 afterAll(() => t?.close());
 
@@ -28,15 +29,6 @@ function client(headers: Record<string, string>, grpc = false) {
     ? createGrpcTransport({ baseUrl: t.ledger.url, interceptors })
     : createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", interceptors });
   return createClient(SessionService, transport);
-}
-
-async function failure(promise: Promise<unknown>): Promise<ConnectError> {
-  const error = await promise.then(
-    () => undefined,
-    (e: unknown) => ConnectError.from(e),
-  );
-  expect(error).toBeInstanceOf(ConnectError);
-  return error as ConnectError;
 }
 
 describe("bearer token", () => {
@@ -78,7 +70,7 @@ describe("binding", () => {
 
 describe("host names without a token", () => {
   it("refuses a request whose Host is not loopback (DNS rebinding), and accepts localhost", async () => {
-    const open = await startTestLedger();
+    const open = await startTestLedger({}, { transport: "http" });
     try {
       const port = new URL(open.ledger.url).port;
       const { request } = await import("node:http");

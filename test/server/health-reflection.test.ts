@@ -26,7 +26,7 @@ let t: TestLedger;
 let sessionManager: Http2SessionManager;
 
 beforeAll(async () => {
-  t = await startTestLedger();
+  t = await startTestLedger({}, { transport: "http" });
   sessionManager = new Http2SessionManager(t.ledger.url);
 });
 
@@ -142,7 +142,7 @@ describe("grpc.health.v1.Health (grpc-js over h2c)", () => {
 describe("health with a token configured and a database that goes away", () => {
   let d: TestLedger;
   beforeAll(async () => {
-    d = await startTestLedger({ auth: { token: TOKEN } });
+    d = await startTestLedger({ auth: { token: TOKEN } }, { transport: "http" });
   });
   afterAll(async () => {
     await d?.close();

@@ -43,7 +43,7 @@ let t: TestLedger;
 let fileUrl: string;
 
 beforeAll(async () => {
-  t = await startTestLedger();
+  t = await startTestLedger({}, { transport: "http" });
   await writeFile(path.join(t.dir, FILE_NAME), FILE_TEXT);
   fileUrl = pathToFileURL(path.join(t.dir, FILE_NAME)).href;
 });

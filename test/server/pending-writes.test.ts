@@ -20,7 +20,7 @@ let t: TestLedger;
 let sessionId: string;
 
 beforeAll(async () => {
-  t = await startTestLedger();
+  t = await startTestLedger({}, { transport: "http" });
   sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
   await t.client.prompt({ sessionId, noReply: true, parts: [text("y".repeat(TEXT_CHARS))] });
 });

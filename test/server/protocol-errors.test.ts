@@ -18,7 +18,7 @@ import { startTestLedger, type TestLedger } from "../support/ledger.js";
 let t: TestLedger;
 
 beforeAll(async () => {
-  t = await startTestLedger();
+  t = await startTestLedger({}, { transport: "http" });
 });
 
 afterAll(async () => {

@@ -24,7 +24,7 @@ import { withProtocolErrors } from "../../src/server/protocol-errors.js";
 import { grpcLedgerClient } from "../support/grpc-js.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
-import { connectFailure as failure } from "../support/busy.js";
+import { connectError as failure } from "../support/errors.js";
 
 // A request message over `limits.request_bytes` is refused before any handler runs, by the
 // server itself before connect-es reads it (src/server/request-limit.ts). The README promises
@@ -41,7 +41,7 @@ let sessionId: string;
 let h2: Http2SessionManager;
 
 beforeAll(async () => {
-  t = await startTestLedger({ limits: { request_bytes: LIMIT } });
+  t = await startTestLedger({ limits: { request_bytes: LIMIT } }, { transport: "http" });
   sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
   h2 = new Http2SessionManager(t.ledger.url);
 });

@@ -9,13 +9,13 @@ import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { TEST_ENGINE } from "../support/db.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { file, text } from "../support/prompt.js";
-import { connectFailure as failure } from "../support/busy.js";
+import { connectError as failure } from "../support/errors.js";
 import { waitFor } from "../support/wait.js";
 
 let t: TestLedger;
 
 beforeAll(async () => {
-  t = await startTestLedger();
+  t = await startTestLedger({}, { transport: "http" });
 });
 
 afterAll(async () => {
@@ -124,7 +124,7 @@ describe("domain errors", () => {
   });
 
   it("a request over limits.request_bytes → RESOURCE_EXHAUSTED, nothing stored", async () => {
-    const small = await startTestLedger({ limits: { request_bytes: 4096 } });
+    const small = await startTestLedger({ limits: { request_bytes: 4096 } }, { transport: "http" });
     try {
       const { session } = await small.client.createSession({ directory: small.dir });
       const sessionId = session!.id;
@@ -282,7 +282,7 @@ describe("PromptStream and PromptAsync with no_reply", () => {
 
 describe("graceful shutdown", () => {
   it.skipIf(TEST_ENGINE !== "postgres")("every prompt answered before close() is stored", async () => {
-    const g = await startTestLedger();
+    const g = await startTestLedger({}, { transport: "http" });
     let closed = false;
     try {
       const { session } = await g.client.createSession({ directory: g.dir });

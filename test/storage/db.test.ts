@@ -9,24 +9,15 @@ import { DatabaseOpenError, migrate, openDatabase, type Database } from "../../s
 import { insertMessage } from "../../src/storage/message-store.js";
 import { insertParts, listPartRows, rowToPart } from "../../src/storage/part-store.js";
 import { deleteSessionRow, insertSession } from "../../src/storage/session-store.js";
-import { ADMIN_URL, createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { insertTestSession, openTestDatabase, ADMIN_URL, TEST_ENGINE } from "../support/db.js";
 
-let test: TestDatabase;
 let database: Database;
 beforeAll(async () => {
-  test = await createTestDatabase();
-  database = await openDatabase(test.target);
+  database = await openTestDatabase();
 });
-afterAll(async () => {
-  await database?.close();
-  await test?.drop();
-});
+afterAll(() => database?.close());
 
-async function newSession(): Promise<string> {
-  const session = create(SessionSchema, { id: newId("ses"), directory: "/tmp", title: "t" });
-  await insertSession(database.db, session, new Date());
-  return session.id;
-}
+const newSession = () => insertTestSession(database.db);
 
 describe(`storage on ${TEST_ENGINE}`, () => {
   it("runs migrations once and is a no-op the second time", async () => {

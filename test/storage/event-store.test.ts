@@ -2,34 +2,23 @@ import { create } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { newId } from "../../src/ids.js";
-import { openDatabase, type Database } from "../../src/storage/db.js";
+import type { Database } from "../../src/storage/db.js";
 import { appendEvents, readEventPage } from "../../src/storage/event-store.js";
 import { toJsonb } from "../../src/storage/jsonb.js";
-import { insertSession } from "../../src/storage/session-store.js";
-import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { insertTestSession, openTestDatabase, TEST_ENGINE } from "../support/db.js";
 
 // readEventPage: replay pages bounded by rows and by the JSON bytes of their events, sized
 // from `data_bytes` (written by appendEvents) or, for rows stored before that column, from
 // what Postgres knows without reading them.
 
-let test: TestDatabase;
 let database: Database;
 beforeAll(async () => {
-  test = await createTestDatabase();
-  database = await openDatabase(test.target);
+  database = await openTestDatabase();
 });
-afterAll(async () => {
-  await database?.close();
-  await test?.drop();
-});
+afterAll(() => database?.close());
 
-async function newSession(): Promise<string> {
-  const session = create(SessionSchema, { id: newId("ses"), directory: "/tmp", title: "t" });
-  await insertSession(database.db, session, new Date());
-  return session.id;
-}
+const newSession = () => insertTestSession(database.db);
 
 /** A `part_updated` event whose text part holds `text` (a fixed time: its JSON length does not vary). */
 function textEvent(sessionId: string, seq: number, text: string): SessionEvent {

@@ -3,9 +3,8 @@ import { sql } from "kysely";
 import { Migrator } from "kysely/migration";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
-import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { newId } from "../../src/ids.js";
-import { migrate, openDatabase, type Database } from "../../src/storage/db.js";
+import { migrate, type Database } from "../../src/storage/db.js";
 import { toJsonb } from "../../src/storage/jsonb.js";
 import {
   getLastAnswerRow,
@@ -17,29 +16,19 @@ import {
   updateMessageRow,
 } from "../../src/storage/message-store.js";
 import { migrations } from "../../src/storage/migrations/index.js";
-import { insertSession } from "../../src/storage/session-store.js";
-import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { insertTestSession, openTestDatabase, TEST_ENGINE } from "../support/db.js";
 
 // The message queries that look past the columns: a prompt's answer (by the `parent_id`
 // column, filled from the stored JSON for rows written before it existed), the last prompt
 // that asks for an answer, and the answers left open by a dead runner.
 
-let test: TestDatabase;
 let database: Database;
 beforeAll(async () => {
-  test = await createTestDatabase();
-  database = await openDatabase(test.target);
+  database = await openTestDatabase();
 });
-afterAll(async () => {
-  await database?.close();
-  await test?.drop();
-});
+afterAll(() => database?.close());
 
-async function newSession(): Promise<string> {
-  const session = create(SessionSchema, { id: newId("ses"), directory: "/tmp", title: "t" });
-  await insertSession(database.db, session, new Date());
-  return session.id;
-}
+const newSession = () => insertTestSession(database.db);
 
 function user(sessionId: string, options: { noReply?: boolean } = {}): Message {
   return create(MessageSchema, { kind: { case: "user", value: { id: newId("msg"), sessionId, noReply: options.noReply ?? false } } });

@@ -1,6 +1,12 @@
 import { randomBytes } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import type { Kysely } from "kysely";
 import pg from "pg";
-import type { DatabaseTarget } from "../../src/storage/db.js";
+import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
+import { newId } from "../../src/ids.js";
+import { openDatabase, type Database, type DatabaseTarget } from "../../src/storage/db.js";
+import type { DB } from "../../src/storage/schema.js";
+import { insertSession } from "../../src/storage/session-store.js";
 
 /** Which engine this test run uses: `LEDGER_TEST_DB=pglite|postgres` (default postgres). */
 export const TEST_ENGINE: "postgres" | "pglite" = process.env.LEDGER_TEST_DB === "pglite" ? "pglite" : "postgres";
@@ -31,6 +37,29 @@ export async function createTestDatabase(engine = TEST_ENGINE): Promise<TestData
     url: url.toString(),
     drop: () => admin(`drop database if exists ${name} with (force)`),
   };
+}
+
+/**
+ * For a test file that uses the storage layer directly: a fresh test database (see
+ * {@link createTestDatabase}), opened and migrated; its `close()` also drops it.
+ */
+export async function openTestDatabase(): Promise<Database> {
+  const test = await createTestDatabase();
+  const database = await openDatabase(test.target);
+  return {
+    ...database,
+    async close() {
+      await database.close();
+      await test.drop();
+    },
+  };
+}
+
+/** Stores a new session row (directory /tmp, title "t") and returns its id. */
+export async function insertTestSession(db: Kysely<DB>): Promise<string> {
+  const session = create(SessionSchema, { id: newId("ses"), directory: "/tmp", title: "t" });
+  await insertSession(db, session, new Date());
+  return session.id;
 }
 
 async function admin(statement: string): Promise<void> {

@@ -1,18 +1,21 @@
 import { mkdtemp, realpath, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { createClient, type Client } from "@connectrpc/connect";
+import { createClient, createRouterTransport, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { createValidateInterceptor } from "@connectrpc/validate";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import type { ModelResolver } from "../../src/agent/providers.js";
 import { startLedger, type RunningLedger } from "../../src/app.js";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
+import { errorInterceptor } from "../../src/server/errors.js";
+import { createRoutes } from "../../src/server/routes.js";
 import { createTestDatabase, type TestDatabase } from "./db.js";
 
 /** A real ledger on a loopback port with its own database and a temporary project directory. */
 export interface TestLedger {
   ledger: RunningLedger;
-  /** Connect client over HTTP/1.1 with JSON. */
+  /** A client of the ledger over the transport chosen (see {@link TestLedgerOptions.transport}). */
   client: Client<typeof SessionService>;
   /** A fresh temporary directory (resolved): the directory tests give new sessions. */
   dir: string;
@@ -20,12 +23,26 @@ export interface TestLedger {
   close(): Promise<void>;
 }
 
+/** How {@link startTestLedger} builds the ledger and its client. */
+export interface TestLedgerOptions {
+  /** Replaces the providers of the config (e.g. `mockResolver` from ./mock-models.ts). */
+  models?: ModelResolver;
+  /**
+   * What `client` talks through. "memory" (the default, for handler and domain tests): connect-es's
+   * in-memory `createRouterTransport` over the server's own routes with its error mapping and
+   * request validation (`errorInterceptor`, protovalidate) — the same handlers, codes, messages and
+   * error details, without a socket. "http": a Connect client over HTTP/1.1 with JSON to the real
+   * server, for tests where the network path matters (auth, request logging and metrics,
+   * protocols, limits, shutdown of open streams). `ledger.url` serves either way.
+   */
+  transport?: "memory" | "http";
+}
+
 /**
  * Starts a ledger for one test file: a new database (engine from `LEDGER_TEST_DB`), `config`
- * as the raw ledger.json object, relative config paths against a new temp dir. `options.models` replaces the
- * providers of `config` (e.g. `mockResolver` from ./mock-models.ts). Call `close()` in `afterAll`.
+ * as the raw ledger.json object, relative config paths against a new temp dir. Call `close()` in `afterAll`.
  */
-export async function startTestLedger(config: Record<string, unknown> = {}, options: { models?: ModelResolver } = {}): Promise<TestLedger> {
+export async function startTestLedger(config: Record<string, unknown> = {}, options: TestLedgerOptions = {}): Promise<TestLedger> {
   const dir = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-test-")));
   const database = await createTestDatabase();
   const ledger = await startLedger({
@@ -33,7 +50,11 @@ export async function startTestLedger(config: Record<string, unknown> = {}, opti
     database: database.target,
     models: options.models,
   });
-  const client = createClient(SessionService, createConnectTransport({ baseUrl: ledger.url, httpVersion: "1.1", useBinaryFormat: false }));
+  const transport: Transport =
+    options.transport === "http"
+      ? createConnectTransport({ baseUrl: ledger.url, httpVersion: "1.1", useBinaryFormat: false })
+      : createRouterTransport(createRoutes(ledger.deps), { router: { interceptors: [errorInterceptor, createValidateInterceptor()] } });
+  const client = createClient(SessionService, transport);
   return {
     ledger,
     client,

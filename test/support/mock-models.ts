@@ -166,3 +166,21 @@ export function toolCallReply(
 export function lengthReply(text: string, tokens?: LanguageModelV3Usage): LanguageModelV3StreamResult {
   return reply(textParts(text), "length", tokens);
 }
+
+// The fake model config: what tests put in ledger.json for a scripted model server
+// (./openai-server.ts, ./anthropic-server.ts) or a port nobody listens on.
+
+/** `retry` that never retries: a failed model call ends the step at once. */
+export const NO_RETRY = { attempts: 0, initial_ms: 0, max_ms: 0 } as const;
+
+/**
+ * The ledger.json `provider` entry of an OpenAI-compatible server at `baseURL`: `models` (default
+ * one model, "m"), sending `apiKey` as the bearer token when given.
+ */
+export function compatibleProvider(
+  baseURL: string,
+  models: Record<string, Record<string, unknown>> = { m: {} },
+  apiKey?: string,
+): { npm: string; options: { baseURL: string; apiKey?: string }; models: Record<string, Record<string, unknown>> } {
+  return { npm: "@ai-sdk/openai-compatible", options: apiKey === undefined ? { baseURL } : { baseURL, apiKey }, models };
+}

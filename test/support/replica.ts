@@ -13,6 +13,7 @@ import path from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { compatibleProvider } from "./mock-models.js";
 
 const BIN = path.resolve(import.meta.dirname, "../../bin/ledger.js");
 const LISTENING = /^session-ledger listening on (http:\/\/\S+)$/m;
@@ -52,7 +53,7 @@ export async function writeLedgerConfig(dir: string, baseURL: string): Promise<v
   const config = {
     model: "local/qwen",
     provider: {
-      local: { npm: "@ai-sdk/openai-compatible", options: { baseURL, apiKey: "test" }, models: { qwen: { name: "Qwen (fake)" } } },
+      local: compatibleProvider(baseURL, { qwen: { name: "Qwen (fake)" } }, "test"),
     },
     retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
   };

@@ -1,7 +1,6 @@
 import { mkdir, mkdtemp, realpath, rm, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { expect } from "vitest";
 import type { ToolContext } from "../../src/tools/tool-context.js";
 
 /** A temp layout for tool tests: `<base>/session` (the session dir), `<base>/extra` (a root), `<base>/outside`. */
@@ -40,16 +39,6 @@ export async function toolTree(prefix: string): Promise<ToolTree> {
     ctx: { directory: session, roots: [extra] },
     cleanup: () => rm(base, { recursive: true, force: true }),
   };
-}
-
-/** Awaits a promise expected to reject and returns the error. */
-export async function rejection(promise: Promise<unknown>): Promise<Error> {
-  const err: unknown = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(Error);
-  return err as Error;
 }
 
 /** A context whose signal is already aborted. */

@@ -2,7 +2,7 @@
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
- * Polls `check` every 25 ms until it returns a value other than undefined/false and returns that
+ * Polls `check` every `intervalMs` (default 25 ms) until it returns a value other than undefined/false and returns that
  * value; a throwing check counts as "not yet" (its last error is quoted on timeout). Throws after
  * `timeoutMs` (ms) naming `what`. A bound against a hang, not a speed assertion.
  */
@@ -10,6 +10,7 @@ export async function waitFor<T>(
   what: string,
   check: () => Promise<T | undefined | false> | T | undefined | false,
   timeoutMs = 20_000,
+  intervalMs = 25,
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
@@ -22,6 +23,6 @@ export async function waitFor<T>(
     }
     if (Date.now() > deadline)
       throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? ` (last error: ${String(lastError)})` : ""}`);
-    await sleep(25);
+    await sleep(intervalMs);
   }
 }

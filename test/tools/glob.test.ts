@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PathNotAllowedError } from "../../src/errors.js";
 import { GLOB_LIMIT, globTool } from "../../src/tools/glob.js";
 import { ToolInputError } from "../../src/tools/tool-context.js";
-import { aborted, rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
+import { errorOf as rejection } from "../support/errors.js";
+import { aborted, toolTree, type ToolTree } from "../support/tool-tree.js";
 
 const T0 = 1_700_000_000; // seconds
 let t: ToolTree;

@@ -8,7 +8,8 @@ import { grepTool } from "../../src/tools/grep.js";
 import { listTool } from "../../src/tools/list.js";
 import { readTool } from "../../src/tools/read.js";
 import type { ToolContext } from "../../src/tools/tool-context.js";
-import { rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
+import { errorOf as rejection } from "../support/errors.js";
+import { toolTree, type ToolTree } from "../support/tool-tree.js";
 
 // The model's tools get the same confinement as `file:` drafts (files/confine.ts); these are the
 // hostile inputs a model could be talked into sending.

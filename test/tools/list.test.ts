@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PathNotAllowedError } from "../../src/errors.js";
 import { LIST_LIMIT, listTool } from "../../src/tools/list.js";
 import { ToolInputError } from "../../src/tools/tool-context.js";
-import { aborted, rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
+import { errorOf as rejection } from "../support/errors.js";
+import { aborted, toolTree, type ToolTree } from "../support/tool-tree.js";
 
 let t: ToolTree;
 

@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PathNotAllowedError } from "../../src/errors.js";
 import { readPath, ReadFailure } from "../../src/files/read-file.js";
 import { readTool } from "../../src/tools/read.js";
-import { aborted, rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
+import { errorOf as rejection } from "../support/errors.js";
+import { aborted, toolTree, type ToolTree } from "../support/tool-tree.js";
 
 const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 const PDF = "%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n";

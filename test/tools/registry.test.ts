@@ -7,7 +7,8 @@ import { BUILT_IN_AGENTS, type AgentInfo } from "../../src/config/agents.js";
 import { createTools, isAllowed, permissionRules } from "../../src/tools/registry.js";
 import { decide, evaluate } from "../../src/tools/permission.js";
 import type { TaskRunner } from "../../src/tools/task.js";
-import { aborted, rejection, toolTree, type ToolTree } from "../support/tool-tree.js";
+import { errorOf as rejection } from "../support/errors.js";
+import { aborted, toolTree, type ToolTree } from "../support/tool-tree.js";
 
 const [build, , general] = BUILT_IN_AGENTS;
 const rule = (permission: string, allow: boolean): PermissionRule =>

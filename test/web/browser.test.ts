@@ -9,6 +9,7 @@ import { build } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { compatibleProvider } from "../support/mock-models.js";
 
 // The browser client (web/) end to end: built with Vite, served by a static server, driven in
 // headless Chromium (Debian's /usr/bin/chromium; playwright-core never downloads a browser)
@@ -87,16 +88,15 @@ beforeAll(async () => {
   ({ server: site, url: siteUrl } = await serveStatic(outDir));
 
   fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "local/qwen",
-    provider: {
-      local: {
-        npm: "@ai-sdk/openai-compatible",
-        options: { baseURL: fake.url, apiKey: "test" },
-        models: { qwen: { name: "Qwen (fake)" } },
+  t = await startTestLedger(
+    {
+      model: "local/qwen",
+      provider: {
+        local: compatibleProvider(fake.url, { qwen: { name: "Qwen (fake)" } }, "test"),
       },
     },
-  });
+    { transport: "http" },
+  );
   await writeFile(path.join(t.dir, "notes.txt"), "The launch code is 0000.\n");
 
   profileDir = await mkdtemp(path.join(os.tmpdir(), "ledger-web-chromium-"));

@@ -1,0 +1,282 @@
+import { readFileSync } from "node:fs";
+import { toJsonString } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
+import { FileDiffSchema, MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
+import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
+import { loadConfig, parseModelRef } from "../config/config.js";
+import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
+import { withClient, type ClientOptions } from "./client.js";
+import { processIo, type CliIo } from "./io.js";
+import { answerWhileRunning } from "./permissions.js";
+import { formatDiff, formatMessage, formatSession } from "./print.js";
+import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
+import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
+
+/**
+ * Runs the `ledger` command line `argv` (the arguments after the program name) with `io` (default:
+ * this process) and resolves with the exit code. A usage error (commander's message on stderr) or
+ * a failure (`error: ...` on stderr, exit 1) also calls `io.exit`, as they end the process at once;
+ * `serve` resolves once listening and ends on SIGINT/SIGTERM through `io.exit(0)`.
+ */
+export async function main(argv: string[], io: CliIo = processIo()): Promise<number> {
+  let exitCode = EXIT_OK;
+  const print = (line: string): void => void io.stdout.write(`${line}\n`);
+  const fail = (error: unknown): number => {
+    if (error instanceof ConnectError) {
+      io.stderr.write(`error: ${Code[error.code]}: ${error.rawMessage}\n`);
+    } else {
+      io.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
+    }
+    io.exit(1);
+    return 1;
+  };
+
+  const program = new Command("ledger")
+    // Set before the subcommands, which inherit both: commander's messages go to `io`, and its
+    // exits come back here as a CommanderError.
+    .configureOutput({ writeOut: (text) => void io.stdout.write(text), writeErr: (text) => void io.stderr.write(text) })
+    .exitOverride()
+    .description("session-ledger: a gRPC/Connect service that stores agent prompts as an ordered ledger of messages and parts")
+    .version(packageVersion(), "-V, --version", "print the version")
+    .showHelpAfterError();
+
+  program
+    .command("serve")
+    .description("run the service (Connect, gRPC and gRPC-Web on one port)")
+    .option("--host <host>", "interface to bind", "127.0.0.1")
+    .addOption(new Option("--port <port>", "port (0 = random)").default(7411).argParser(parsePort))
+    .option("--db <dir>", "embedded database directory, or :memory: (ignored when DATABASE_URL is set)")
+    .option("--config <path>", "config file (default ./ledger.json, or LEDGER_CONFIG)")
+    .action(async (opts: { host: string; port: number; db?: string; config?: string }) => {
+      // Loaded on use: the server stack (database, AI SDK, ...) is not needed for --help or --url.
+      const { startLocal } = await import("./local.js");
+      const ledger = await startLocal({
+        config: loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env }),
+        db: opts.db,
+        cwd: io.cwd,
+        env: io.env,
+        host: opts.host,
+        port: opts.port,
+        forServe: true,
+      });
+      io.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
+      if (ledger.database.kind === "pglite") {
+        io.stderr.write(
+          "note: the embedded database serves one process; to run several replicas, point them all at Postgres with DATABASE_URL\n",
+        );
+      }
+      io.stdout.write(`session-ledger listening on ${ledger.url}\n`);
+      let stopping = false;
+      const stop = (signal: string) => {
+        if (stopping) return;
+        stopping = true;
+        io.stderr.write(`${signal}: finishing in-flight requests\n`);
+        ledger.close().then(
+          () => io.exit(0),
+          (error: unknown) => fail(error),
+        );
+      };
+      io.onSignal("SIGINT", () => stop("SIGINT"));
+      io.onSignal("SIGTERM", () => stop("SIGTERM"));
+    });
+
+  program
+    .command("prompt")
+    .description("send a prompt (text plus files) and stream the reply, or print the stored message")
+    .argument("<text>", "the prompt text")
+    .option("--file <path>", "attach a file or directory (repeatable; must exist)", collect, [])
+    .option("--session <id>", "prompt this session (default: a new session)")
+    .option("--dir <dir>", "directory of the new session (default: the current directory)")
+    .option("--agent <name>", "agent to answer (default: the configured default agent)")
+    .addOption(new Option("--model <provider/model>", "model to answer").argParser(parseModelOption))
+    .option("--no-reply", "store the message without running the agent loop")
+    .option("--url <url>", "talk to a running server instead of starting one")
+    .option("--db <dir>", "embedded database directory when no --url (default ./.ledger/db)")
+    .option("--config <path>", "config file")
+    .option("--json", "print the stored message, or the final assistant message, as one line of JSON (no live output)")
+    .option("--yes", "allow every permission request once without asking (otherwise asked on a terminal, rejected elsewhere)")
+    .addHelpText(
+      "after",
+      `
+  Output (without --json): the first line is "session ses_...". With a model configured (or
+  --model), the reply is streamed: text as it arrives, one line per tool call state
+  ("→ read notes.txt … running", "✓ read notes.txt", "✗ read notes.txt: error"), then
+  "tokens: in N, out N, reasoning N, cache r/w N/N · cost $0.0000 · steps N". Reasoning
+  ("thinking: ..."), retry notices and errors go to stderr, with a spinner when it is a terminal.
+  Without a model the message is stored with no reply (a note on stderr says how to add one).
+
+  Permission requests (a tool call an "ask" rule matched, e.g. a write) are shown on stderr
+  ("permission: write hello.txt" and the diff) and asked: "allow once (o), always (a), reject
+  (r)?". Without a terminal they are rejected (the model is told to pass --yes), unless --yes
+  allows each once.
+
+  Ctrl-C aborts the run (Abort RPC) and waits for it to end; a second Ctrl-C quits at once (with
+  --url the server may then go on running it: stop it with "ledger abort SESSION_ID --url URL").
+
+  Exit codes:
+    ${EXIT_OK}    answered (or stored, with --no-reply / no model)
+    ${EXIT_FAILED}    the request failed, or the answer ended with an error ("error: <kind>: message" on stderr)
+    ${EXIT_ABORTED}  the run was aborted (Ctrl-C, or "ledger abort" from elsewhere)`,
+    )
+    .action(async (text: string, opts: PromptOptions) => {
+      // A missing --file is the user's mistake: refuse it before starting or calling a server.
+      await checkFiles(opts.file, io.cwd);
+      exitCode = await withClient(opts, io, (client) => runPrompt(client, text, opts, io));
+    });
+
+  program
+    .command("abort")
+    .description("abort the agent loop running for a session")
+    .argument("<session>", "session id")
+    .option("--url <url>", "the server running the loop (without it a fresh in-process server is asked, where nothing runs)")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .addHelpText(
+      "after",
+      '\nPrints "aborted" or "no loop was running". Abort only reaches loops of the server it talks to:\npass the --url of the "ledger serve" that runs the prompt.',
+    )
+    .action(async (sessionId: string, opts: ClientOptions) =>
+      withClient(opts, io, async (client) => print((await client.abort({ sessionId })).aborted ? "aborted" : "no loop was running")),
+    );
+
+  program
+    .command("diff")
+    .description("print the files the agent changed in a session (or one turn of it) as a unified diff")
+    .argument("<session>", "session id")
+    .option("--message <id>", "only the turn of this user message")
+    .option("--url <url>", "talk to a running server instead of starting one")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .option("--json", "print JSON Lines: one FileDiff per line")
+    .action(async (sessionId: string, opts: ClientOptions & { json?: boolean; message?: string }) =>
+      withClient(opts, io, async (client) => {
+        const { diffs } = await client.getDiff({ sessionId, messageId: opts.message });
+        if (opts.json) {
+          for (const d of diffs) print(toJsonString(FileDiffSchema, d));
+          return;
+        }
+        if (diffs.length === 0) return print("no changes");
+        for (const d of diffs) io.stdout.write(formatDiff(d));
+      }),
+    );
+
+  program
+    .command("shell")
+    .description("run a shell command in the session directory, recorded in the session as a bash tool call")
+    .argument("<session>", "session id")
+    .argument("<command>", "the command (run with /bin/sh -c)")
+    .option("--agent <name>", "agent whose bash permission applies", "build")
+    .option("--url <url>", "talk to a running server instead of starting one")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .option("--json", "print the assistant message as one line of JSON")
+    .option("--yes", "allow a permission request once without asking (otherwise asked on a terminal, rejected elsewhere)")
+    .addHelpText("after", "\nPrints the command's output; the exit code is the command's (1 when the call failed).")
+    .action(async (sessionId: string, command: string, opts: ClientOptions & { json?: boolean; agent: string; yes?: boolean }) => {
+      exitCode = await withClient(opts, io, async (client) => {
+        // The agent's bash rules may ask: answer like `ledger prompt` while the command runs.
+        const watching = new AbortController();
+        const policy = { yes: opts.yes === true, interactive: process.stdin.isTTY === true && io.stderr.isTTY === true };
+        const answering = answerWhileRunning(client, sessionId, policy, watching.signal, (text) => void io.stderr.write(text));
+        const { message } = await client.shell({ sessionId, agent: opts.agent, command }).finally(() => watching.abort());
+        await answering;
+        if (opts.json) {
+          print(toJsonString(MessageWithPartsSchema, message!));
+          return 0;
+        }
+        const state = message?.parts[0]?.kind.case === "tool" ? message.parts[0].kind.value.state?.status : undefined;
+        if (state?.case === "completed") {
+          io.stdout.write(state.value.output.endsWith("\n") ? state.value.output : `${state.value.output}\n`);
+          const exit = state.value.metadata?.exit;
+          return typeof exit === "number" ? exit : 1;
+        }
+        io.stderr.write(`error: ${state?.case === "error" ? state.value.error : "the command did not run"}\n`);
+        return 1;
+      });
+    });
+
+  program
+    .command("sessions")
+    .description("list sessions, most recently updated first")
+    .option("--url <url>", "talk to a running server instead of starting one")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .option("--json", "print JSON Lines: one session per line (nothing when there is none)")
+    .action(async (opts: ClientOptions & { json?: boolean }) =>
+      withClient(opts, io, async (client) => {
+        const res = await client.listSessions({ pageSize: 1000 });
+        if (opts.json) {
+          for (const s of res.sessions) print(toJsonString(SessionSchema, s));
+          return;
+        }
+        if (res.sessions.length === 0) return print("no sessions");
+        for (const s of res.sessions) print(formatSession(s));
+      }),
+    );
+
+  program
+    .command("messages")
+    .description("print every message of a session with its parts")
+    .argument("<session>", "session id")
+    .option("--url <url>", "talk to a running server instead of starting one")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .option("--json", "print JSON Lines: one message with its parts per line, oldest first")
+    .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
+      withClient(opts, io, async (client) => {
+        let pageToken = "";
+        do {
+          const res = await client.listMessages({ sessionId, pageToken, pageSize: 200 });
+          for (const m of res.messages) print(opts.json ? toJsonString(MessageWithPartsSchema, m) : `${formatMessage(m)}\n`);
+          pageToken = res.nextPageToken;
+        } while (pageToken);
+      }),
+    );
+
+  try {
+    await program.parseAsync(argv, { from: "user" });
+    return exitCode;
+  } catch (error) {
+    if (!(error instanceof CommanderError)) return fail(error);
+    io.exit(error.exitCode);
+    return error.exitCode;
+  }
+}
+
+/**
+ * The `version` of the ledger's package.json: two folders up from src/cli/program.ts and from the
+ * bundled dist/cli/main.js (or three, checked too; the first that names this package).
+ */
+function packageVersion(): string {
+  for (const up of ["../../package.json", "../../../package.json"]) {
+    try {
+      const pkg = JSON.parse(readFileSync(new URL(up, import.meta.url), "utf8")) as { name?: string; version: string };
+      if (pkg.name === "session-ledger") return pkg.version;
+    } catch {
+      // not this one
+    }
+  }
+  throw new Error("package.json of session-ledger not found above src/cli");
+}
+
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
+}
+
+/** Checks `--model` is "provider/model" (both parts non-blank) before anything is sent; keeps the string. */
+function parseModelOption(value: string): string {
+  try {
+    parseModelRef(value, "--model");
+  } catch (error) {
+    if (error instanceof LedgerInvalidArgument) throw new InvalidArgumentError(error.message.replace(/^--model: /, ""));
+    throw error;
+  }
+  return value;
+}
+
+function parsePort(value: string): number {
+  const port = Number(value);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port: ${value} is not a port number (0-65535)`);
+  return port;
+}
