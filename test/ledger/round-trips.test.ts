@@ -65,6 +65,9 @@ async function roundTrips(fn: () => Promise<unknown>, settleMs = 150): Promise<n
 describe(`round trips per noReply prompt on ${TEST_ENGINE}`, () => {
   it("a prompt to a session this replica knows is one statement (plus the commit hint on Postgres): at most 2", async () => {
     const session = (await t.client.createSession({ directory: t.dir })).session!;
+    // CreateSession's own commit hint goes out after its answer (in memory, before it is sent):
+    // let it leave before counting.
+    await roundTrips(async () => {});
     countRoundTrips();
     for (const parts of [1, 5, 20]) {
       const drafts = Array.from({ length: parts }, (_, i) => text(`part ${i}`));
