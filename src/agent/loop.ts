@@ -29,7 +29,8 @@ import { diffRange, snapshotRange } from "../ledger/diff.js";
 import { namesTool, type Rule } from "../tools/permission.js";
 import { runStep } from "./step.js";
 import { systemPrompt } from "./system.js";
-import { createTools, permissionRules } from "../tools/registry.js";
+import { permissionRules } from "../tools/permission.js";
+import { createTools } from "../tools/registry.js";
 import type { TaskRunner } from "../tools/task.js";
 import { stepCost } from "./usage.js";
 

@@ -14,7 +14,7 @@ import { visibleAgentNames } from "../config/agents.js";
 import { AgentNotFoundError, PreconditionError } from "../errors.js";
 import { newId } from "../ids.js";
 import { BASH_DEFAULT_TIMEOUT_MS, formatResult, runCommand } from "../tools/bash.js";
-import { checkPermission, permissionRules } from "../tools/registry.js";
+import { checkPermission, permissionRules } from "../tools/permission.js";
 import type { LedgerDeps } from "./deps.js";
 import { askPermission } from "./permissions.js";
 import { sessionLedger } from "./session-ledger.js";

@@ -1,6 +1,7 @@
 import { isMatch } from "matcher";
 import { PermissionAction as ProtoAction, type PermissionRule } from "../../gen/ledger/v1/session_pb.js";
 import type { AgentInfo, PermissionAction } from "../config/agents.js";
+import type { ToolAsk } from "./tool-context.js";
 
 /**
  * One permission rule: `action` for calls of the tool `permission` whose pattern (a file path
@@ -69,4 +70,49 @@ export function namesTool(rule: Rule, permission: string): boolean {
 function wildcard(value: string, pattern: string): boolean {
   if (pattern === "*") return true;
   return isMatch(value, pattern, { caseSensitive: true });
+}
+
+/** Asks the user about one call (the ledger's `askPermission`); resolves when allowed, throws the rejection. */
+export type Asker = (request: ToolAsk & { callId: string }, signal: AbortSignal) => Promise<void>;
+
+/**
+ * The rules a call of `agent` in a session is weighed against, in order: the agent's
+ * `permission` config (`agentRules`), then the session's rules (a prompt's deprecated `tools`
+ * map, ALWAYS replies), so with the last match winning the session's rules win. Follows OpenCode
+ * `PermissionNext.merge(agent.permission, session.permission)`.
+ */
+export function permissionRules(agent: Pick<AgentInfo, "permission">, rules: readonly PermissionRule[]): Rule[] {
+  return [...agentRules(agent), ...sessionRules(rules)];
+}
+
+/**
+ * Whether `agent` may use `toolName` at all in this session, weighed on the pattern `*`; `ask`
+ * counts as no here (use {@link createTools}' asker to ask).
+ */
+export function isAllowed(agent: AgentInfo, rules: PermissionRule[], toolName: string): boolean {
+  return decide(permissionRules(agent, rules), toolName, ["*"]) === "allow";
+}
+
+/**
+ * Weighs one call against `rules` (see {@link createTools}): resolves when allowed, throws the
+ * denial, or asks through `asker` (which throws the user's rejection).
+ */
+export async function checkPermission(
+  agentName: string,
+  rules: readonly Rule[],
+  request: ToolAsk & { callId: string },
+  signal: AbortSignal,
+  asker: Asker | undefined,
+): Promise<void> {
+  const action = decide(rules, request.permission, request.patterns);
+  if (action === "allow") return;
+  const denied = () => {
+    const on = request.patterns.filter((p) => p !== "*");
+    return new Error(
+      `permission denied: the ${agentName} agent may not use the ${request.permission} tool` +
+        (on.length > 0 ? ` on ${on.map((p) => JSON.stringify(p)).join(", ")}` : ""),
+    );
+  };
+  if (action === "deny" || !asker) throw denied();
+  await asker(request, signal);
 }

@@ -6,7 +6,7 @@ import { editDefinition } from "./edit.js";
 import { globDefinition } from "./glob.js";
 import { grepDefinition } from "./grep.js";
 import { listDefinition } from "./list.js";
-import { agentRules, decide, sessionRules, type Rule } from "./permission.js";
+import { checkPermission, permissionRules, type Asker, type Rule } from "./permission.js";
 import { readDefinition } from "./read.js";
 import { taskDefinition, type TaskRunner } from "./task.js";
 import type { ToolAsk, ToolContext, ToolDefinition } from "./tool-context.js";
@@ -27,29 +27,8 @@ export const BUILTIN_TOOLS: readonly ToolDefinition<unknown>[] = [
   bashDefinition as ToolDefinition<unknown>,
 ];
 
-/** Asks the user about one call (the ledger's `askPermission`); resolves when allowed, throws the rejection. */
-export type Asker = (request: ToolAsk & { callId: string }, signal: AbortSignal) => Promise<void>;
-
 /** Reports a running call's progress (bash output so far) for its tool part. */
 export type ProgressSink = (callId: string, update: { title?: string; metadata: Record<string, unknown> }) => void;
-
-/**
- * The rules a call of `agent` in a session is weighed against, in order: the agent's
- * `permission` config (`agentRules`), then the session's rules (a prompt's deprecated `tools`
- * map, ALWAYS replies), so with the last match winning the session's rules win. Follows OpenCode
- * `PermissionNext.merge(agent.permission, session.permission)`.
- */
-export function permissionRules(agent: Pick<AgentInfo, "permission">, rules: readonly PermissionRule[]): Rule[] {
-  return [...agentRules(agent), ...sessionRules(rules)];
-}
-
-/**
- * Whether `agent` may use `toolName` at all in this session, weighed on the pattern `*`; `ask`
- * counts as no here (use {@link createTools}' asker to ask).
- */
-export function isAllowed(agent: AgentInfo, rules: PermissionRule[], toolName: string): boolean {
-  return decide(permissionRules(agent, rules), toolName, ["*"]) === "allow";
-}
 
 /**
  * The model's tools for one agent loop (OpenCode `read`, `list`, `glob`, `grep`, `write`,
@@ -93,30 +72,6 @@ export function createTools(options: {
   const tools: ToolSet = {};
   for (const definition of definitions) tools[definition.id] = guarded(definition, agent.name, rules, context, options);
   return tools;
-}
-
-/**
- * Weighs one call against `rules` (see {@link createTools}): resolves when allowed, throws the
- * denial, or asks through `asker` (which throws the user's rejection).
- */
-export async function checkPermission(
-  agentName: string,
-  rules: readonly Rule[],
-  request: ToolAsk & { callId: string },
-  signal: AbortSignal,
-  asker: Asker | undefined,
-): Promise<void> {
-  const action = decide(rules, request.permission, request.patterns);
-  if (action === "allow") return;
-  const denied = () => {
-    const on = request.patterns.filter((p) => p !== "*");
-    return new Error(
-      `permission denied: the ${agentName} agent may not use the ${request.permission} tool` +
-        (on.length > 0 ? ` on ${on.map((p) => JSON.stringify(p)).join(", ")}` : ""),
-    );
-  };
-  if (action === "deny" || !asker) throw denied();
-  await asker(request, signal);
 }
 
 /** The AI SDK tool for `definition`: checks the permission, then runs it with the call's abort signal. */
