@@ -171,15 +171,22 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
   // Outgoing notifications, in order; one statement in flight at a time, the rest batched behind it.
   let outbox: Array<[string, string]> = [];
   let sending: Promise<void> | undefined;
-  const send = () => {
-    sending ??= (async () => {
-      while (outbox.length > 0) {
-        const batch = outbox;
-        outbox = [];
-        // Lost on failure: the other replicas' periodic check reads what the hints announced.
-        await notifyMany(db, batch).catch(() => {});
+  const send = (): Promise<void> => {
+    if (sending) return sending;
+    // Nothing to send: start no sender. (A sender started on an empty outbox would finish before
+    // `sending` was assigned and leave it set for good: nothing would be sent again.)
+    if (outbox.length === 0) return Promise.resolve();
+    sending = (async () => {
+      try {
+        while (outbox.length > 0) {
+          const batch = outbox;
+          outbox = [];
+          // Lost on failure: the other replicas' periodic check reads what the hints announced.
+          await notifyMany(db, batch).catch(() => {});
+        }
+      } finally {
+        sending = undefined;
       }
-      sending = undefined;
     })();
     return sending;
   };

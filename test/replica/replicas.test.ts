@@ -268,11 +268,8 @@ describe.skipIf(!POSTGRES)("replicas sharing one Postgres", () => {
       cursor = aDeltas.indexOf(d, cursor) + 1;
       expect(cursor, `B's delta ${d} is one of A's, in order`).toBeGreaterThan(0);
     }
-    // Known regression (issue 13, hint after commit): B receives the deltas sent before the part's
-    // first snapshot, then none (its hints and every snapshot arrive; the text is whole at each
-    // snapshot). Until that is found, B's deltas are only checked as a subsequence of A's above;
-    // the exact check was `expect(live.map(describeEvent)).toEqual(streamed.map(describeEvent))`.
-    expect(live.filter((e) => e.kind.case === "partDelta").length).toBeGreaterThan(0);
+    // ...and B yields exactly what A's PromptStream yielded, deltas included.
+    expect(live.map(describeEvent)).toEqual(streamed.map(describeEvent));
   }, 60_000);
 
   it("2. a prompt stored on B while A runs the session's loop is answered once, one runner at a time", async () => {
