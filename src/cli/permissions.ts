@@ -3,8 +3,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { PermissionReply, type PermissionRequest } from "../../gen/ledger/v1/permission_pb.js";
 import type { Ledger } from "./client.js";
 
-/** What `ledger prompt` says to the model when it rejects a request because no one can answer. */
-export const NOT_INTERACTIVE_REJECTION = "ledger prompt is not interactive (pass --yes to allow once)";
+/**
+ * What `ledger prompt` or `ledger shell` (`command`) says to the model when it rejects a request
+ * because no one can answer.
+ */
+export function notInteractiveRejection(command: "prompt" | "shell"): string {
+  return `ledger ${command} is not interactive (pass --yes to allow once)`;
+}
 
 /** How `ledger prompt` answers permission requests: `--yes`, and whether a person is at the terminal. */
 export interface PermissionPolicy {
@@ -12,6 +17,8 @@ export interface PermissionPolicy {
   yes: boolean;
   /** Ask on the terminal (stdin and stderr are TTYs); otherwise reject (or allow once with `yes`). */
   interactive: boolean;
+  /** The command asking, named in the rejection's feedback (default `prompt`). */
+  command?: "prompt" | "shell";
 }
 
 /**
@@ -28,7 +35,7 @@ export function describeRequest(request: PermissionRequest): string {
  * Answers one permission request for `ledger prompt`: with `--yes` ONCE; on a terminal, shows
  * the request (and the diff of a file change) on stderr and asks "allow once (o), always (a),
  * reject (r)?" (anything else asks again; end of input rejects); otherwise REJECT with
- * {@link NOT_INTERACTIVE_REJECTION} as feedback. A request answered meanwhile (by another client,
+ * {@link notInteractiveRejection} as feedback. A request answered meanwhile (by another client,
  * FAILED_PRECONDITION) is left alone. Returns the reply sent, or undefined.
  */
 export async function answerRequest(
@@ -45,7 +52,7 @@ export async function answerRequest(
   if (policy.yes) reply = PermissionReply.ONCE;
   else if (!policy.interactive) {
     reply = PermissionReply.REJECT;
-    message = NOT_INTERACTIVE_REJECTION;
+    message = notInteractiveRejection(policy.command ?? "prompt");
   } else {
     const asked = await askTerminal(err, () => stillPending(client, request));
     if (asked === undefined) {

@@ -27,7 +27,8 @@ export function formatMessage(entry: MessageWithParts): string {
     const m = message.value;
     const finish = m.finish ? `  finish=${m.finish}` : "";
     const error = m.error ? `  error=${errorKind(m.error)}: ${firstLine(m.error.message)}` : "";
-    lines.push(`message ${m.id}  assistant  agent=${m.agent}  model=${m.model?.providerId}/${m.model?.modelId}${finish}${error}`);
+    const model = m.model ? `${m.model.providerId}/${m.model.modelId}` : "(none)";
+    lines.push(`message ${m.id}  assistant  agent=${m.agent}  model=${model}${finish}${error}`);
   }
   entry.parts.forEach((part, i) => lines.push(...formatPart(part, i + 1)));
   return lines.join("\n");

@@ -177,7 +177,11 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       exitCode = await withClient(opts, io, async (client) => {
         // The agent's bash rules may ask: answer like `ledger prompt` while the command runs.
         const watching = new AbortController();
-        const policy = { yes: opts.yes === true, interactive: process.stdin.isTTY === true && io.stderr.isTTY === true };
+        const policy = {
+          yes: opts.yes === true,
+          interactive: process.stdin.isTTY === true && io.stderr.isTTY === true,
+          command: "shell" as const,
+        };
         const answering = answerWhileRunning(client, sessionId, policy, watching.signal, (text) => void io.stderr.write(text));
         const { message } = await client.shell({ sessionId, agent: opts.agent, command }).finally(() => watching.abort());
         await answering;

@@ -73,6 +73,10 @@ describe("ledger prompt, diff and shell with permission asks", () => {
       const asked = await ledger("shell", sessionId, "curl http://example.invalid");
       expect(asked.code).toBe(1);
       expect(asked.stderr).toContain("permission: bash curl http://example.invalid\nrejected\n");
+      // The rejection's feedback names the command that could not ask.
+      const listed = await ledger("messages", sessionId);
+      expect(listed.stdout).toContain("ledger shell is not interactive (pass --yes to allow once)");
+      expect(listed.stdout).not.toContain("undefined");
     },
     CLI_TIMEOUT,
   );

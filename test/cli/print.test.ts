@@ -60,4 +60,11 @@ describe("formatMessage", () => {
       "                      second",
     ]);
   });
+
+  it("prints an assistant message without a model as model=(none), like a user message", () => {
+    const entry = create(MessageWithPartsSchema, {
+      message: { kind: { case: "assistant", value: { id: MSG, agent: "build", finish: "stop" } } },
+    });
+    expect(formatMessage(entry)).toBe(`message ${MSG}  assistant  agent=build  model=(none)  finish=stop`);
+  });
 });
