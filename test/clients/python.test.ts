@@ -4,13 +4,14 @@
  * over gRPC (h2c). Skipped when those tools are missing, unless LEDGER_PYTHON_CLIENT_REQUIRED=1
  * (set by .ci/run, which installs them), where missing tools fail the test instead.
  */
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdir, mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { finished, type CliRun } from "../support/cli.js";
 import { compatibleProvider } from "../support/mock-models.js";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
@@ -40,24 +41,6 @@ const missing = missingTools();
 const required = process.env.LEDGER_PYTHON_CLIENT_REQUIRED === "1";
 if (missing && !required) console.warn(`test/clients/python.test.ts skipped: ${missing}`);
 
-interface Run {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-function finished(child: ChildProcess): Promise<Run> {
-  let stdout = "";
-  let stderr = "";
-  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  return new Promise((resolve, reject) => {
-    child.once("error", reject);
-    child.once("close", (code, signal) => resolve({ code, signal, stdout, stderr }));
-  });
-}
-
 /** The environment of every child: no database, config, token or proxy from the outer one. */
 function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env = { ...process.env };
@@ -80,7 +63,7 @@ function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 /** A `ledger serve --port 0 --db <cwd>/db` child (PGlite) and its address as host:port. */
 interface Served {
   addr: string;
-  stop(): Promise<Run>;
+  stop(): Promise<CliRun>;
 }
 
 async function serve(cwd: string, env: Record<string, string> = {}): Promise<Served> {
@@ -129,7 +112,7 @@ describe.skipIf(Boolean(missing) && !required)("clients/python example.py agains
   let server: Served | undefined;
 
   /** Runs example.py to completion with the generated modules from the temp dir. */
-  function example(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  function example(args: string[], env: Record<string, string> = {}): Promise<CliRun> {
     const child = spawn(PYTHON, [path.join(CLIENT, "example.py"), ...args], {
       cwd: project,
       env: cleanEnv({ LEDGER_PY_GEN: gen, PYTHONDONTWRITEBYTECODE: "1", ...env }),
