@@ -12,6 +12,7 @@ import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 import { waitFor } from "../support/wait.js";
+import { compatibleProvider } from "../support/mock-models.js";
 
 // Agent edits end to end (issue 15): the real service, @ai-sdk/openai-compatible against the
 // local SSE server, a second client (gRPC) watching and answering permission requests.
@@ -24,7 +25,7 @@ beforeAll(async () => {
   fake = await startFakeOpenAI();
   t = await startTestLedger({
     model: "local/qwen",
-    provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { qwen: {} } } },
+    provider: { local: compatibleProvider(fake.url, { qwen: {} }, "test") },
     retry: { attempts: 0 },
     agent: {
       build: { permission: { write: "ask", edit: "ask", bash: { "*": "allow", "rm *": "deny", "git push*": "ask" } } },

@@ -4,6 +4,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { compatibleProvider } from "../support/mock-models.js";
 
 // The CLI side of agent edits (issue 15) against a running server (--url): permission requests
 // without a terminal (rejected with a note, or allowed once with --yes), `ledger diff`, `ledger shell`.
@@ -18,7 +19,7 @@ beforeAll(async () => {
   fake = await startFakeOpenAI();
   t = await startTestLedger({
     model: "local/qwen",
-    provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { qwen: {} } } },
+    provider: { local: compatibleProvider(fake.url, { qwen: {} }, "test") },
     retry: { attempts: 0 },
     agent: { build: { permission: { write: "ask", bash: { "*": "allow", "curl *": "ask" } } } },
   });

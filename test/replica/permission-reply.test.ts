@@ -9,6 +9,7 @@ import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
 import { killReplicas, startReplica, type Replica } from "../support/replica.js";
 import { waitFor } from "../support/wait.js";
+import { compatibleProvider } from "../support/mock-models.js";
 
 // Permission asks across replicas (issue 15): the loop runs on A, the reply arrives at B; and a
 // replica killed while a call waits leaves no request pending once a replica recovers it.
@@ -30,7 +31,7 @@ beforeAll(
     fake = await startFakeOpenAI();
     const config = {
       model: "local/qwen",
-      provider: { local: { npm: "@ai-sdk/openai-compatible", options: { baseURL: fake.url, apiKey: "test" }, models: { qwen: {} } } },
+      provider: { local: compatibleProvider(fake.url, { qwen: {} }, "test") },
       retry: { attempts: 0 },
       agent: { build: { permission: { write: "ask" } } },
     };
