@@ -74,7 +74,7 @@ describe.skipIf(TEST_ENGINE !== "pglite")("PGlite template", () => {
         await memory.close();
       }
       expect(await entries(cache)).toEqual([templateKey()]);
-      expect(await entries(path.join(cache, templateKey()))).toEqual(["pgdata", "pgdata.tar.gz"]);
+      expect(await entries(path.join(cache, templateKey()))).toEqual(["pgdata", "pgdata.tar"]);
 
       const disk = await openDatabase({ kind: "pglite", dir: path.join(dir, "new-db") });
       try {
@@ -193,7 +193,7 @@ describe.skipIf(TEST_ENGINE !== "pglite")("PGlite template", () => {
       await Promise.all([serve(":memory:"), serve(path.join(dir, "race-db"))]);
       const cache = path.join(cacheHome, "session-ledger");
       expect(await entries(cache)).toEqual([templateKey()]);
-      expect(await entries(path.join(cache, templateKey()))).toEqual(["pgdata", "pgdata.tar.gz"]);
+      expect(await entries(path.join(cache, templateKey()))).toEqual(["pgdata", "pgdata.tar"]);
     },
     TIMEOUT,
   );
