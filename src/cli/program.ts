@@ -109,7 +109,8 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
 
   Permission requests (a tool call an "ask" rule matched, e.g. a write) are shown on stderr
   ("permission: write hello.txt" and the diff) and asked: "allow once (o), always (a), reject
-  (r)?". Without a terminal they are rejected (the model is told to pass --yes), unless --yes
+  (r)?"; when another client answers first ("ledger reply", the browser page) the question is
+  dropped. Without a terminal they are rejected (the model is told to pass --yes), unless --yes
   allows each once.
 
   Ctrl-C aborts the run (Abort RPC) and waits for it to end; a second Ctrl-C quits at once (with
