@@ -1,4 +1,4 @@
-import { create, fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { create, equals, fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { timestampNow, ValueSchema } from "@bufbuild/protobuf/wkt";
 import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
 import {
@@ -32,6 +32,7 @@ import { systemPrompt } from "./system.js";
 import { permissionRules } from "../tools/permission.js";
 import { createTools } from "../tools/registry.js";
 import type { TaskRunner } from "../tools/task.js";
+import { turnText } from "./summary.js";
 import { stepCost } from "./usage.js";
 
 /** Retries of a `json_schema` answer when the request sets `retry_count` 0 (OpenCode's default). */
@@ -82,18 +83,22 @@ export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSi
 }
 
 /**
- * When a turn ends: stores on its user message `summary.diffs`, the files its steps changed
- * (OpenCode `SessionSummary.summarize`); nothing when its steps took no snapshots.
+ * When a turn ends: stores on its user message its `summary` (OpenCode
+ * `SessionSummary.summarize`): `title` and `body` derived from the stored text ({@link turnText},
+ * no model call, unlike OpenCode), and `diffs`, the files its steps changed (none when they took
+ * no snapshots). Saves nothing when the summary is empty or already stored as it is.
  */
 async function summarizeTurn(deps: LoopDeps, ledger: SessionLedger, sessionId: string, userId: string): Promise<void> {
-  if (!deps.snapshots) return;
   const messages = await withParts(deps.db, await listMessageRows(deps.db, sessionId, {}));
-  const range = snapshotRange(messages, userId);
   const entry = messages.find((m) => m.message?.kind.case === "user" && m.message.kind.value.id === userId);
-  if (!range || entry?.message?.kind.case !== "user") return;
-  const session = await getSession(deps, sessionId);
-  const diffs = await diffRange(deps, session.directory, range);
-  entry.message.kind.value.summary = create(UserMessageSummarySchema, { diffs });
+  if (entry?.message?.kind.case !== "user") return;
+  const range = deps.snapshots ? snapshotRange(messages, userId) : undefined;
+  const diffs = range ? await diffRange(deps, (await getSession(deps, sessionId)).directory, range) : [];
+  const summary = create(UserMessageSummarySchema, { ...turnText(messages, userId), diffs });
+  const user = entry.message.kind.value;
+  if (!summary.title && !summary.body && diffs.length === 0 && !user.summary) return;
+  if (user.summary && equals(UserMessageSummarySchema, user.summary, summary)) return;
+  user.summary = summary;
   await ledger.saveMessage(entry.message);
 }
 

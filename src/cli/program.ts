@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { toJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
+import { Argument, Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { FileDiffSchema, MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { loadConfig, parseModelRef } from "../config/config.js";
@@ -11,6 +11,7 @@ import { processIo, type CliIo } from "./io.js";
 import { answerWhileRunning } from "./permissions.js";
 import { formatDiff, formatMessage, formatSession } from "./print.js";
 import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
+import { pendingPermissions, printPermissions, REPLY_WORDS, replyToRequest, revert, unrevert, type ReplyWord } from "./review.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
 
 /**
@@ -108,7 +109,8 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
 
   Permission requests (a tool call an "ask" rule matched, e.g. a write) are shown on stderr
   ("permission: write hello.txt" and the diff) and asked: "allow once (o), always (a), reject
-  (r)?". Without a terminal they are rejected (the model is told to pass --yes), unless --yes
+  (r)?"; when another client answers first ("ledger reply", the browser page) the question is
+  dropped. Without a terminal they are rejected (the model is told to pass --yes), unless --yes
   allows each once.
 
   Ctrl-C aborts the run (Abort RPC) and waits for it to end; a second Ctrl-C quits at once (with
@@ -199,6 +201,75 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
         return 1;
       });
     });
+
+  program
+    .command("permissions")
+    .description("list the pending permission requests (tool calls waiting for an answer) with their diffs")
+    .argument("[session]", "session id (default: every session whose loop runs)")
+    .option("--url <url>", "the server running the loop")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .option("--json", "print JSON Lines: one PermissionRequest per line (nothing when none is pending)")
+    .addHelpText(
+      "after",
+      '\nPrints, per request, "per_...  ses_...  write hello.txt" and the diff of a file change; answer one\nwith "ledger reply SESSION_ID PERMISSION_ID once|always|reject".',
+    )
+    .action(async (sessionId: string | undefined, opts: ClientOptions & { json?: boolean }) =>
+      withClient(opts, io, async (client) => printPermissions(await pendingPermissions(client, sessionId), opts.json === true, print)),
+    );
+
+  program
+    .command("reply")
+    .description("answer a pending permission request: run the call once, always (for the rest of the session), or reject it")
+    .argument("<session>", "session id")
+    .argument("<permission>", "permission request id (per_...)")
+    .addArgument(new Argument("<reply>", "the answer").choices(Object.keys(REPLY_WORDS)))
+    .option("--message <text>", "with reject: feedback the model sees in the tool error")
+    .option("--url <url>", "the server running the loop")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .option("--json", "print the ReplyPermission request sent as one line of JSON")
+    .addHelpText(
+      "after",
+      '\nPrints "allowed once", "allowed always" or "rejected". An unknown request (or one of another\nsession) is NOT_FOUND, one answered already FAILED_PRECONDITION: exit 1.',
+    )
+    .action(
+      async (sessionId: string, permissionId: string, word: ReplyWord, opts: ClientOptions & { json?: boolean; message?: string }) => {
+        // Checked before anything is sent: the server would ignore the feedback of an allowed call.
+        if (opts.message !== undefined && word !== "reject")
+          throw new Error(`--message is the feedback of a rejection: use it with reject, not ${word}`);
+        await withClient(opts, io, (client) =>
+          replyToRequest(client, { sessionId, permissionId, word, message: opts.message }, opts.json === true, print),
+        );
+      },
+    );
+
+  program
+    .command("revert")
+    .description("hide a message and everything after it, and restore the files they changed")
+    .argument("<session>", "session id")
+    .argument("<message>", "the first message to hide (msg_...)")
+    .option("--part <id>", "keep the message's parts before this one (prt_...)")
+    .option("--url <url>", "talk to a running server instead of starting one")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .option("--json", "print the session (with its revert point) as one line of JSON")
+    .addHelpText("after", '\nThe next prompt removes the hidden messages; "ledger unrevert SESSION_ID" undoes the revert.')
+    .action(async (sessionId: string, messageId: string, opts: ClientOptions & { json?: boolean; part?: string }) =>
+      withClient(opts, io, (client) => revert(client, { sessionId, messageId, partId: opts.part }, opts.json === true, print)),
+    );
+
+  program
+    .command("unrevert")
+    .description("undo a revert: show the hidden messages again and put their file changes back")
+    .argument("<session>", "session id")
+    .option("--url <url>", "talk to a running server instead of starting one")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .option("--json", "print the session as one line of JSON")
+    .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
+      withClient(opts, io, (client) => unrevert(client, sessionId, opts.json === true, print)),
+    );
 
   program
     .command("sessions")

@@ -125,8 +125,12 @@ describe("permission asks on write", () => {
       { file: "hello.txt", before: "", after: "one\ntwo\nthree\n", additions: 3, deletions: 0 },
     ]);
     expect((await grpc.getDiff({ sessionId })).diffs.map((d) => d.file)).toEqual(["hello.txt"]);
+    // The turn's summary: the prompt's first line, the final answer, the changed files.
     const summary = messages[0]!.message!.kind.case === "user" ? messages[0]!.message!.kind.value.summary : undefined;
-    expect(summary?.diffs.map((d) => [d.file, d.additions, d.deletions])).toEqual([["hello.txt", 3, 0]]);
+    expect(summary && { title: summary.title, body: summary.body }).toEqual({ title: "write hello.txt", body: "Written." });
+    expect(summary?.diffs.map((d) => [d.file, d.before, d.after, d.additions, d.deletions])).toEqual([
+      ["hello.txt", "", "one\ntwo\nthree\n", 3, 0],
+    ]);
 
     // The event order a watcher sees: asked before replied, replied before the tool completes.
     const events = await watchUntil(sessionId, idle);
@@ -190,6 +194,25 @@ describe("permission asks on write", () => {
     const session = (await t.client.getSession({ sessionId })).session!;
     expect(session.permission.map((r) => ({ permission: r.permission, pattern: r.pattern, action: r.action }))).toEqual([
       { permission: "write", pattern: "log.txt", action: 1 },
+    ]);
+  });
+});
+
+describe("the summary of a turn", () => {
+  it("titles it with the prompt's first non-blank line and holds the final answer, cut at 80 and 2,000 characters; no model call", async () => {
+    const { sessionId } = await newSession("summary");
+    const long = `${"word ".repeat(30)}end`;
+    const answer = `${"ab".repeat(1100)}tail`;
+    fake.push(say("Short answer."), say(answer));
+    const requests = fake.requests.length;
+    await t.client.prompt({ sessionId, parts: [text("\n  Explain the layout  \nsecond line")] });
+    await t.client.prompt({ sessionId, parts: [text(long), text("not the title")] });
+    const messages = await untilIdle(sessionId);
+    expect(fake.requests.length - requests).toBe(2);
+    const summaries = messages.flatMap((m) => (m.message?.kind.case === "user" ? [m.message.kind.value.summary] : []));
+    expect(summaries.map((s) => s && { title: s.title, body: s.body, diffs: s.diffs.length })).toEqual([
+      { title: "Explain the layout", body: "Short answer.", diffs: 0 },
+      { title: `${long.slice(0, 79)}…`, body: `${answer.slice(0, 1999)}…`, diffs: 0 },
     ]);
   });
 });

@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import os from "node:os";
@@ -7,7 +7,7 @@ import path from "node:path";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { build } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { compatibleProvider } from "../support/mock-models.js";
 
@@ -94,6 +94,8 @@ beforeAll(async () => {
       provider: {
         local: compatibleProvider(fake.url, { qwen: { name: "Qwen (fake)" } }, "test"),
       },
+      // The second test's writes wait for an answer from the page; the first test only reads.
+      agent: { build: { permission: { write: "ask" } } },
     },
     { transport: "http" },
   );
@@ -221,6 +223,104 @@ describe("browser client", () => {
     await page.locator(`#sessions [data-session-id="${sessionId}"]`).click();
     await page.locator(".message.assistant .part.text", { hasText: ANSWER }).waitFor();
     expect(await page.locator(".message.assistant .part.tool .badge.completed").count()).toBe(1);
+
+    expect(pageErrors).toEqual([]);
+  }, 120_000);
+
+  it("shows a write's permission request with its diff; Allow once writes the file, Reject leaves it absent", async (ctx) => {
+    if (MISSING) ctx.skip(MISSING);
+    const dir = path.join(t.dir, "permissions");
+    await mkdir(dir);
+    const content = "Hello from the page.\n";
+    const writeCall = (id: string, file: string): ScriptedReply => ({
+      kind: "stream",
+      chunks: [{ toolCall: { id, name: "write", arguments: JSON.stringify({ filePath: file, content }) } }],
+    });
+    fake.push(writeCall("call_w1", "hello.txt"), { kind: "stream", chunks: [{ text: "Created hello.txt." }] });
+
+    const previous = (await page.evaluate("location.hash.slice(1)")) as string;
+    await page.locator("#directory").fill(dir);
+    await page.locator("#title").fill("permissions e2e");
+    await page.locator("#create-session").click();
+    // The first test's session is open: wait until the new one is.
+    await page.locator("#session-head", { hasText: "permissions e2e" }).waitFor();
+    const sessionId = (await page.evaluate("location.hash.slice(1)")) as string;
+    expect(sessionId).not.toBe(previous);
+    expect(sessionId).toMatch(/^ses_[0-9A-HJKMNP-TV-Z]{26}$/);
+    expect(await page.locator("#permissions").isHidden()).toBe(true);
+
+    await page.locator("#prompt-text").fill("create hello.txt");
+    await page.locator("#send").click();
+
+    // The request as the page shows it: the tool, its pattern, the diff, three buttons.
+    const panel = page.locator("#permissions");
+    const request = panel.locator(".permission");
+    await request.waitFor({ timeout: 30_000 });
+    const [pending] = (await t.client.listPermissions({ sessionId })).permissions;
+    expect(pending).toMatchObject({ sessionId, callId: "call_w1", permission: "write", patterns: ["hello.txt"] });
+    expect(await request.getAttribute("data-permission-id")).toBe(pending!.id);
+    expect(await request.locator(".permission-what").textContent()).toBe("write hello.txt");
+    expect(await request.locator(".permission-diff").textContent()).toBe(
+      "Index: hello.txt\n===================================================================\n--- hello.txt\n+++ hello.txt\n" +
+        "@@ -0,0 +1,1 @@\n+Hello from the page.\n",
+    );
+    expect(await request.locator("button").allTextContents()).toEqual(["Allow once", "Always", "Reject"]);
+    await expect(stat(path.join(dir, "hello.txt"))).rejects.toThrow(/ENOENT/);
+
+    await request.locator("button[data-reply=allow-once]").click();
+    await page.locator("#permissions[hidden]").waitFor({ state: "attached", timeout: 30_000 });
+    expect(await request.count()).toBe(0);
+    const reply = page.locator(".message.assistant .part.text[data-done=true]", { hasText: "Created hello.txt." });
+    await reply.waitFor({ timeout: 30_000 });
+    await page.locator("#status[data-status=idle]").waitFor({ timeout: 30_000 });
+    expect(await readFile(path.join(dir, "hello.txt"), "utf8")).toBe(content);
+    expect(await page.locator(".message.assistant .part.tool[data-tool=write]").getAttribute("data-state")).toBe("completed");
+    expect(await page.locator(".message.assistant .part.patch").textContent()).toBe("changed: hello.txt");
+    expect((await t.client.listPermissions({ sessionId })).permissions).toEqual([]);
+
+    // What was stored: the step with the completed call and a patch part, then the answer.
+    const { messages } = await t.client.listMessages({ sessionId });
+    expect(messages.map((m) => m.message?.kind.case)).toEqual(["user", "assistant", "assistant"]);
+    const step = messages[1]!.parts;
+    expect(step.map((p) => p.kind.case)).toEqual(["stepStart", "tool", "stepFinish", "patch"]);
+    const snapshot = step[0]!.kind.case === "stepStart" ? step[0]!.kind.value.snapshot : "";
+    expect(snapshot).toMatch(/^[0-9a-f]{40}$/);
+    expect(step[1]!.kind.value).toMatchObject({
+      callId: "call_w1",
+      tool: "write",
+      state: {
+        status: {
+          case: "completed",
+          value: { input: { filePath: "hello.txt", content }, output: "Wrote file successfully.", title: "hello.txt" },
+        },
+      },
+    });
+    expect(step[3]!.kind.value).toMatchObject({ hash: snapshot, files: ["hello.txt"] });
+    expect(messages[2]!.parts.flatMap((p) => (p.kind.case === "text" ? [p.kind.value.text] : []))).toEqual(["Created hello.txt."]);
+
+    // Reject: the call ends in error, the file is not written, the model answers.
+    fake.push(writeCall("call_w2", "bye.txt"), { kind: "stream", chunks: [{ text: "Left it alone." }] });
+    await page.locator("#prompt-text").fill("create bye.txt");
+    await page.locator("#send").click();
+    await request.waitFor({ timeout: 30_000 });
+    expect(await request.locator(".permission-what").textContent()).toBe("write bye.txt");
+    await request.locator("button[data-reply=reject]").click();
+    await page.locator("#permissions[hidden]").waitFor({ state: "attached", timeout: 30_000 });
+    await page.locator(".message.assistant .part.text[data-done=true]", { hasText: "Left it alone." }).waitFor({ timeout: 30_000 });
+    await page.locator("#status[data-status=idle]").waitFor({ timeout: 30_000 });
+    await expect(stat(path.join(dir, "bye.txt"))).rejects.toThrow(/ENOENT/);
+    const rejected = "The user rejected permission to use this specific tool call. You may try again with different parameters.";
+    const tools = page.locator(".message.assistant .part.tool[data-tool=write]");
+    expect(await tools.nth(1).getAttribute("data-state")).toBe("error");
+    expect(await tools.nth(1).locator(".tool-error").textContent()).toBe(rejected);
+    const after = (await t.client.listMessages({ sessionId })).messages;
+    expect(after.map((m) => m.message?.kind.case)).toEqual(["user", "assistant", "assistant", "user", "assistant", "assistant"]);
+    expect(after[4]!.parts.map((p) => p.kind.case)).toEqual(["stepStart", "tool", "stepFinish"]);
+    expect(after[4]!.parts[1]!.kind.value).toMatchObject({
+      callId: "call_w2",
+      tool: "write",
+      state: { status: { case: "error", value: { input: { filePath: "bye.txt", content }, error: rejected } } },
+    });
 
     expect(pageErrors).toEqual([]);
   }, 120_000);
