@@ -306,6 +306,13 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
           for (const m of res.messages) print(opts.json ? toJsonString(MessageWithPartsSchema, m) : `${formatMessage(m)}\n`);
           pageToken = res.nextPageToken;
         } while (pageToken);
+        if (opts.json) return;
+        const revert = (await client.getSession({ sessionId })).session?.revert;
+        if (revert?.messageId) {
+          print(
+            `reverted to ${revert.messageId}: it${revert.partId ? ` (from part ${revert.partId})` : ""} and the messages after it are hidden; "ledger unrevert ${sessionId}" shows them again`,
+          );
+        }
       }),
     );
 

@@ -38,6 +38,8 @@ export async function diffRange(deps: LedgerDeps, directory: string, range: { fr
  * The `GetDiff` RPC: the files changed by the turn of the user message `messageId` (an
  * assistant message stands for the turn it answers), or, when empty, by the whole session: from
  * the snapshot before the first step to the one after the last, with contents and line counts.
+ * A reverted session's diff leaves out what the revert hides (its files were put back); a hidden
+ * turn named by `messageId` still shows its own changes.
  * Steps without snapshots (an agent that may not change files, a tree over the snapshot limits)
  * add nothing.
  * @throws SessionNotFoundError (NOT_FOUND), MessageNotFoundError (NOT_FOUND, `message_id`) for a
@@ -46,11 +48,26 @@ export async function diffRange(deps: LedgerDeps, directory: string, range: { fr
 export async function getDiff(deps: LedgerDeps, sessionId: string, messageId: string): Promise<FileDiff[]> {
   const session = await getSession(deps, sessionId);
   const messages = await withParts(deps.db, await listMessageRows(deps.db, sessionId, {}));
-  let userId: string | undefined;
   if (messageId) {
     const message = messages.find((m) => m.message?.kind.value?.id === messageId)?.message?.kind;
     if (!message) throw new MessageNotFoundError(messageId);
-    userId = message.case === "assistant" ? message.value.parentId : messageId;
+    const userId = message.case === "assistant" ? message.value.parentId : messageId;
+    return diffRange(deps, session.directory, snapshotRange(messages, userId));
   }
-  return diffRange(deps, session.directory, snapshotRange(messages, userId));
+  return diffRange(deps, session.directory, snapshotRange(visible(messages, session.revert)));
+}
+
+/**
+ * The messages a reverted session still shows (as `ListMessages` does): those before the revert
+ * message, and that message's parts before the revert part when one is set. All of them when the
+ * session is not reverted.
+ */
+function visible(messages: MessageWithParts[], revert: { messageId: string; partId: string } | undefined): MessageWithParts[] {
+  if (!revert) return messages;
+  const at = messages.findIndex((m) => m.message?.kind.value?.id === revert.messageId);
+  if (at < 0) return messages;
+  const kept = messages.slice(0, at);
+  const cut = messages[at]!;
+  const from = revert.partId ? cut.parts.findIndex((p) => p.id === revert.partId) : -1;
+  return from > 0 ? [...kept, { ...cut, parts: cut.parts.slice(0, from) }] : kept;
 }

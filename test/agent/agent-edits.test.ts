@@ -390,11 +390,20 @@ describe("revert restores files", () => {
     expect(await readFile(path.join(dir, "edited.txt"), "utf8")).toBe("before\n");
     expect(await readFile(path.join(dir, "doomed.txt"), "utf8")).toBe("keep me\n");
     await expect(stat(path.join(dir, "created.txt"))).rejects.toThrow(/ENOENT/);
+    // The session's diff leaves out the hidden turn (its files are back as they were); the
+    // turn's own diff still shows what it did.
+    expect((await grpc.getDiff({ sessionId })).diffs).toEqual([]);
+    expect((await grpc.getDiff({ sessionId, messageId: turn })).diffs.map((d) => d.file)).toEqual([
+      "created.txt",
+      "doomed.txt",
+      "edited.txt",
+    ]);
 
     await grpc.unrevert({ sessionId });
     expect(await readFile(path.join(dir, "edited.txt"), "utf8")).toBe("after\n");
     await expect(stat(path.join(dir, "doomed.txt"))).rejects.toThrow(/ENOENT/);
     expect(await readFile(path.join(dir, "created.txt"), "utf8")).toBe("new\n");
+    expect((await grpc.getDiff({ sessionId })).diffs.map((d) => d.file)).toEqual(["created.txt", "doomed.txt", "edited.txt"]);
 
     // Revert again, then a new prompt: the cleanup keeps the files as reverted.
     await grpc.revert({ sessionId, messageId: turn });

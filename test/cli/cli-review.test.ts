@@ -167,6 +167,13 @@ describe("ledger revert and unrevert", () => {
     });
     await expect(stat(path.join(dir, "r.txt"))).rejects.toThrow(/ENOENT/);
     expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
+    // `messages` says why it shows nothing (not with --json: only messages there).
+    expect(await ledger("messages", sessionId)).toEqual({
+      code: 0,
+      stdout: `reverted to ${userId}: it and the messages after it are hidden; "ledger unrevert ${sessionId}" shows them again\n`,
+      stderr: "",
+    });
+    expect(await ledger("messages", sessionId, "--json")).toEqual({ code: 0, stdout: "", stderr: "" });
 
     expect(await ledger("unrevert", sessionId)).toEqual({
       code: 0,
