@@ -81,7 +81,7 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
     // Known from here on: the session's first prompt needs no read before its write.
     if (version) tx.onCommit(() => sessionCache(deps.db).put({ session, version, lastSeq: 1 }));
     tx.publish([event]);
-    tx.onCommit(() => deps.relay?.hint(session.id, 1n));
+    tx.onCommit(() => deps.relay?.hint(session.id, 1n, [event]));
   });
   return session;
 }

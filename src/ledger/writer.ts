@@ -133,7 +133,7 @@ export async function writeSession<T>(
     // The row changed in ways the one-statement writes cannot follow: they read it again.
     tx.onCommit(() => sessionCache(deps.db).evict(sessionId));
     tx.publish(events);
-    if (events.length > 0) tx.onCommit(() => deps.relay?.hint(sessionId, BigInt(lastSeq)));
+    if (events.length > 0) tx.onCommit(() => deps.relay?.hint(sessionId, BigInt(lastSeq), events));
     return { result, events };
   });
 }
@@ -195,7 +195,7 @@ export async function writeSessionOnce(
     cache.put({ session, version: outcome.version, lastSeq: outcome.lastSeq });
   } else cache.advance(sessionId, outcome.lastSeq - events.length, outcome);
   deps.bus.publish(events);
-  if (events.length > 0) deps.relay?.hint(sessionId, BigInt(outcome.lastSeq));
+  if (events.length > 0) deps.relay?.hint(sessionId, BigInt(outcome.lastSeq), events);
   return events;
 }
 

@@ -2,8 +2,8 @@ import { create } from "@bufbuild/protobuf";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SessionEventSchema } from "../../gen/ledger/v1/event_pb.js";
-import { EventBus } from "../../src/events/bus.js";
-import { DELTAS_CHANNEL, EVENTS_CHANNEL, startPgRelay, type Relay } from "../../src/events/pg-relay.js";
+import { EventBus, type BusItem } from "../../src/events/bus.js";
+import { DELTAS_CHANNEL, EVENTS_CHANNEL, MAX_HINT_EVENTS_BYTES, startPgRelay, type Relay } from "../../src/events/pg-relay.js";
 import { openDatabase, type Database } from "../../src/storage/db.js";
 import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
 import { sleep, waitFor } from "../support/wait.js";
@@ -56,5 +56,57 @@ describe.skipIf(TEST_ENGINE !== "postgres")("Postgres relay: sending", () => {
       `${DELTAS_CHANNEL} [["ses_A","16","msg_1","prt_1","text","w1 ","0"]]`,
       `${EVENTS_CHANNEL} ses_A|17`,
     ]);
+  });
+});
+
+describe.skipIf(TEST_ENGINE !== "postgres")("Postgres relay: commit hints carry the events of small writes", () => {
+  let test: TestDatabase;
+  let database: Database;
+  let sender: Relay;
+  let receiver: Relay;
+  const bus = new EventBus();
+  const got: BusItem[] = [];
+
+  beforeAll(async () => {
+    test = await createTestDatabase();
+    database = await openDatabase(test.target);
+    sender = await startPgRelay({ url: test.url!, db: database.db, bus: new EventBus(), catchUpMs: 0 });
+    receiver = await startPgRelay({ url: test.url!, db: database.db, bus, catchUpMs: 0 });
+    bus.subscribe("ses_B", (item) => got.push(item));
+  });
+  afterAll(async () => {
+    await sender?.close();
+    await receiver?.close();
+    await database?.close();
+    await test?.drop();
+  });
+
+  const textUpdate = (seq: bigint, text: string) =>
+    create(SessionEventSchema, {
+      sessionId: "ses_B",
+      seq,
+      time: { seconds: 1_764_000_000n, nanos: 5 },
+      kind: {
+        case: "partUpdated",
+        value: { part: { id: `prt_${seq}`, sessionId: "ses_B", messageId: "msg_1", kind: { case: "text", value: { text } } } },
+      },
+    });
+
+  it("the other replica publishes the committed events themselves (no table read), in order; a write too large for the payload sends the hint alone", async () => {
+    // "|" inside the JSON must not confuse the receiver.
+    const small = [textUpdate(2n, "a | b"), textUpdate(3n, "c")];
+    sender.hint("ses_B", 3n, small);
+    await waitFor("the small write", () => got.length >= 2, 5_000);
+    expect(got).toEqual(small);
+
+    const large = [textUpdate(4n, "x".repeat(MAX_HINT_EVENTS_BYTES))];
+    sender.hint("ses_B", 4n, large);
+    await waitFor("the large write's hint", () => got.length >= 3, 5_000);
+    expect(got[2]).toEqual({ hint: true, sessionId: "ses_B", seq: 4n });
+
+    // Events that do not end at the hint's seq: the hint goes alone too.
+    sender.hint("ses_B", 6n, [textUpdate(5n, "d")]);
+    await waitFor("the hint past the events", () => got.length >= 4, 5_000);
+    expect(got.slice(3)).toEqual([{ hint: true, sessionId: "ses_B", seq: 6n }]);
   });
 });
