@@ -8,6 +8,7 @@ import { failure } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { partText, text } from "../support/prompt.js";
+import { lastSeq as storedLastSeq, removalOf, storedEvents, storedRows } from "../support/stored.js";
 import { waitFor } from "../support/wait.js";
 
 // Revert / Unrevert end to end: the mark hides messages from ListMessages, the next prompt
@@ -40,40 +41,11 @@ async function threeMessages(): Promise<{ sessionId: string; sent: MessageWithPa
   return { sessionId, sent };
 }
 
-/** The stored rows of a session: [message id, [[part id, kind], ...]] in position order. */
-async function rows(sessionId: string): Promise<Array<[string, Array<[string, string]>]>> {
-  const db = t.ledger.deps.db;
-  const messages = await db.selectFrom("message").select(["id"]).where("session_id", "=", sessionId).orderBy("position").execute();
-  const parts = await db
-    .selectFrom("part")
-    .select(["id", "message_id", "kind"])
-    .where("session_id", "=", sessionId)
-    .orderBy("position")
-    .execute();
-  return messages.map((m) => [m.id, parts.filter((p) => p.message_id === m.id).map((p) => [p.id, p.kind] as [string, string])]);
-}
-
+const rows = (sessionId: string) => storedRows(t.ledger.deps.db, sessionId);
+const lastSeq = (sessionId: string) => storedLastSeq(t.ledger.deps.db, sessionId);
 /** The stored events after `afterSeq` as [kind, message id, part id?]. */
-async function eventsAfter(sessionId: string, afterSeq: number): Promise<unknown[][]> {
-  const events = await t.ledger.deps.db
-    .selectFrom("session_event")
-    .select(["kind", "data"])
-    .where("session_id", "=", sessionId)
-    .where("seq", ">", afterSeq)
-    .orderBy("seq")
-    .execute();
-  return events.map((e) => {
-    const data = e.data as { messageRemoved?: { messageId: string }; partRemoved?: { messageId: string; partId: string } };
-    if (data.messageRemoved) return [e.kind, data.messageRemoved.messageId];
-    if (data.partRemoved) return [e.kind, data.partRemoved.messageId, data.partRemoved.partId];
-    return [e.kind];
-  });
-}
-
-async function lastSeq(sessionId: string): Promise<number> {
-  const row = await t.ledger.deps.db.selectFrom("session").select("last_seq").where("id", "=", sessionId).executeTakeFirstOrThrow();
-  return Number(row.last_seq);
-}
+const eventsAfter = async (sessionId: string, afterSeq: number) =>
+  (await storedEvents(t.ledger.deps.db, sessionId, { afterSeq })).map(removalOf);
 
 const listed = async (sessionId: string, includeReverted = false) =>
   (await t.client.listMessages({ sessionId, includeReverted })).messages.map((m) => [idOf(m), m.parts.map(partText)]);
