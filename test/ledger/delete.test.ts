@@ -5,6 +5,7 @@ import { followSession } from "../../src/events/feed.js";
 import { newId } from "../../src/ids.js";
 import { compatibleProvider } from "../support/mock-models.js";
 import { codeOf as code } from "../support/errors.js";
+import { collectEvents } from "../support/event-stream.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
@@ -50,23 +51,6 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-/** Reads a server stream in the background until it ends or fails (never aborted by the test). */
-function collect(stream: AsyncIterable<{ event?: SessionEvent }>) {
-  const events: SessionEvent[] = [];
-  let failure: unknown;
-  let ended = false;
-  const done = (async () => {
-    try {
-      for await (const res of stream) events.push(res.event!);
-    } catch (error) {
-      failure = error;
-    } finally {
-      ended = true;
-    }
-  })();
-  return { events, done, ended: () => ended, failure: () => failure };
-}
-
 const rowsOf = async (table: "session" | "message" | "part" | "session_event", sessionId: string) =>
   table === "session"
     ? await t.ledger.deps.db.selectFrom("session").select("id").where("id", "=", sessionId).execute()
@@ -77,8 +61,8 @@ describe("DeleteSession while the loop runs in this process", () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     const before = fake.requests.length;
     fake.push({ kind: "stream", chunks: [{ text: "thinking about it" }, { hang: true }] });
-    const watcher = collect(t.client.watchSession({ sessionId, afterSeq: 0n }));
-    const prompted = collect(t.client.promptStream({ sessionId, parts: [text("never answered")] }));
+    const watcher = collectEvents((signal) => t.client.watchSession({ sessionId, afterSeq: 0n }, { signal }));
+    const prompted = collectEvents((signal) => t.client.promptStream({ sessionId, parts: [text("never answered")] }, { signal }));
     await waitFor("the model request", () => fake.requests.length > before);
     await waitFor("streamed text", () => prompted.events.some((e) => e.kind.case === "partDelta"));
     expect(t.ledger.deps.replier!.isRunning(sessionId)).toBe(true);
@@ -136,8 +120,8 @@ describe("DeleteSession while the loop runs in this process", () => {
     const children = (await t.client.listChildren({ sessionId: parentId })).sessions;
     expect(children).toHaveLength(1);
     const childId = children[0]!.id;
-    const childWatcher = collect(t.client.watchSession({ sessionId: childId, afterSeq: 0n }));
-    const parentWatcher = collect(t.client.watchSession({ sessionId: parentId, afterSeq: 0n }));
+    const childWatcher = collectEvents((signal) => t.client.watchSession({ sessionId: childId, afterSeq: 0n }, { signal }));
+    const parentWatcher = collectEvents((signal) => t.client.watchSession({ sessionId: parentId, afterSeq: 0n }, { signal }));
     await waitFor("both watchers replayed", () => childWatcher.events.length > 0 && parentWatcher.events.length > 0);
 
     await t.client.deleteSession({ sessionId: parentId });
@@ -174,7 +158,7 @@ describe("DeleteSession while the loop runs in this process", () => {
     const answer = t.client.prompt({ sessionId: parentId, parts: [text("delegate")] });
     await waitFor("the child's model request", () => fake.requests.length >= before + 2);
     const childId = (await t.client.listChildren({ sessionId: parentId })).sessions[0]!.id;
-    const childWatcher = collect(t.client.watchSession({ sessionId: childId, afterSeq: 0n }));
+    const childWatcher = collectEvents((signal) => t.client.watchSession({ sessionId: childId, afterSeq: 0n }, { signal }));
     await waitFor("the child watcher's replay", () => childWatcher.events.length > 0);
 
     await t.client.deleteSession({ sessionId: childId });
