@@ -22,18 +22,11 @@ const STOPPED = /"msg":"agent loop stopped: session deleted"/g;
 
 let pair: ReplicaPair | undefined;
 let dir: string | undefined;
-let fake: FakeOpenAI | undefined;
 let A: Replica;
 let B: Replica;
 
-function sql(): pg.Client {
-  if (!pair) throw new Error("no SQL client");
-  return pair.sql;
-}
-function model(): FakeOpenAI {
-  if (!fake) throw new Error("no fake OpenAI server");
-  return fake;
-}
+const sql = (): pg.Client => pair!.sql;
+const model = (): FakeOpenAI => pair!.model();
 
 beforeAll(
   async () => {
@@ -47,7 +40,7 @@ beforeAll(
 
 beforeEach(async () => {
   if (!POSTGRES) return;
-  fake = await pair!.freshModel();
+  await pair!.freshModel();
 });
 
 afterAll(async () => {

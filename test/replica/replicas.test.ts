@@ -23,20 +23,12 @@ const START_MS = 60_000;
 
 let pair: ReplicaPair | undefined;
 let dir: string | undefined;
-/** This test's fake model server (a fresh one per test, behind the pair's model proxy). */
-let fake: FakeOpenAI | undefined;
 let A: Replica;
 let B: Replica;
 const extra: Replica[] = [];
 
-function sql(): pg.Client {
-  if (!pair) throw new Error("no SQL client");
-  return pair.sql;
-}
-function model(): FakeOpenAI {
-  if (!fake) throw new Error("no fake OpenAI server");
-  return fake;
-}
+const sql = (): pg.Client => pair!.sql;
+const model = (): FakeOpenAI => pair!.model();
 async function replica(name: string): Promise<Replica> {
   const r = await startReplica({ name, cwd: dir!, databaseUrl: pair!.database.url!, timeoutMs: START_MS });
   extra.push(r);
@@ -57,7 +49,7 @@ beforeAll(
 // hanging) go away with the old server instead of answering the next test's requests.
 beforeEach(async () => {
   if (!POSTGRES) return;
-  fake = await pair!.freshModel();
+  await pair!.freshModel();
 });
 
 afterAll(async () => {

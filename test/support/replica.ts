@@ -170,6 +170,8 @@ export interface ReplicaPair {
   B: Replica;
   /** Closes the fake model server of the previous call (if any) and puts a new one behind `proxy`. */
   freshModel(): Promise<FakeOpenAI>;
+  /** The fake model server behind `proxy` since the last `freshModel()`; throws before the first. */
+  model(): FakeOpenAI;
   /** Kills every replica still running (`killReplicas`), closes the pg client and the servers, drops the database and removes `dir`. */
   close(): Promise<void>;
 }
@@ -217,6 +219,10 @@ export async function startReplicaPair(options: { prefix: string; timeoutMs?: nu
         await fake?.close();
         fake = await startFakeOpenAI();
         target.setTarget(fake.url);
+        return fake;
+      },
+      model() {
+        if (!fake) throw new Error("no fake OpenAI server: call freshModel() first");
         return fake;
       },
       close,
