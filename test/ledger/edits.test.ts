@@ -4,29 +4,21 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../../src/ids.js";
-import { compatibleProvider } from "../support/mock-models.js";
 import { hangLoop } from "../support/busy.js";
 import { failure } from "../support/errors.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
 import { lastSeq as storedLastSeq, removalOf, storedEvents, storedRows } from "../support/stored.js";
 
 // DeleteMessage, DeletePart, UpdatePart, ListChildren and GetStatus end to end. Runs on
 // Postgres and PGlite (vitest projects).
 
-let t: TestLedger;
-let fake: FakeOpenAI;
+let t: FakeModelLedger;
 beforeAll(async () => {
-  fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "fake/m",
-    provider: { fake: compatibleProvider(fake.url, { m: {} }, "test") },
-  });
+  t = await startFakeModelLedger();
 });
 afterAll(async () => {
   await t?.close();
-  await fake?.close();
 });
 
 const idOf = (m: MessageWithParts) => m.message!.kind.value!.id;
@@ -152,7 +144,7 @@ describe("DeleteMessage / DeletePart / UpdatePart", () => {
     const { sessionId, sent } = await twoMessages();
     const [m1] = sent;
     const before = await rows(sessionId);
-    const stop = await hangLoop(t, fake, sessionId);
+    const stop = await hangLoop(t, t.fake, sessionId);
     try {
       const status = (await t.client.getStatus({})).statuses;
       expect(status[sessionId]?.status.case).toBe("busy");

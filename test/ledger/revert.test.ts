@@ -2,11 +2,9 @@ import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { newId } from "../../src/ids.js";
-import { compatibleProvider } from "../support/mock-models.js";
 import { hangLoop } from "../support/busy.js";
 import { failure } from "../support/errors.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
 import { lastSeq as storedLastSeq, removalOf, storedEvents, storedRows } from "../support/stored.js";
 import { waitFor } from "../support/wait.js";
@@ -15,18 +13,12 @@ import { waitFor } from "../support/wait.js";
 // removes them in its own transaction with message_removed/part_removed events, and a running
 // loop refuses both. Runs on Postgres and PGlite (vitest projects).
 
-let t: TestLedger;
-let fake: FakeOpenAI;
+let t: FakeModelLedger;
 beforeAll(async () => {
-  fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "fake/m",
-    provider: { fake: compatibleProvider(fake.url, { m: {} }, "test") },
-  });
+  t = await startFakeModelLedger();
 });
 afterAll(async () => {
   await t?.close();
-  await fake?.close();
 });
 
 const idOf = (m: MessageWithParts) => m.message!.kind.value!.id;
@@ -165,7 +157,7 @@ describe("Revert / Unrevert", () => {
 
   it("refuses Revert and Unrevert while the session's loop runs (SESSION_BUSY)", async () => {
     const { sessionId, sent } = await threeMessages();
-    const stop = await hangLoop(t, fake, sessionId);
+    const stop = await hangLoop(t, t.fake, sessionId);
     try {
       expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[1]!) }))).toMatchObject({
         code: Code.FailedPrecondition,
@@ -234,7 +226,7 @@ describe("Revert / Unrevert", () => {
 
   it("refuses ResumeSession while a revert point is set (SESSION_REVERTED), and resumes after Unrevert", async () => {
     const { sessionId, sent } = await threeMessages();
-    const stop = await hangLoop(t, fake, sessionId);
+    const stop = await hangLoop(t, t.fake, sessionId);
     await stop(); // the "hang on" prompt's answer is aborted: resumable
     await waitFor("the loop to end", async () => !(await t.client.getStatus({})).statuses[sessionId], 20_000, 20);
     await t.client.revert({ sessionId, messageId: idOf(sent[1]!) });
@@ -248,7 +240,7 @@ describe("Revert / Unrevert", () => {
     expect(await lastSeq(sessionId)).toBe(seq);
 
     await t.client.unrevert({ sessionId });
-    fake.push({ kind: "stream", chunks: [{ text: "resumed" }] });
+    t.fake.push({ kind: "stream", chunks: [{ text: "resumed" }] });
     const kinds: string[] = [];
     for await (const res of t.client.resumeSession({ sessionId })) kinds.push(res.event!.kind.case!);
     expect(kinds.at(-1)).toBe("sessionStatus");
