@@ -8,7 +8,7 @@ import { hangLoop } from "../support/busy.js";
 import { failure } from "../support/errors.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
-import { lastSeq as storedLastSeq, removalOf, storedEvents, storedRows } from "../support/stored.js";
+import { idOf, lastSeq as storedLastSeq, removalOf, storedEvents, storedRows } from "../support/stored.js";
 
 // DeleteMessage, DeletePart, UpdatePart, ListChildren and GetStatus end to end. Runs on
 // Postgres and PGlite (vitest projects).
@@ -20,8 +20,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await t?.close();
 });
-
-const idOf = (m: MessageWithParts) => m.message!.kind.value!.id;
 
 /** A session with two stored prompts: ["one a", "one b"], ["two"]. */
 async function twoMessages(): Promise<{ sessionId: string; sent: [MessageWithParts, MessageWithParts] }> {

@@ -6,7 +6,7 @@ import { hangLoop } from "../support/busy.js";
 import { failure } from "../support/errors.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
-import { lastSeq as storedLastSeq, removalOf, storedEvents, storedRows } from "../support/stored.js";
+import { idOf, lastSeq as storedLastSeq, removalOf, storedEvents, storedRows } from "../support/stored.js";
 import { waitFor } from "../support/wait.js";
 
 // Revert / Unrevert end to end: the mark hides messages from ListMessages, the next prompt
@@ -20,8 +20,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await t?.close();
 });
-
-const idOf = (m: MessageWithParts) => m.message!.kind.value!.id;
 
 /** A session with three stored prompts: ["one"], ["two a", "two b", "two c"], ["three"]. */
 async function threeMessages(): Promise<{ sessionId: string; sent: MessageWithParts[] }> {
@@ -38,6 +36,9 @@ const lastSeq = (sessionId: string) => storedLastSeq(t.ledger.deps.db, sessionId
 /** The stored events after `afterSeq` as [kind, message id, part id?]. */
 const eventsAfter = async (sessionId: string, afterSeq: number) =>
   (await storedEvents(t.ledger.deps.db, sessionId, { afterSeq })).map(removalOf);
+
+/** The events a no_reply prompt of one text stores after the removals it makes, as [kind]. */
+const PROMPTED = [["message_updated"], ["part_updated"], ["prompted"], ["session_updated"]];
 
 const listed = async (sessionId: string, includeReverted = false) =>
   (await t.client.listMessages({ sessionId, includeReverted })).messages.map((m) => [idOf(m), m.parts.map(partText)]);
@@ -89,10 +90,7 @@ describe("Revert / Unrevert", () => {
       ...m2.parts.map((p) => ["part_removed", idOf(m2), p.id]),
       ["message_removed", idOf(m3)],
       ["part_removed", idOf(m3), m3.parts[0]!.id],
-      ["message_updated"],
-      ["part_updated"],
-      ["prompted"],
-      ["session_updated"],
+      ...PROMPTED,
     ]);
     const session = (await t.client.getSession({ sessionId })).session!;
     expect(session.revert).toBeUndefined();
@@ -115,10 +113,7 @@ describe("Revert / Unrevert", () => {
       ["part_removed", idOf(m2), m2.parts[2]!.id],
       ["message_removed", idOf(m3)],
       ["part_removed", idOf(m3), m3.parts[0]!.id],
-      ["message_updated"],
-      ["part_updated"],
-      ["prompted"],
-      ["session_updated"],
+      ...PROMPTED,
     ]);
     expect(await listed(sessionId)).toEqual([
       [idOf(m1), ["one"]],

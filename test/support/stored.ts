@@ -34,6 +34,13 @@ export function partView(part: Part): PartView {
   }
 }
 
+/** The id of an entry's message (user or assistant); throws when the entry has no message. */
+export function idOf(entry: MessageWithParts): string {
+  const id = entry.message?.kind.value?.id;
+  if (id === undefined) throw new Error("the entry has no message");
+  return id;
+}
+
 /** The assistant message of an entry, or undefined for a user message. */
 export function assistantOf(entry: MessageWithParts | undefined): AssistantMessage | undefined {
   return entry?.message?.kind.case === "assistant" ? entry.message.kind.value : undefined;
