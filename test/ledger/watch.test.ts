@@ -88,6 +88,23 @@ async function storedSeqs(sessionId: string): Promise<number[]> {
   return (await storedEvents(t.ledger.deps.db, sessionId)).map((e) => e.seq);
 }
 
+/** Waits until another connection to the test database waits for a lock in a query like `pattern` (Postgres only). */
+async function lockWaiter(what: string, pattern: string): Promise<void> {
+  await waitFor(
+    what,
+    async () => {
+      const waiting = await sql<{ n: number }>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like ${pattern}`.execute(
+        t.ledger.deps.db,
+      );
+      return waiting.rows[0]!.n > 0;
+    },
+    10_000,
+    5,
+  );
+}
+
 /** A WatchSession reader in the background (see test/support/event-stream.ts). */
 const tail = (sessionId: string, afterSeq: bigint) => collectEvents((signal) => t.client.watchSession({ sessionId, afterSeq }, { signal }));
 
@@ -567,19 +584,7 @@ describe("cursor pruned during the replay", () => {
         // Readers of session_event wait for this transaction; the cursor check (session row) does not.
         await sql`lock table session_event in access exclusive mode`.execute(trx);
         watcher = tail(sessionId, 0n);
-        await waitFor(
-          "WatchSession's replay to wait on session_event",
-          async () => {
-            const waiting = await sql<{ n: number }>`
-            select count(*)::int as n from pg_stat_activity
-            where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%session_event%'`.execute(
-              db,
-            );
-            return waiting.rows[0]!.n > 0;
-          },
-          10_000,
-          5,
-        );
+        await lockWaiter("WatchSession's replay to wait on session_event", "%session_event%");
         // Retention runs now: the cursor (0) was valid when checked, and is not any more.
         await pruneEvents(trx, new Date(Date.now() + 1000));
       });
@@ -625,19 +630,7 @@ describe("a PromptStream client that goes away early", () => {
     );
     // Wait until the request is at the server, blocked on the row (PGlite: everything waits for the holder).
     if (TEST_ENGINE === "postgres") {
-      await waitFor(
-        "PromptStream's write to wait for the session row",
-        async () => {
-          const waiting = await sql<{ n: number }>`
-          select count(*)::int as n from pg_stat_activity
-          where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%for update%'`.execute(
-            db,
-          );
-          return waiting.rows[0]!.n > 0;
-        },
-        10_000,
-        5,
-      );
+      await lockWaiter("PromptStream's write to wait for the session row", "%for update%");
     } else {
       await sleep(300);
     }
