@@ -35,7 +35,9 @@ export interface Goal {
   value: number;
 }
 
+/** A goal met when ours is at most `value` times the baseline. */
 export const atMost = (value: number): Goal => ({ op: "<=", value });
+/** A goal met when ours is at least `value` times the baseline. */
 export const atLeast = (value: number): Goal => ({ op: ">=", value });
 
 /** Builds a row; `ratio = ours / baseline`, checked against `goal` when given. */
@@ -51,6 +53,26 @@ export function row(name: string, ours: number, baseline: number, unit: string, 
     unit,
     ...(note ? { note } : {}),
   };
+}
+
+/**
+ * Millisecond rows comparing two sets of latency samples at percentiles: one row per key of
+ * `goals` (the percentile, in ascending order) with that goal (or none), named `${name}, p<N>`.
+ *
+ * ```ts
+ * percentileRows("Kysely vs raw pg: read", writes.a, writes.b, { 50: atMost(1.2), 99: undefined }, note);
+ * ```
+ */
+export function percentileRows(
+  name: string,
+  ours: readonly number[],
+  baseline: readonly number[],
+  goals: Record<number, Goal | undefined>,
+  note?: string,
+): Row[] {
+  return Object.entries(goals).map(([p, goal]) =>
+    row(`${name}, p${p}`, percentile(ours, Number(p)), percentile(baseline, Number(p)), "ms", goal, note),
+  );
 }
 
 function round(value: number): number {
@@ -86,6 +108,7 @@ export function percentile(samples: readonly number[], p: number): number {
   return sorted[rank]!;
 }
 
+/** The median (50th percentile, nearest rank) of `samples`. */
 export function median(samples: readonly number[]): number {
   return percentile(samples, 50);
 }

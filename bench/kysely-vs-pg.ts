@@ -25,7 +25,7 @@ import { protoCaseName } from "../src/storage/proto-names.js";
 import type { DB, MessageRow, PartRow } from "../src/storage/schema.js";
 import { insertSession, rowToSession, type SessionRowWithCount } from "../src/storage/session-store.js";
 import { SessionSchema } from "../gen/ledger/v1/session_pb.js";
-import { atMost, createBenchDatabase, log, paired, percentile, prose, row, scaled, type Row } from "./common.js";
+import { atMost, createBenchDatabase, log, paired, percentileRows, prose, scaled, type Row } from "./common.js";
 
 const PARTS = 5;
 const PAGE = 50;
@@ -243,38 +243,14 @@ export async function kyselyVsPg(): Promise<Row[]> {
     const readNote =
       "ours: listMessageRows(after, limit 50) + listPartRows(ids) on Kysely; baseline: the identical two statements on a bare pg.Pool";
     return [
-      row(
-        `Kysely vs raw pg: prompt write txn (${PARTS} parts), p50`,
-        percentile(writes.a, 50),
-        percentile(writes.b, 50),
-        "ms",
-        atMost(1.2),
+      ...percentileRows(
+        `Kysely vs raw pg: prompt write txn (${PARTS} parts)`,
+        writes.a,
+        writes.b,
+        { 50: atMost(1.2), 99: undefined },
         writeNote,
       ),
-      row(
-        `Kysely vs raw pg: prompt write txn (${PARTS} parts), p99`,
-        percentile(writes.a, 99),
-        percentile(writes.b, 99),
-        "ms",
-        undefined,
-        writeNote,
-      ),
-      row(
-        `Kysely vs raw pg: read ${PAGE} messages + parts, p50`,
-        percentile(reads.a, 50),
-        percentile(reads.b, 50),
-        "ms",
-        atMost(1.2),
-        readNote,
-      ),
-      row(
-        `Kysely vs raw pg: read ${PAGE} messages + parts, p99`,
-        percentile(reads.a, 99),
-        percentile(reads.b, 99),
-        "ms",
-        undefined,
-        readNote,
-      ),
+      ...percentileRows(`Kysely vs raw pg: read ${PAGE} messages + parts`, reads.a, reads.b, { 50: atMost(1.2), 99: undefined }, readNote),
     ];
   } finally {
     await opened.close();

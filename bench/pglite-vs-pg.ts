@@ -6,7 +6,7 @@
 import path from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { PromptRequestSchema } from "../gen/ledger/v1/service_pb.js";
-import { connectClient, createBenchDatabase, log, paired, percentile, prose, row, scaled, tempDir, type Row } from "./common.js";
+import { connectClient, createBenchDatabase, log, paired, percentileRows, prose, scaled, tempDir, type Row } from "./common.js";
 import { startBenchLedger } from "./ledger.js";
 
 const PARTS = 5;
@@ -47,30 +47,14 @@ export async function pgliteVsPg(): Promise<Row[]> {
     );
     const note = `noReply Prompt round trip, ${PARTS} text parts, in-process ledger; PGlite runs inside the server's Node thread (WASM), Postgres in its own processes`;
     return [
-      row(
-        `PGlite (disk) vs Postgres: noReply Prompt, ${PARTS} parts, p50`,
-        percentile(onDisk.a, 50),
-        percentile(onDisk.b, 50),
-        "ms",
-        undefined,
+      ...percentileRows(
+        `PGlite (disk) vs Postgres: noReply Prompt, ${PARTS} parts`,
+        onDisk.a,
+        onDisk.b,
+        { 50: undefined, 99: undefined },
         note,
       ),
-      row(
-        `PGlite (disk) vs Postgres: noReply Prompt, ${PARTS} parts, p99`,
-        percentile(onDisk.a, 99),
-        percentile(onDisk.b, 99),
-        "ms",
-        undefined,
-        note,
-      ),
-      row(
-        `PGlite (memory) vs Postgres: noReply Prompt, ${PARTS} parts, p50`,
-        percentile(inMemory.a, 50),
-        percentile(inMemory.b, 50),
-        "ms",
-        undefined,
-        note,
-      ),
+      ...percentileRows(`PGlite (memory) vs Postgres: noReply Prompt, ${PARTS} parts`, inMemory.a, inMemory.b, { 50: undefined }, note),
     ];
   } finally {
     await memory.close(500);

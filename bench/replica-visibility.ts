@@ -21,8 +21,8 @@ import {
   log,
   now,
   percentile,
+  percentileRows,
   prose,
-  row,
   scaled,
   sleep,
   tempDir,
@@ -137,24 +137,13 @@ export async function replicaVisibility(): Promise<Row[]> {
       `two \`ledger serve\` children on one database; prompt (noReply, 1 part) on A, WatchSession on B; ours = (event on B's stream − A's commit hint seen by a LISTEN connection of the bench) + the bare round trip of the same round; ` +
       `after the commit hint alone: p50 ${p(samples.after, 50)} ms, p99 ${p(samples.after, 99)} ms; from A's Prompt response: p50 ${p(samples.ack, 50)} ms; from sending the Prompt: p50 ${p(samples.send, 50)} ms; ` +
       `baseline: select pg_notify() (autocommit) on one connection → LISTEN on another, same server`;
-    return [
-      row(
-        "commit → visible on another replica's WatchSession, p50",
-        percentile(samples.ours, 50),
-        percentile(samples.rtt, 50),
-        "ms",
-        atMost(5),
-        note,
-      ),
-      row(
-        "commit → visible on another replica's WatchSession, p99",
-        percentile(samples.ours, 99),
-        percentile(samples.rtt, 99),
-        "ms",
-        undefined,
-        note,
-      ),
-    ];
+    return percentileRows(
+      "commit → visible on another replica's WatchSession",
+      samples.ours,
+      samples.rtt,
+      { 50: atMost(5), 99: undefined },
+      note,
+    );
   } finally {
     watchController.abort();
     await listener.end().catch(() => {});

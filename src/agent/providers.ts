@@ -1,5 +1,6 @@
 import type { LanguageModelV3 } from "@ai-sdk/provider";
 import type { LedgerConfig, ModelConfig, ProviderConfig } from "../config/config.js";
+import { loadOncePerKey } from "../load-once.js";
 
 /** A model as the loop uses it: the AI SDK model, its config entry and the provider-options key. */
 export interface ResolvedModel {
@@ -47,7 +48,8 @@ export const PROVIDER_PACKAGES = ["@ai-sdk/openai-compatible", "@ai-sdk/openai",
  * imported then (`import()`), not when the ledger starts.
  */
 export function createModelResolver(config: LedgerConfig, env: NodeJS.ProcessEnv = process.env): ModelResolver {
-  const providers = new Map<string, Promise<Provider>>();
+  // Created on first use; a failed import is tried again on the next prompt, not cached for the process.
+  const providerOf = loadOncePerKey((providerId: string) => createProvider(providerId, config.providers[providerId]!, env));
   const available = Object.entries(config.providers).flatMap(([p, entry]) => Object.keys(entry.models).map((m) => `${p}/${m}`));
   return {
     configured: available.length > 0,
@@ -56,14 +58,13 @@ export function createModelResolver(config: LedgerConfig, env: NodeJS.ProcessEnv
       const entry = Object.hasOwn(config.providers, providerId) ? config.providers[providerId] : undefined;
       const modelConfig = entry && Object.hasOwn(entry.models, modelId) ? entry.models[modelId] : undefined;
       if (!entry || !modelConfig) throw new ModelUnavailableError(providerId, modelId, available);
-      let provider = providers.get(providerId);
-      if (!provider) {
-        provider = createProvider(providerId, entry, env);
-        providers.set(providerId, provider);
-        // A failed import is tried again on the next prompt, not cached for the process.
-        provider.catch(() => providers.delete(providerId));
-      }
-      return provider.then((p) => ({ providerId, modelId, model: p.make(modelId), config: modelConfig, optionsKey: p.optionsKey }));
+      return providerOf(providerId).then((p) => ({
+        providerId,
+        modelId,
+        model: p.make(modelId),
+        config: modelConfig,
+        optionsKey: p.optionsKey,
+      }));
     },
   };
 }

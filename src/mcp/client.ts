@@ -1,5 +1,6 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { LedgerConfig, McpServerConfig } from "../config/config.js";
+import { loadOnce } from "../load-once.js";
 import { notConfigured, type McpContent, type McpReader } from "./reader.js";
 
 export type { McpContent, McpReader } from "./reader.js";
@@ -40,29 +41,23 @@ interface Sdk {
   ErrorCode: typeof import("@modelcontextprotocol/sdk/types.js").ErrorCode;
 }
 
-let loadingSdk: Promise<Sdk> | undefined;
-
 /**
  * The MCP SDK (with ajv and zod-to-json-schema), imported on the first MCP read: a ledger
- * without MCP servers, or whose prompts name none, never loads it.
+ * without MCP servers, or whose prompts name none, never loads it. A failed load is tried again
+ * on the next read, not cached for the process.
  */
-function loadSdk(): Promise<Sdk> {
-  if (loadingSdk === undefined) {
-    loadingSdk = Promise.all([
-      import("@modelcontextprotocol/sdk/client/index.js"),
-      import("@modelcontextprotocol/sdk/client/stdio.js"),
-      import("@modelcontextprotocol/sdk/types.js"),
-    ]).then(([client, stdio, types]) => ({
-      Client: client.Client,
-      StdioClientTransport: stdio.StdioClientTransport,
-      McpError: types.McpError,
-      ErrorCode: types.ErrorCode,
-    }));
-    // A failed load is tried again on the next read, not cached for the process.
-    loadingSdk.catch(() => (loadingSdk = undefined));
-  }
-  return loadingSdk;
-}
+const loadSdk: () => Promise<Sdk> = loadOnce(() =>
+  Promise.all([
+    import("@modelcontextprotocol/sdk/client/index.js"),
+    import("@modelcontextprotocol/sdk/client/stdio.js"),
+    import("@modelcontextprotocol/sdk/types.js"),
+  ]).then(([client, stdio, types]) => ({
+    Client: client.Client,
+    StdioClientTransport: stdio.StdioClientTransport,
+    McpError: types.McpError,
+    ErrorCode: types.ErrorCode,
+  })),
+);
 
 /** One stdio server: a client connected on demand, dropped when its process ends. */
 class Connection {

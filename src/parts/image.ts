@@ -2,6 +2,7 @@ import { fileTypeFromBuffer } from "file-type";
 import type sharp from "sharp";
 import type { Limits } from "../config/limits.js";
 import { InvalidArgumentError, LimitExceededError } from "../errors.js";
+import { loadOnce } from "../load-once.js";
 
 /** Longest side a stored image may have, in pixels (docs/design.md §3 step 6). */
 export const IMAGE_MAX_DIMENSION = 2000;
@@ -17,17 +18,11 @@ export const JPEG_QUALITIES: readonly number[] = [85, 70, 55, 40, 25, 10];
  */
 const FAIL_ON = "error";
 
-let loadingSharp: Promise<typeof sharp> | undefined;
-
-/** sharp (libvips, ~30 MB of native code), imported on the first image, not when the ledger starts. */
-function loadSharp(): Promise<typeof sharp> {
-  if (loadingSharp === undefined) {
-    loadingSharp = import("sharp").then((mod) => mod.default);
-    // A failed load is tried again on the next image, not cached for the process.
-    loadingSharp.catch(() => (loadingSharp = undefined));
-  }
-  return loadingSharp;
-}
+/**
+ * sharp (libvips, ~30 MB of native code), imported on the first image, not when the ledger
+ * starts; a failed load is tried again on the next image.
+ */
+const loadSharp: () => Promise<typeof sharp> = loadOnce(() => import("sharp").then((mod) => mod.default));
 
 /** Formats stored unchanged when within bounds: sharp's format name → MIME type. */
 const KEPT_FORMATS: ReadonlyMap<string, string> = new Map([

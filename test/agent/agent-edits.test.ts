@@ -8,6 +8,7 @@ import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { PermissionReply, type PermissionRequest } from "../../gen/ledger/v1/permission_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { watchUntil } from "../support/event-stream.js";
 import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
@@ -52,28 +53,11 @@ const call = (id: string, name: string, args: unknown): ScriptedReply => ({
 });
 const say = (words: string): ScriptedReply => ({ kind: "stream", chunks: [{ text: words }] });
 
-/** Collects the session's events from `afterSeq` on a second (gRPC) client until `until` matches one; returns them all. */
-async function watchUntil(sessionId: string, until: (e: SessionEvent) => boolean, afterSeq = 0n): Promise<SessionEvent[]> {
-  const controller = new AbortController();
-  const events: SessionEvent[] = [];
-  const timer = setTimeout(() => controller.abort(), 20_000);
-  try {
-    for await (const res of grpc.watchSession({ sessionId, afterSeq }, { signal: controller.signal })) {
-      events.push(res.event!);
-      if (until(res.event!)) break;
-    }
-  } finally {
-    clearTimeout(timer);
-    controller.abort();
-  }
-  return events;
-}
-
 const asked = (e: SessionEvent) => e.kind.case === "permissionAsked";
 const idle = (e: SessionEvent) => e.kind.case === "sessionStatus" && e.kind.value.status.case === "idle";
 
 async function nextAsk(sessionId: string, afterSeq = 0n): Promise<PermissionRequest> {
-  const events = await watchUntil(sessionId, asked, afterSeq);
+  const events = await watchUntil(grpc, sessionId, asked, afterSeq);
   const event = events.at(-1)!;
   if (event.kind.case !== "permissionAsked") throw new Error("no permission_asked");
   return event.kind.value.permission!;
@@ -133,7 +117,7 @@ describe("permission asks on write", () => {
     ]);
 
     // The event order a watcher sees: asked before replied, replied before the tool completes.
-    const events = await watchUntil(sessionId, idle);
+    const events = await watchUntil(grpc, sessionId, idle);
     const order = events.map((e) => e.kind.case).filter((k) => k === "permissionAsked" || k === "permissionReplied");
     expect(order).toEqual(["permissionAsked", "permissionReplied"]);
     const replied = events.find((e) => e.kind.case === "permissionReplied")!;
@@ -189,7 +173,7 @@ describe("permission asks on write", () => {
     const messages = await untilIdle(sessionId);
     expect(await readFile(path.join(dir, "log.txt"), "utf8")).toBe("1\n2\n");
     expect(tools(messages).map((tool) => state(tool)?.case)).toEqual(["completed", "completed"]);
-    const events = await watchUntil(sessionId, idle);
+    const events = await watchUntil(grpc, sessionId, idle);
     expect(events.filter(asked)).toHaveLength(1);
     const session = (await t.client.getSession({ sessionId })).session!;
     expect(session.permission.map((r) => ({ permission: r.permission, pattern: r.pattern, action: r.action }))).toEqual([
@@ -226,7 +210,7 @@ describe("Abort while a call waits", () => {
     expect((await t.client.abort({ sessionId })).aborted).toBe(true);
     const messages = await untilIdle(sessionId);
     expect((await grpc.listPermissions({ sessionId })).permissions).toEqual([]);
-    const events = await watchUntil(sessionId, (e) => e.kind.case === "permissionReplied");
+    const events = await watchUntil(grpc, sessionId, (e) => e.kind.case === "permissionReplied");
     expect(events.at(-1)!.kind.value).toMatchObject({ permissionId: request.id, reply: PermissionReply.REJECT });
     expect(state(tools(messages)[0])?.case).toBe("error");
     await expect(stat(path.join(dir, "late.txt"))).rejects.toThrow(/ENOENT/);

@@ -4,10 +4,10 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import type { AssistantMessage, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { assistantOf, storedEvents } from "../support/stored.js";
 import { text } from "../support/prompt.js";
 import { compatibleProvider } from "../support/mock-models.js";
 import { waitFor } from "../support/wait.js";
@@ -41,8 +41,6 @@ afterAll(async () => {
 });
 
 const newSession = async () => (await t.client.createSession({ directory: t.dir })).session!.id;
-const assistantOf = (m: MessageWithParts | undefined) =>
-  (m?.message?.kind.case === "assistant" ? m.message.kind.value : undefined) as AssistantMessage | undefined;
 
 async function streamPrompt(sessionId: string, words: string): Promise<SessionEvent[]> {
   const events: SessionEvent[] = [];
@@ -165,13 +163,7 @@ describe("errors", () => {
     const a = assistantOf(res.message)!;
     expect(a.error?.kind.case).toBe("modelNotFound");
     expect(a.error?.message).toContain("local/qwen");
-    const rows = await t.ledger.deps.db
-      .selectFrom("session_event")
-      .select("kind")
-      .where("session_id", "=", sessionId)
-      .where("kind", "=", "session_error")
-      .execute();
-    expect(rows).toHaveLength(1);
+    expect(await storedEvents(t.ledger.deps.db, sessionId, { kind: "session_error" })).toHaveLength(1);
   });
 });
 

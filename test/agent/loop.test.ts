@@ -5,7 +5,7 @@ import type { LanguageModelV3, LanguageModelV3CallOptions, LanguageModelV3Stream
 import type { MockLanguageModelV3 } from "ai/test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { AssistantMessage, MessageWithParts, OutputFormatSchema } from "../../gen/ledger/v1/message_pb.js";
+import type { MessageWithParts, OutputFormatSchema } from "../../gen/ledger/v1/message_pb.js";
 import type { Part, ReasoningPart, TextPart, ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { readTool } from "../../src/tools/read.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
@@ -25,6 +25,7 @@ import {
   NO_RETRY,
 } from "../support/mock-models.js";
 import { text, type Draft } from "../support/prompt.js";
+import { assistantOf } from "../support/stored.js";
 
 // The agent loop through the real service (Connect JSON client, real database, real tools in the
 // temp dir), with the AI SDK's MockLanguageModelV3 injected as the model: every case checks
@@ -69,9 +70,6 @@ async function run(ledger: TestLedger, script: LanguageModelV3StreamResult[], re
   return { mock, res, messages, sessionId, userId: messages[0]!.message!.kind.value!.id };
 }
 
-const assistantOf = (m: MessageWithParts | undefined) =>
-  (m?.message?.kind.case === "assistant" ? m.message.kind.value : undefined) as AssistantMessage | undefined;
-
 /** A part as a compact string: its kind, the tool name and state for tools, the reason for step_finish. */
 function partShape(p: Part): string {
   if (p.kind.case === "tool") return `tool:${p.kind.value.tool}:${p.kind.value.state?.status.case}`;
@@ -95,6 +93,29 @@ function shapes(messages: MessageWithParts[]) {
     };
   });
 }
+
+/** The shape of the user message of a text-only prompt. */
+const userText = { role: "user", parts: ["text"] };
+
+/** The shape of a completed assistant step answering the user message `parentId`; `error` is the error's kind, if any. */
+const step = (parentId: string, finish: string, parts: string[], error?: string) => ({
+  role: "assistant",
+  parentId,
+  finish,
+  error,
+  completed: true,
+  parts,
+});
+
+/** The shape of a step that ran `tool` (ending in `status`) and asked for another step. */
+const toolStep = (parentId: string, tool: string, status = "completed") =>
+  step(parentId, "tool-calls", ["stepStart", `tool:${tool}:${status}`, "stepFinish:tool-calls"]);
+
+/** The shape of a step that answered with text and stopped. */
+const textStep = (parentId: string) => step(parentId, "stop", ["stepStart", "text", "stepFinish:stop"]);
+
+/** A scripted step calling read on notes.txt. */
+const readNotes = (callId = "call_1") => toolCallReply(callId, "read", { filePath: "notes.txt" });
 
 const toolOf = (m: MessageWithParts) => m.parts.find((p) => p.kind.case === "tool")!.kind.value as ToolPart;
 const textOf = (m: MessageWithParts) => m.parts.find((p) => p.kind.case === "text")!.kind.value as TextPart;
@@ -121,17 +142,7 @@ describe("a text answer", () => {
     const { mock, res, messages, userId } = await run(t, [textReply("Hello there, friend.", usage(8, 5, { cacheRead: 2 }))], {
       parts: [text("say hello")],
     });
-    expect(shapes(messages)).toEqual([
-      { role: "user", parts: ["text"] },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "stop",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "text", "stepFinish:stop"],
-      },
-    ]);
+    expect(shapes(messages)).toEqual([userText, textStep(userId)]);
     const a = assistantOf(messages[1])!;
     expect(a).toMatchObject({ agent: "build", model: { providerId: "mock", modelId: "model" }, path: { cwd: t.dir, root: t.dir } });
     expect(a.tokens).toMatchObject({ input: 8n, output: 5n, reasoning: 0n, cache: { read: 2n, write: 0n }, total: 15n });
@@ -156,33 +167,11 @@ describe("a text answer", () => {
 
 describe("tools", () => {
   it("runs read on a real file, then answers: the second call sees the numbered content", async () => {
-    const { mock, messages, userId } = await run(
-      t,
-      [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("The notes say hello.")],
-      {
-        parts: [text("what do the notes say?")],
-      },
-    );
+    const { mock, messages, userId } = await run(t, [readNotes(), textReply("The notes say hello.")], {
+      parts: [text("what do the notes say?")],
+    });
     expect(notes).toContain("1: hello from notes\n2: second line");
-    expect(shapes(messages)).toEqual([
-      { role: "user", parts: ["text"] },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "tool-calls",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"],
-      },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "stop",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "text", "stepFinish:stop"],
-      },
-    ]);
+    expect(shapes(messages)).toEqual([userText, toolStep(userId, "read"), textStep(userId)]);
     const tool = toolOf(messages[1]!);
     expect(tool.callId).toBe("call_1");
     const state = tool.state!.status;
@@ -207,40 +196,10 @@ describe("tools", () => {
   it("takes two tool steps, then answers: three assistant messages, each call sees all earlier results", async () => {
     const { mock, messages, userId } = await run(
       t,
-      [
-        toolCallReply("call_1", "read", { filePath: "notes.txt" }),
-        toolCallReply("call_2", "glob", { pattern: "*.txt" }),
-        textReply("Two text files."),
-      ],
+      [readNotes(), toolCallReply("call_2", "glob", { pattern: "*.txt" }), textReply("Two text files.")],
       { parts: [text("which text files are there?")] },
     );
-    expect(shapes(messages)).toEqual([
-      { role: "user", parts: ["text"] },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "tool-calls",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"],
-      },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "tool-calls",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "tool:glob:completed", "stepFinish:tool-calls"],
-      },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "stop",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "text", "stepFinish:stop"],
-      },
-    ]);
+    expect(shapes(messages)).toEqual([userText, toolStep(userId, "read"), toolStep(userId, "glob"), textStep(userId)]);
     const glob = toolOf(messages[2]!).state!.status;
     const globOutput = glob.case === "completed" ? glob.value.output : "";
     expect(globOutput).toContain("notes.txt");
@@ -265,55 +224,15 @@ describe("tools", () => {
         parts: [text("read the notes")],
       },
     );
-    expect(shapes(messages)).toEqual([
-      { role: "user", parts: ["text"] },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "tool-calls",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"],
-      },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "stop",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "text", "stepFinish:stop"],
-      },
-    ]);
+    expect(shapes(messages)).toEqual([userText, toolStep(userId, "read"), textStep(userId)]);
   });
 
   it("records a tool the session denies (deprecated tools map) as a tool error the model sees next", async () => {
-    const { mock, messages, userId, sessionId } = await run(
-      t,
-      [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("I may not read files.")],
-      {
-        parts: [text("read the notes")],
-        tools: { read: false },
-      },
-    );
-    expect(shapes(messages)).toEqual([
-      { role: "user", parts: ["text"] },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "tool-calls",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "tool:read:error", "stepFinish:tool-calls"],
-      },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "stop",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "text", "stepFinish:stop"],
-      },
-    ]);
+    const { mock, messages, userId, sessionId } = await run(t, [readNotes(), textReply("I may not read files.")], {
+      parts: [text("read the notes")],
+      tools: { read: false },
+    });
+    expect(shapes(messages)).toEqual([userText, toolStep(userId, "read", "error"), textStep(userId)]);
     const state = toolOf(messages[1]!).state!.status;
     const error = state.case === "error" ? state.value.error : "";
     expect(error).toContain("permission denied");
@@ -329,33 +248,11 @@ describe("tools", () => {
   });
 
   it("lets the read-only plan agent read", async () => {
-    const { mock, messages, userId } = await run(
-      t,
-      [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("Plan: nothing to change.")],
-      {
-        agent: "plan",
-        parts: [text("plan something")],
-      },
-    );
-    expect(shapes(messages)).toEqual([
-      { role: "user", parts: ["text"] },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "tool-calls",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"],
-      },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "stop",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "text", "stepFinish:stop"],
-      },
-    ]);
+    const { mock, messages, userId } = await run(t, [readNotes(), textReply("Plan: nothing to change.")], {
+      agent: "plan",
+      parts: [text("plan something")],
+    });
+    expect(shapes(messages)).toEqual([userText, toolStep(userId, "read"), textStep(userId)]);
     expect(messages.slice(1).map((m) => assistantOf(m)!.agent)).toEqual(["plan", "plan"]);
     const state = toolOf(messages[1]!).state!.status;
     expect(state.case === "completed" && state.value.output).toBe(notes);
@@ -369,17 +266,7 @@ describe("reasoning and provider metadata", () => {
     const { messages, userId } = await run(t, [reasoningReply("Let me think about it.", "Forty-two.", usage(10, 9, { reasoning: 4 }))], {
       parts: [text("the answer?")],
     });
-    expect(shapes(messages)).toEqual([
-      { role: "user", parts: ["text"] },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "stop",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "reasoning", "text", "stepFinish:stop"],
-      },
-    ]);
+    expect(shapes(messages)).toEqual([userText, step(userId, "stop", ["stepStart", "reasoning", "text", "stepFinish:stop"])]);
     const reasoning = messages[1]!.parts[1]!.kind.value as ReasoningPart;
     const answer = messages[1]!.parts[2]!.kind.value as TextPart;
     expect(reasoning.text).toBe("Let me think about it.");
@@ -443,17 +330,7 @@ describe("stops and errors", () => {
     const { mock, messages, userId } = await run(t, [lengthReply("The answer is", usage(3, 4)), textReply("never sent")], {
       parts: [text("long answer please")],
     });
-    expect(shapes(messages)).toEqual([
-      { role: "user", parts: ["text"] },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "length",
-        error: "outputLength",
-        completed: true,
-        parts: ["stepStart", "text", "stepFinish:length"],
-      },
-    ]);
+    expect(shapes(messages)).toEqual([userText, step(userId, "length", ["stepStart", "text", "stepFinish:length"], "outputLength")]);
     expect(textOf(messages[1]!).text).toBe("The answer is");
     expect(assistantOf(messages[1])!.tokens).toMatchObject({ input: 3n, output: 4n });
     expect(mock.doStreamCalls).toHaveLength(1);
@@ -461,10 +338,7 @@ describe("stops and errors", () => {
 
   it("answers an unknown model with a model_not_found error naming the configured ones", async () => {
     const { messages, userId } = await run(t, [], { model: { providerId: "mock", modelId: "nope" }, parts: [text("hi")] });
-    expect(shapes(messages)).toEqual([
-      { role: "user", parts: ["text"] },
-      { role: "assistant", parentId: userId, finish: "error", error: "modelNotFound", completed: true, parts: [] },
-    ]);
+    expect(shapes(messages)).toEqual([userText, step(userId, "error", [], "modelNotFound")]);
     expect(assistantOf(messages[1])!.error?.message).toContain("mock/model");
   });
 });
@@ -540,30 +414,8 @@ describe("an agent step limit", () => {
   });
 
   it("sends the last allowed step without tools", async () => {
-    const { mock, messages, userId } = await run(
-      limited,
-      [toolCallReply("call_1", "read", { filePath: "notes.txt" }), textReply("Done.")],
-      { parts: [text("read")] },
-    );
-    expect(shapes(messages)).toEqual([
-      { role: "user", parts: ["text"] },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "tool-calls",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "tool:read:completed", "stepFinish:tool-calls"],
-      },
-      {
-        role: "assistant",
-        parentId: userId,
-        finish: "stop",
-        error: undefined,
-        completed: true,
-        parts: ["stepStart", "text", "stepFinish:stop"],
-      },
-    ]);
+    const { mock, messages, userId } = await run(limited, [readNotes(), textReply("Done.")], { parts: [text("read")] });
+    expect(shapes(messages)).toEqual([userText, toolStep(userId, "read"), textStep(userId)]);
     expect(mock.doStreamCalls).toHaveLength(2);
     expect(toolNames(mock.doStreamCalls[0]!)).toContain("read");
     expect(mock.doStreamCalls[1]!.tools ?? []).toEqual([]);
@@ -572,15 +424,9 @@ describe("an agent step limit", () => {
   });
 
   it("never takes more steps than the limit, even when the model calls a tool on the last one", async () => {
-    const { mock, messages } = await run(
-      limited,
-      [
-        toolCallReply("call_1", "read", { filePath: "notes.txt" }),
-        toolCallReply("call_2", "read", { filePath: "notes.txt" }),
-        textReply("third step"),
-      ],
-      { parts: [text("read forever")] },
-    );
+    const { mock, messages } = await run(limited, [readNotes(), readNotes("call_2"), textReply("third step")], {
+      parts: [text("read forever")],
+    });
     expect(mock.doStreamCalls).toHaveLength(2);
     expect(messages.filter((m) => assistantOf(m))).toHaveLength(2);
   });

@@ -1,5 +1,5 @@
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
-import { APICallError, generateText, NoOutputGeneratedError, stepCountIs, streamText, tool } from "ai";
+import { APICallError, generateText, NoOutputGeneratedError, stepCountIs, streamText, tool, type ToolSet } from "ai";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
@@ -26,6 +26,12 @@ async function collect<P>(stream: AsyncIterable<P>): Promise<P[]> {
   for await (const part of stream) parts.push(part);
   return parts;
 }
+
+/** `streamText` on the fake's model with prompt "hi" and no retries (`options` add to them), read to the end. */
+async function streamAll<TOOLS extends ToolSet = {}>(options: Partial<Parameters<typeof streamText<TOOLS>>[0]> = {}) {
+  const result = streamText<TOOLS>({ model: model(), prompt: "hi", maxRetries: 0, ...options } as Parameters<typeof streamText<TOOLS>>[0]);
+  return { result, parts: await collect(result.fullStream) };
+}
 const types = (parts: Array<{ type: string }>): string[] => parts.map((p) => p.type);
 
 const readTool = tool({
@@ -37,8 +43,7 @@ const readTool = tool({
 describe("fake OpenAI server with streamText", () => {
   it("streams text and reports usage", async () => {
     fake.push({ kind: "stream", chunks: [{ text: "Hello" }, { text: ", world" }], usage: { prompt_tokens: 10, completion_tokens: 3 } });
-    const result = streamText({ model: model(), prompt: "hi", maxRetries: 0 });
-    const parts = await collect(result.fullStream);
+    const { result, parts } = await streamAll();
 
     expect(types(parts)).toEqual(["start", "start-step", "text-start", "text-delta", "text-delta", "text-end", "finish-step", "finish"]);
     const text = parts.flatMap((p) => (p.type === "text-delta" ? [p.text] : [])).join("");
@@ -67,8 +72,7 @@ describe("fake OpenAI server with streamText", () => {
       chunks: [{ reasoning: "think" }, { reasoning: "ing" }, { text: "answer" }],
       usage: { prompt_tokens: 10, completion_tokens: 5, reasoning_tokens: 2, cached_tokens: 4 },
     });
-    const result = streamText({ model: model(), prompt: "hi", maxRetries: 0 });
-    const parts = await collect(result.fullStream);
+    const { result, parts } = await streamAll();
 
     expect(types(parts)).toEqual([
       "start",
@@ -102,8 +106,7 @@ describe("fake OpenAI server with streamText", () => {
       chunks: [{ text: "Let me read." }, { toolCall: { id: "call_1", name: "read", arguments: args } }],
       usage: { prompt_tokens: 10, completion_tokens: 3 },
     });
-    const result = streamText({ model: model(), prompt: "hi", maxRetries: 0, tools: { read: readTool } });
-    const parts = await collect(result.fullStream);
+    const { result, parts } = await streamAll({ tools: { read: readTool } });
 
     // Note: text-end comes after the tool input started (the provider closes text in flush()).
     expect(types(parts)).toEqual([
@@ -149,15 +152,12 @@ describe("fake OpenAI server with streamText", () => {
       { kind: "stream", chunks: [{ toolCall: { id: "call_1", name: "read", arguments: '{"filePath":"/a.txt"}' } }] },
       { kind: "stream", chunks: [{ text: "done" }], usage: { prompt_tokens: 20, completion_tokens: 1 } },
     );
-    const result = streamText({
-      model: model(),
+    const { result, parts } = await streamAll({
       system: "be brief",
       prompt: "read /a.txt",
-      maxRetries: 0,
       tools: { read: readTool },
       stopWhen: stepCountIs(5),
     });
-    const parts = await collect(result.fullStream);
 
     expect(types(parts)).toEqual([
       "start",
@@ -197,8 +197,7 @@ describe("fake OpenAI server with streamText", () => {
   it("surfaces a 401 as a non-retryable APICallError error part", async () => {
     fake.push({ kind: "error", status: 401 });
     const errors: unknown[] = [];
-    const result = streamText({ model: model(), prompt: "hi", maxRetries: 0, onError: ({ error }) => void errors.push(error) });
-    const parts = await collect(result.fullStream);
+    const { result, parts } = await streamAll({ onError: ({ error }) => void errors.push(error) });
 
     expect(types(parts)).toEqual(["start", "error"]);
     const part = parts[1];
@@ -211,7 +210,7 @@ describe("fake OpenAI server with streamText", () => {
 
   it("surfaces a 429 as a retryable APICallError with its headers", async () => {
     fake.push({ kind: "error", status: 429, headers: { "retry-after": "7" } });
-    const parts = await collect(streamText({ model: model(), prompt: "hi", maxRetries: 0, onError: () => {} }).fullStream);
+    const { parts } = await streamAll({ onError: () => {} });
 
     expect(types(parts)).toEqual(["start", "error"]);
     const part = parts[1];
@@ -227,7 +226,7 @@ describe("fake OpenAI server with streamText", () => {
       status: 400,
       body: { error: { message: "context too long", type: "invalid_request_error", code: "context_length_exceeded" } },
     });
-    const parts = await collect(streamText({ model: model(), prompt: "hi", maxRetries: 0, onError: () => {} }).fullStream);
+    const { parts } = await streamAll({ onError: () => {} });
     const part = parts.find((p) => p.type === "error");
     if (part?.type !== "error" || !APICallError.isInstance(part.error)) throw new Error("expected an APICallError part");
     expect(part.error).toMatchObject({ statusCode: 400, isRetryable: false, message: "context too long" });
@@ -254,7 +253,7 @@ describe("fake OpenAI server with streamText", () => {
   });
 
   it("uses the fallback when the queue is empty (a 500 by default)", async () => {
-    const first = await collect(streamText({ model: model(), prompt: "hi", maxRetries: 0, onError: () => {} }).fullStream);
+    const { parts: first } = await streamAll({ onError: () => {} });
     expect(first.find((p) => p.type === "error")).toMatchObject({ error: { statusCode: 500, isRetryable: true } });
 
     fake.setFallback({ kind: "stream", chunks: [{ text: "again" }] });

@@ -1,10 +1,11 @@
 import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { MessageWithParts, AssistantMessage } from "../../gen/ledger/v1/message_pb.js";
+import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { RetryPart } from "../../gen/ledger/v1/part_pb.js";
 import { compatibleProvider } from "../support/mock-models.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { assistantOf, storedEvents } from "../support/stored.js";
 import { text } from "../support/prompt.js";
 
 // runStep's retries against a local server speaking the OpenAI protocol, and against a port
@@ -32,8 +33,6 @@ afterAll(async () => {
   await fake?.close();
 });
 
-const assistantOf = (m: MessageWithParts | undefined) =>
-  (m?.message?.kind.case === "assistant" ? m.message.kind.value : undefined) as AssistantMessage | undefined;
 const retries = (m: MessageWithParts | undefined) =>
   (m?.parts ?? []).flatMap((p) => (p.kind.case === "retry" ? [p.kind.value as RetryPart] : []));
 
@@ -114,13 +113,7 @@ describe("retries", () => {
 
 /** Each stored `session_status` retry event: its attempt and the wait it announced (`next` − the event's time, ms). */
 async function retryWaits(sessionId: string): Promise<Array<{ attempt: number; ms: number }>> {
-  const rows = await t.ledger.deps.db
-    .selectFrom("session_event")
-    .select("data")
-    .where("session_id", "=", sessionId)
-    .where("kind", "=", "session_status")
-    .orderBy("seq")
-    .execute();
+  const rows = await storedEvents(t.ledger.deps.db, sessionId, { kind: "session_status" });
   return rows.flatMap((row) => {
     const event = row.data as { time: string; sessionStatus?: { retry?: { attempt: number; next: string } } };
     const retry = event.sessionStatus?.retry;

@@ -5,6 +5,7 @@ import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { connectError } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { lastSeq } from "../support/stored.js";
 import { text, type Draft } from "../support/prompt.js";
 
 // Agent rules: agents named inside a prompt (mentions, subtasks) must exist and be subagents,
@@ -36,9 +37,8 @@ async function events(sessionId: string): Promise<SessionEvent[]> {
   const out: SessionEvent[] = [];
   const controller = new AbortController();
   const { session } = await t.client.getSession({ sessionId });
-  const last = (await t.ledger.deps.db.selectFrom("session").select("last_seq").where("id", "=", session!.id).executeTakeFirstOrThrow())
-    .last_seq;
-  if (Number(last) === 0) return out;
+  const last = await lastSeq(t.ledger.deps.db, session!.id);
+  if (last === 0) return out;
   for await (const res of t.client.watchSession({ sessionId, afterSeq: 0n }, { signal: controller.signal })) {
     out.push(res.event!);
     if (res.event!.seq === BigInt(last)) break;

@@ -8,6 +8,7 @@ import { expandTemplate } from "../../src/ledger/command.js";
 import { newId } from "../../src/ids.js";
 import { connectError as rejection } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { storedEvents } from "../support/stored.js";
 import { shape, text } from "../support/prompt.js";
 
 let t: TestLedger;
@@ -27,14 +28,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 
-async function eventKinds(sessionId: string) {
-  return t.ledger.deps.db
-    .selectFrom("session_event")
-    .select(["seq", "kind", "data"])
-    .where("session_id", "=", sessionId)
-    .orderBy("seq")
-    .execute();
-}
+const eventKinds = (sessionId: string) => storedEvents(t.ledger.deps.db, sessionId);
 
 describe("expandTemplate", () => {
   it("fills $N with words (quotes kept together, the last takes the rest) and $ARGUMENTS with everything", () => {

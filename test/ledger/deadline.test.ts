@@ -6,10 +6,8 @@ import { encodeEnvelope } from "@connectrpc/connect/protocol";
 import { endStreamFlag, endStreamFromJson, errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import { compatibleProvider } from "../support/mock-models.js";
 import { grpcLedgerClient, type GrpcLedger } from "../support/grpc-js.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 import { waitFor } from "../support/wait.js";
 
@@ -17,8 +15,7 @@ import { waitFor } from "../support/wait.js";
 // model ends the call with DEADLINE_EXCEEDED — never a success carrying a half-finished answer —
 // and the run goes on: ErrorInfo names the stored message, and WatchSession picks the run up.
 
-let fake: FakeOpenAI;
-let t: TestLedger;
+let t: FakeModelLedger;
 let grpc: GrpcLedger;
 
 /** A reply that takes about 1.2 s: six words, 200 ms apart. */
@@ -29,20 +26,12 @@ const SLOW = {
 };
 
 beforeAll(async () => {
-  fake = await startFakeOpenAI();
-  t = await startTestLedger(
-    {
-      model: "main/m",
-      provider: { main: compatibleProvider(fake.url, { m: {} }, "test") },
-    },
-    { transport: "http" },
-  );
+  t = await startFakeModelLedger({}, { provider: "main", transport: "http" });
   grpc = grpcLedgerClient(t.ledger.url);
 });
 afterAll(async () => {
   grpc?.close();
   await t?.close();
-  await fake?.close();
 });
 
 const newSession = async () => (await t.client.createSession({ directory: t.dir })).session!.id;
@@ -111,7 +100,7 @@ async function finalText(sessionId: string): Promise<string> {
 describe("a client deadline while waiting for the model", () => {
   it("Prompt (connect-timeout-ms): DEADLINE_EXCEEDED with ErrorInfo.metadata.message_id, not a half-finished answer; the run completes and WatchSession follows it", async () => {
     const sessionId = await newSession();
-    fake.push(SLOW);
+    t.fake.push(SLOW);
     const { status, error } = await rawUnary("Prompt", { sessionId, parts: [{ text: { text: "slow please" } }] }, 400);
     expect(status).toBe(504);
     const metadata = runContinues(error);
@@ -131,7 +120,7 @@ describe("a client deadline while waiting for the model", () => {
 
   it("PromptStream (connect-timeout-ms): the events so far, then DEADLINE_EXCEEDED, never a success before idle", async () => {
     const sessionId = await newSession();
-    fake.push(SLOW);
+    t.fake.push(SLOW);
     const { events, error } = await rawStream("PromptStream", { sessionId, parts: [{ text: { text: "slow stream" } }] }, 600);
     const metadata = runContinues(error!);
     expect(events.map((e) => e.kind.case)).toContain("prompted");
@@ -142,7 +131,7 @@ describe("a client deadline while waiting for the model", () => {
 
   it("a Connect client's own timeoutMs: DEADLINE_EXCEEDED, and the server logs and counts the call as deadline_exceeded", async () => {
     const sessionId = await newSession();
-    fake.push(SLOW);
+    t.fake.push(SLOW);
     const error = await t.client.prompt({ sessionId, parts: [text("slow client")] }, { timeoutMs: 400 }).then(
       () => new ConnectError("expected DEADLINE_EXCEEDED", Code.Unknown),
       (e: unknown) => ConnectError.from(e),
@@ -155,7 +144,7 @@ describe("a client deadline while waiting for the model", () => {
 
   it("Prompt over gRPC (grpc-js deadline): status DEADLINE_EXCEEDED (4); the run completes", async () => {
     const sessionId = await newSession();
-    fake.push(SLOW);
+    t.fake.push(SLOW);
     const error = await new Promise<ServiceError | null>((resolve) => {
       const prompt = grpc.prompt!.bind(grpc) as unknown as (
         request: object,

@@ -3,10 +3,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } 
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { followSession } from "../../src/events/feed.js";
 import { newId } from "../../src/ids.js";
-import { compatibleProvider } from "../support/mock-models.js";
 import { codeOf as code } from "../support/errors.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { collectEvents } from "../support/event-stream.js";
+import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 import { sleep, waitFor } from "../support/wait.js";
 
@@ -15,21 +14,14 @@ import { sleep, waitFor } from "../support/wait.js";
 // `session_deleted`, GetStatus forgets the session, and nothing is logged as an error. Child
 // sessions (cascade) get the same treatment. Runs on Postgres and PGlite (vitest projects).
 
-let t: TestLedger;
-let fake: FakeOpenAI;
+let t: FakeModelLedger;
 
 beforeAll(async () => {
-  fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "main/m",
-    provider: { main: compatibleProvider(fake.url, { m: {} }, "test") },
-    retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
-  });
+  t = await startFakeModelLedger({ retry: { attempts: 1, initial_ms: 10, max_ms: 20 } }, { provider: "main" });
 });
 
 afterAll(async () => {
   await t?.close();
-  await fake?.close();
 });
 
 /** Error-level log lines and unhandled rejections seen during one test. */
@@ -50,23 +42,6 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-/** Reads a server stream in the background until it ends or fails (never aborted by the test). */
-function collect(stream: AsyncIterable<{ event?: SessionEvent }>) {
-  const events: SessionEvent[] = [];
-  let failure: unknown;
-  let ended = false;
-  const done = (async () => {
-    try {
-      for await (const res of stream) events.push(res.event!);
-    } catch (error) {
-      failure = error;
-    } finally {
-      ended = true;
-    }
-  })();
-  return { events, done, ended: () => ended, failure: () => failure };
-}
-
 const rowsOf = async (table: "session" | "message" | "part" | "session_event", sessionId: string) =>
   table === "session"
     ? await t.ledger.deps.db.selectFrom("session").select("id").where("id", "=", sessionId).execute()
@@ -75,11 +50,11 @@ const rowsOf = async (table: "session" | "message" | "part" | "session_event", s
 describe("DeleteSession while the loop runs in this process", () => {
   it("aborts the hanging loop, ends watchers with session_deleted, and leaves nothing running or listed", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const before = fake.requests.length;
-    fake.push({ kind: "stream", chunks: [{ text: "thinking about it" }, { hang: true }] });
-    const watcher = collect(t.client.watchSession({ sessionId, afterSeq: 0n }));
-    const prompted = collect(t.client.promptStream({ sessionId, parts: [text("never answered")] }));
-    await waitFor("the model request", () => fake.requests.length > before);
+    const before = t.fake.requests.length;
+    t.fake.push({ kind: "stream", chunks: [{ text: "thinking about it" }, { hang: true }] });
+    const watcher = collectEvents((signal) => t.client.watchSession({ sessionId, afterSeq: 0n }, { signal }));
+    const prompted = collectEvents((signal) => t.client.promptStream({ sessionId, parts: [text("never answered")] }, { signal }));
+    await waitFor("the model request", () => t.fake.requests.length > before);
     await waitFor("streamed text", () => prompted.events.some((e) => e.kind.case === "partDelta"));
     expect(t.ledger.deps.replier!.isRunning(sessionId)).toBe(true);
     expect(Object.keys((await t.client.getStatus({})).statuses)).toContain(sessionId);
@@ -88,7 +63,7 @@ describe("DeleteSession while the loop runs in this process", () => {
 
     // The loop hears session_deleted after the commit, stops, and its model request is cancelled.
     await waitFor("the loop to stop", () => !t.ledger.deps.replier!.isRunning(sessionId));
-    await waitFor("the model request to be aborted", () => fake.requests[before]!.end === "aborted");
+    await waitFor("the model request to be aborted", () => t.fake.requests[before]!.end === "aborted");
     await Promise.race([Promise.all([watcher.done, prompted.done]), sleep(5_000)]);
     expect({ watcher: watcher.ended(), prompt: prompted.ended() }).toEqual({ watcher: true, prompt: true });
     expect(watcher.failure()).toBeUndefined();
@@ -112,10 +87,10 @@ describe("DeleteSession while the loop runs in this process", () => {
 
   it("a unary Prompt whose session is deleted meanwhile answers NOT_FOUND", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const before = fake.requests.length;
-    fake.push({ kind: "stream", chunks: [{ text: "working" }, { hang: true }] });
+    const before = t.fake.requests.length;
+    t.fake.push({ kind: "stream", chunks: [{ text: "working" }, { hang: true }] });
     const answer = code(t.client.prompt({ sessionId, parts: [text("never answered")] }));
-    await waitFor("the model request", () => fake.requests.length > before);
+    await waitFor("the model request", () => t.fake.requests.length > before);
     await t.client.deleteSession({ sessionId });
     expect(await answer).toBe(Code.NotFound);
     await waitFor("the loop to stop", () => !t.ledger.deps.replier!.isRunning(sessionId));
@@ -125,24 +100,24 @@ describe("DeleteSession while the loop runs in this process", () => {
 
   it("deleting a parent stops its subagent's loop and ends the child's watchers too", async () => {
     const parentId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const before = fake.requests.length;
+    const before = t.fake.requests.length;
     const taskArgs = JSON.stringify({ description: "dig", prompt: "look around", subagent_type: "general" });
-    fake.push(
+    t.fake.push(
       { kind: "stream", chunks: [{ text: "Delegating" }, { toolCall: { id: "call_dig", name: "task", arguments: taskArgs } }] },
       { kind: "stream", chunks: [{ text: "child at work" }, { hang: true }] },
     );
     await t.client.promptAsync({ sessionId: parentId, parts: [text("delegate")] });
-    await waitFor("the child's model request", () => fake.requests.length >= before + 2);
+    await waitFor("the child's model request", () => t.fake.requests.length >= before + 2);
     const children = (await t.client.listChildren({ sessionId: parentId })).sessions;
     expect(children).toHaveLength(1);
     const childId = children[0]!.id;
-    const childWatcher = collect(t.client.watchSession({ sessionId: childId, afterSeq: 0n }));
-    const parentWatcher = collect(t.client.watchSession({ sessionId: parentId, afterSeq: 0n }));
+    const childWatcher = collectEvents((signal) => t.client.watchSession({ sessionId: childId, afterSeq: 0n }, { signal }));
+    const parentWatcher = collectEvents((signal) => t.client.watchSession({ sessionId: parentId, afterSeq: 0n }, { signal }));
     await waitFor("both watchers replayed", () => childWatcher.events.length > 0 && parentWatcher.events.length > 0);
 
     await t.client.deleteSession({ sessionId: parentId });
 
-    await waitFor("the child's model request to be aborted", () => fake.requests[before + 1]!.end === "aborted");
+    await waitFor("the child's model request to be aborted", () => t.fake.requests[before + 1]!.end === "aborted");
     await Promise.race([Promise.all([childWatcher.done, parentWatcher.done]), sleep(5_000)]);
     for (const [name, w, id] of [
       ["parent", parentWatcher, parentId],
@@ -164,22 +139,22 @@ describe("DeleteSession while the loop runs in this process", () => {
 
   it("deleting only a child ends its watchers and its subagent run; the parent's task says so and the parent answers", async () => {
     const parentId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const before = fake.requests.length;
+    const before = t.fake.requests.length;
     const taskArgs = JSON.stringify({ description: "dig", prompt: "look around", subagent_type: "general" });
-    fake.push(
+    t.fake.push(
       { kind: "stream", chunks: [{ toolCall: { id: "call_dig2", name: "task", arguments: taskArgs } }] },
       { kind: "stream", chunks: [{ text: "child at work" }, { hang: true }] },
       { kind: "stream", chunks: [{ text: "The child went away." }] },
     );
     const answer = t.client.prompt({ sessionId: parentId, parts: [text("delegate")] });
-    await waitFor("the child's model request", () => fake.requests.length >= before + 2);
+    await waitFor("the child's model request", () => t.fake.requests.length >= before + 2);
     const childId = (await t.client.listChildren({ sessionId: parentId })).sessions[0]!.id;
-    const childWatcher = collect(t.client.watchSession({ sessionId: childId, afterSeq: 0n }));
+    const childWatcher = collectEvents((signal) => t.client.watchSession({ sessionId: childId, afterSeq: 0n }, { signal }));
     await waitFor("the child watcher's replay", () => childWatcher.events.length > 0);
 
     await t.client.deleteSession({ sessionId: childId });
 
-    await waitFor("the child's model request to be aborted", () => fake.requests[before + 1]!.end === "aborted");
+    await waitFor("the child's model request to be aborted", () => t.fake.requests[before + 1]!.end === "aborted");
     await Promise.race([childWatcher.done, sleep(5_000)]);
     expect(childWatcher.ended()).toBe(true);
     expect(childWatcher.events.at(-1)?.kind.case).toBe("sessionDeleted");

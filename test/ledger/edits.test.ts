@@ -4,31 +4,22 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../../src/ids.js";
-import { compatibleProvider } from "../support/mock-models.js";
 import { hangLoop } from "../support/busy.js";
 import { failure } from "../support/errors.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
+import { idOf, lastSeq as storedLastSeq, removalOf, storedEvents, storedRows } from "../support/stored.js";
 
 // DeleteMessage, DeletePart, UpdatePart, ListChildren and GetStatus end to end. Runs on
 // Postgres and PGlite (vitest projects).
 
-let t: TestLedger;
-let fake: FakeOpenAI;
+let t: FakeModelLedger;
 beforeAll(async () => {
-  fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "fake/m",
-    provider: { fake: compatibleProvider(fake.url, { m: {} }, "test") },
-  });
+  t = await startFakeModelLedger();
 });
 afterAll(async () => {
   await t?.close();
-  await fake?.close();
 });
-
-const idOf = (m: MessageWithParts) => m.message!.kind.value!.id;
 
 /** A session with two stored prompts: ["one a", "one b"], ["two"]. */
 async function twoMessages(): Promise<{ sessionId: string; sent: [MessageWithParts, MessageWithParts] }> {
@@ -38,44 +29,15 @@ async function twoMessages(): Promise<{ sessionId: string; sent: [MessageWithPar
   return { sessionId, sent: [first, second] };
 }
 
-/** The stored rows of a session: [message id, [[part id, kind], ...]] in position order. */
-async function rows(sessionId: string): Promise<Array<[string, Array<[string, string]>]>> {
-  const db = t.ledger.deps.db;
-  const messages = await db.selectFrom("message").select(["id"]).where("session_id", "=", sessionId).orderBy("position").execute();
-  const parts = await db
-    .selectFrom("part")
-    .select(["id", "message_id", "kind"])
-    .where("session_id", "=", sessionId)
-    .orderBy("position")
-    .execute();
-  return messages.map((m) => [m.id, parts.filter((p) => p.message_id === m.id).map((p) => [p.id, p.kind] as [string, string])]);
-}
+const rows = (sessionId: string) => storedRows(t.ledger.deps.db, sessionId);
+const lastSeq = (sessionId: string) => storedLastSeq(t.ledger.deps.db, sessionId);
 
-/** The stored events after `afterSeq` as [kind, ids...]. */
+/** The stored events after `afterSeq` as [kind, ids...] (part_updated: the part id and its text). */
 async function eventsAfter(sessionId: string, afterSeq: number): Promise<unknown[][]> {
-  const events = await t.ledger.deps.db
-    .selectFrom("session_event")
-    .select(["kind", "data"])
-    .where("session_id", "=", sessionId)
-    .where("seq", ">", afterSeq)
-    .orderBy("seq")
-    .execute();
-  return events.map((e) => {
-    const data = e.data as {
-      messageRemoved?: { messageId: string };
-      partRemoved?: { messageId: string; partId: string };
-      partUpdated?: { part: { id: string; text?: { text: string } } };
-    };
-    if (data.messageRemoved) return [e.kind, data.messageRemoved.messageId];
-    if (data.partRemoved) return [e.kind, data.partRemoved.messageId, data.partRemoved.partId];
-    if (data.partUpdated) return [e.kind, data.partUpdated.part.id, data.partUpdated.part.text?.text];
-    return [e.kind];
+  return (await storedEvents(t.ledger.deps.db, sessionId, { afterSeq })).map((e) => {
+    const updated = (e.data as { partUpdated?: { part: { id: string; text?: { text: string } } } }).partUpdated;
+    return updated ? [e.kind, updated.part.id, updated.part.text?.text] : removalOf(e);
   });
-}
-
-async function lastSeq(sessionId: string): Promise<number> {
-  const row = await t.ledger.deps.db.selectFrom("session").select("last_seq").where("id", "=", sessionId).executeTakeFirstOrThrow();
-  return Number(row.last_seq);
 }
 
 describe("DeleteMessage / DeletePart / UpdatePart", () => {
@@ -180,7 +142,7 @@ describe("DeleteMessage / DeletePart / UpdatePart", () => {
     const { sessionId, sent } = await twoMessages();
     const [m1] = sent;
     const before = await rows(sessionId);
-    const stop = await hangLoop(t, fake, sessionId);
+    const stop = await hangLoop(t, t.fake, sessionId);
     try {
       const status = (await t.client.getStatus({})).statuses;
       expect(status[sessionId]?.status.case).toBe("busy");

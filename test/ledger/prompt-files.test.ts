@@ -4,6 +4,7 @@ import { pathToFileURL } from "node:url";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { storedEvents } from "../support/stored.js";
 import { file, partText, promptOnce, shape, text } from "../support/prompt.js";
 
 // Field cases from real user reports: each `file:`/`data:` draft stored with the exact parts of
@@ -81,13 +82,7 @@ describe("file: URLs", () => {
       { kind: "text", synthetic: true, text: call({ filePath: missing }) },
       { kind: "text", synthetic: true, text: `Read tool failed to read ${missing} with the following error: File not found: ${missing}` },
     ]);
-    const events = await t.ledger.deps.db
-      .selectFrom("session_event")
-      .select(["kind", "data"])
-      .where("session_id", "=", sessionId)
-      .where("kind", "=", "session_error")
-      .execute();
-    expect(events).toHaveLength(1);
+    expect(await storedEvents(t.ledger.deps.db, sessionId, { kind: "session_error" })).toHaveLength(1);
   });
 
   it("stores a failure text and a session_error event for a missing file, and the prompt succeeds", async () => {
@@ -97,12 +92,7 @@ describe("file: URLs", () => {
       { kind: "text", synthetic: true, text: call({ filePath: missing }) },
       { kind: "text", synthetic: true, text: `Read tool failed to read ${missing} with the following error: File not found: ${missing}` },
     ]);
-    const rows = await t.ledger.deps.db
-      .selectFrom("session_event")
-      .select("data")
-      .where("session_id", "=", sessionId)
-      .where("kind", "=", "session_error")
-      .execute();
+    const rows = await storedEvents(t.ledger.deps.db, sessionId, { kind: "session_error" });
     expect(rows.map((r) => r.data)).toEqual([
       expect.objectContaining({
         sessionError: expect.objectContaining({ error: { message: `File not found: ${missing}`, fileRead: { path: missing } } }),

@@ -2,33 +2,24 @@ import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { newId } from "../../src/ids.js";
-import { compatibleProvider } from "../support/mock-models.js";
 import { hangLoop } from "../support/busy.js";
 import { failure } from "../support/errors.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
+import { idOf, lastSeq as storedLastSeq, removalOf, storedEvents, storedRows } from "../support/stored.js";
 import { waitFor } from "../support/wait.js";
 
 // Revert / Unrevert end to end: the mark hides messages from ListMessages, the next prompt
 // removes them in its own transaction with message_removed/part_removed events, and a running
 // loop refuses both. Runs on Postgres and PGlite (vitest projects).
 
-let t: TestLedger;
-let fake: FakeOpenAI;
+let t: FakeModelLedger;
 beforeAll(async () => {
-  fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "fake/m",
-    provider: { fake: compatibleProvider(fake.url, { m: {} }, "test") },
-  });
+  t = await startFakeModelLedger();
 });
 afterAll(async () => {
   await t?.close();
-  await fake?.close();
 });
-
-const idOf = (m: MessageWithParts) => m.message!.kind.value!.id;
 
 /** A session with three stored prompts: ["one"], ["two a", "two b", "two c"], ["three"]. */
 async function threeMessages(): Promise<{ sessionId: string; sent: MessageWithParts[] }> {
@@ -40,40 +31,14 @@ async function threeMessages(): Promise<{ sessionId: string; sent: MessageWithPa
   return { sessionId, sent };
 }
 
-/** The stored rows of a session: [message id, [[part id, kind], ...]] in position order. */
-async function rows(sessionId: string): Promise<Array<[string, Array<[string, string]>]>> {
-  const db = t.ledger.deps.db;
-  const messages = await db.selectFrom("message").select(["id"]).where("session_id", "=", sessionId).orderBy("position").execute();
-  const parts = await db
-    .selectFrom("part")
-    .select(["id", "message_id", "kind"])
-    .where("session_id", "=", sessionId)
-    .orderBy("position")
-    .execute();
-  return messages.map((m) => [m.id, parts.filter((p) => p.message_id === m.id).map((p) => [p.id, p.kind] as [string, string])]);
-}
-
+const rows = (sessionId: string) => storedRows(t.ledger.deps.db, sessionId);
+const lastSeq = (sessionId: string) => storedLastSeq(t.ledger.deps.db, sessionId);
 /** The stored events after `afterSeq` as [kind, message id, part id?]. */
-async function eventsAfter(sessionId: string, afterSeq: number): Promise<unknown[][]> {
-  const events = await t.ledger.deps.db
-    .selectFrom("session_event")
-    .select(["kind", "data"])
-    .where("session_id", "=", sessionId)
-    .where("seq", ">", afterSeq)
-    .orderBy("seq")
-    .execute();
-  return events.map((e) => {
-    const data = e.data as { messageRemoved?: { messageId: string }; partRemoved?: { messageId: string; partId: string } };
-    if (data.messageRemoved) return [e.kind, data.messageRemoved.messageId];
-    if (data.partRemoved) return [e.kind, data.partRemoved.messageId, data.partRemoved.partId];
-    return [e.kind];
-  });
-}
+const eventsAfter = async (sessionId: string, afterSeq: number) =>
+  (await storedEvents(t.ledger.deps.db, sessionId, { afterSeq })).map(removalOf);
 
-async function lastSeq(sessionId: string): Promise<number> {
-  const row = await t.ledger.deps.db.selectFrom("session").select("last_seq").where("id", "=", sessionId).executeTakeFirstOrThrow();
-  return Number(row.last_seq);
-}
+/** The events a no_reply prompt of one text stores after the removals it makes, as [kind]. */
+const PROMPTED = [["message_updated"], ["part_updated"], ["prompted"], ["session_updated"]];
 
 const listed = async (sessionId: string, includeReverted = false) =>
   (await t.client.listMessages({ sessionId, includeReverted })).messages.map((m) => [idOf(m), m.parts.map(partText)]);
@@ -125,10 +90,7 @@ describe("Revert / Unrevert", () => {
       ...m2.parts.map((p) => ["part_removed", idOf(m2), p.id]),
       ["message_removed", idOf(m3)],
       ["part_removed", idOf(m3), m3.parts[0]!.id],
-      ["message_updated"],
-      ["part_updated"],
-      ["prompted"],
-      ["session_updated"],
+      ...PROMPTED,
     ]);
     const session = (await t.client.getSession({ sessionId })).session!;
     expect(session.revert).toBeUndefined();
@@ -151,10 +113,7 @@ describe("Revert / Unrevert", () => {
       ["part_removed", idOf(m2), m2.parts[2]!.id],
       ["message_removed", idOf(m3)],
       ["part_removed", idOf(m3), m3.parts[0]!.id],
-      ["message_updated"],
-      ["part_updated"],
-      ["prompted"],
-      ["session_updated"],
+      ...PROMPTED,
     ]);
     expect(await listed(sessionId)).toEqual([
       [idOf(m1), ["one"]],
@@ -193,7 +152,7 @@ describe("Revert / Unrevert", () => {
 
   it("refuses Revert and Unrevert while the session's loop runs (SESSION_BUSY)", async () => {
     const { sessionId, sent } = await threeMessages();
-    const stop = await hangLoop(t, fake, sessionId);
+    const stop = await hangLoop(t, t.fake, sessionId);
     try {
       expect(await failure(t.client.revert({ sessionId, messageId: idOf(sent[1]!) }))).toMatchObject({
         code: Code.FailedPrecondition,
@@ -262,7 +221,7 @@ describe("Revert / Unrevert", () => {
 
   it("refuses ResumeSession while a revert point is set (SESSION_REVERTED), and resumes after Unrevert", async () => {
     const { sessionId, sent } = await threeMessages();
-    const stop = await hangLoop(t, fake, sessionId);
+    const stop = await hangLoop(t, t.fake, sessionId);
     await stop(); // the "hang on" prompt's answer is aborted: resumable
     await waitFor("the loop to end", async () => !(await t.client.getStatus({})).statuses[sessionId], 20_000, 20);
     await t.client.revert({ sessionId, messageId: idOf(sent[1]!) });
@@ -276,7 +235,7 @@ describe("Revert / Unrevert", () => {
     expect(await lastSeq(sessionId)).toBe(seq);
 
     await t.client.unrevert({ sessionId });
-    fake.push({ kind: "stream", chunks: [{ text: "resumed" }] });
+    t.fake.push({ kind: "stream", chunks: [{ text: "resumed" }] });
     const kinds: string[] = [];
     for await (const res of t.client.resumeSession({ sessionId })) kinds.push(res.event!.kind.case!);
     expect(kinds.at(-1)).toBe("sessionStatus");

@@ -12,6 +12,7 @@ import type { AssistantMessage, MessageWithParts } from "../../gen/ledger/v1/mes
 import { compatibleProvider, NO_RETRY } from "../support/mock-models.js";
 import { connectError as rejection } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { storedEvents } from "../support/stored.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
 
@@ -50,13 +51,7 @@ function assistantOf(message: MessageWithParts | undefined): AssistantMessage {
 }
 
 async function eventKinds(sessionId: string): Promise<string[]> {
-  const rows = await t.ledger.deps.db
-    .selectFrom("session_event")
-    .select("kind")
-    .where("session_id", "=", sessionId)
-    .orderBy("seq")
-    .execute();
-  return rows.map((r) => r.kind);
+  return (await storedEvents(t.ledger.deps.db, sessionId)).map((e) => e.kind);
 }
 
 /** The `ledger_loop_steps_total` samples of the ledger's /metrics text. */

@@ -6,6 +6,7 @@ import { newId } from "../../src/ids.js";
 import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { codeOf as code, connectError, failure } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { storedEvents } from "../support/stored.js";
 import { partText, text } from "../support/prompt.js";
 
 let t: TestLedger;
@@ -163,13 +164,7 @@ describe("model selection end to end", () => {
     expect(user(second.message)?.variant).toBeUndefined();
     const session = (await t.client.getSession({ sessionId })).session!;
     expect(session.model).toMatchObject({ providerId: "b", modelId: "two" });
-    const kinds = await t.ledger.deps.db
-      .selectFrom("session_event")
-      .select("kind")
-      .where("session_id", "=", sessionId)
-      .where("kind", "=", "model_switched")
-      .execute();
-    expect(kinds).toHaveLength(1);
+    expect(await storedEvents(t.ledger.deps.db, sessionId, { kind: "model_switched" })).toHaveLength(1);
   });
 
   it("stores permission rules from the deprecated tools map, replacing the session's", async () => {

@@ -12,7 +12,9 @@ import { pruneEvents } from "../../src/storage/event-store.js";
 import { compatibleProvider } from "../support/mock-models.js";
 import { connectError as failure } from "../support/errors.js";
 import { TEST_ENGINE } from "../support/db.js";
+import { collectEvents, type EventCollector } from "../support/event-stream.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { storedEvents } from "../support/stored.js";
 import { startFakeOpenAI, type FakeOpenAI, type ReplyChunk, type ScriptedReply } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
 import { sleep, waitFor } from "../support/wait.js";
@@ -83,42 +85,28 @@ async function bounds(sessionId: string): Promise<{ lastSeq: bigint; prunedSeq: 
 
 /** The seqs of the session's `session_event` rows, ascending. */
 async function storedSeqs(sessionId: string): Promise<number[]> {
-  const rows = await t.ledger.deps.db
-    .selectFrom("session_event")
-    .select("seq")
-    .where("session_id", "=", sessionId)
-    .orderBy("seq")
-    .execute();
-  return rows.map((r) => Number(r.seq));
+  return (await storedEvents(t.ledger.deps.db, sessionId)).map((e) => e.seq);
 }
 
-/** A WatchSession reader in the background, stopped with an AbortController. */
-function tail(sessionId: string, afterSeq: bigint) {
-  const controller = new AbortController();
-  const events: SessionEvent[] = [];
-  let failed: unknown;
-  const done = (async () => {
-    try {
-      for await (const res of t.client.watchSession({ sessionId, afterSeq }, { signal: controller.signal })) events.push(res.event!);
-    } catch (error) {
-      if (!controller.signal.aborted) failed = error;
-    }
-  })();
-  return {
-    events,
-    failed: () => failed,
-    /** Waits until an event with `seq >= seq` (stored or delta) arrived. */
-    async reach(seq: bigint) {
-      await waitFor(`the watcher to reach seq ${seq}`, () => failed !== undefined || events.some((e) => e.seq >= seq), 10_000, 5);
-      if (failed) throw failed;
+/** Waits until another connection to the test database waits for a lock in a query like `pattern` (Postgres only). */
+async function lockWaiter(what: string, pattern: string): Promise<void> {
+  await waitFor(
+    what,
+    async () => {
+      const waiting = await sql<{ n: number }>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like ${pattern}`.execute(
+        t.ledger.deps.db,
+      );
+      return waiting.rows[0]!.n > 0;
     },
-    async stop() {
-      controller.abort();
-      await done;
-      if (failed) throw failed;
-    },
-  };
+    10_000,
+    5,
+  );
 }
+
+/** A WatchSession reader in the background (see test/support/event-stream.ts). */
+const tail = (sessionId: string, afterSeq: bigint) => collectEvents((signal) => t.client.watchSession({ sessionId, afterSeq }, { signal }));
 
 const isStored = (e: SessionEvent) => e.kind.case !== "partDelta";
 const messageId = (m: Message | undefined) => m?.kind.value?.id ?? "";
@@ -591,46 +579,25 @@ describe("cursor pruned during the replay", () => {
       await t.client.prompt({ sessionId, noReply: true, parts: [text("old")] });
       const before = await bounds(sessionId);
       expect(before.prunedSeq).toBe(0n);
-      const controller = new AbortController();
-      const events: SessionEvent[] = [];
-      let failed: ConnectError | undefined;
-      let done: Promise<void> | undefined;
+      let watcher: EventCollector | undefined;
       await db.transaction().execute(async (trx) => {
         // Readers of session_event wait for this transaction; the cursor check (session row) does not.
         await sql`lock table session_event in access exclusive mode`.execute(trx);
-        done = (async () => {
-          try {
-            for await (const res of t.client.watchSession({ sessionId, afterSeq: 0n }, { signal: controller.signal }))
-              events.push(res.event!);
-          } catch (error) {
-            if (!controller.signal.aborted) failed = ConnectError.from(error);
-          }
-        })();
-        await waitFor(
-          "WatchSession's replay to wait on session_event",
-          async () => {
-            const waiting = await sql<{ n: number }>`
-            select count(*)::int as n from pg_stat_activity
-            where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%session_event%'`.execute(
-              db,
-            );
-            return waiting.rows[0]!.n > 0;
-          },
-          10_000,
-          5,
-        );
+        watcher = tail(sessionId, 0n);
+        await lockWaiter("WatchSession's replay to wait on session_event", "%session_event%");
         // Retention runs now: the cursor (0) was valid when checked, and is not any more.
         await pruneEvents(trx, new Date(Date.now() + 1000));
       });
       // Something happens in the session; a follower at cursor 0 cannot get seq 1 any more.
       await t.client.prompt({ sessionId, noReply: true, parts: [text("new")] });
       const { lastSeq } = await bounds(sessionId);
-      await waitFor("the watcher to end or catch up", () => failed !== undefined || events.some((e) => e.seq >= lastSeq), 10_000, 5);
-      controller.abort();
-      await done;
+      const w = watcher!;
+      await waitFor("the watcher to end or catch up", () => w.failure() !== undefined || w.events.some((e) => e.seq >= lastSeq), 10_000, 5);
+      await w.cancel();
+      const failed = w.failure() === undefined ? undefined : ConnectError.from(w.failure());
       // Correct: no event after a gap, and the stream ends with OUT_OF_RANGE CURSOR_EXPIRED.
       expect({
-        seqs: events.map((e) => Number(e.seq)),
+        seqs: w.events.map((e) => Number(e.seq)),
         code: failed?.code,
         reason: failed?.findDetails(ErrorInfoSchema)[0]?.reason,
       }).toEqual({
@@ -658,43 +625,20 @@ describe("a PromptStream client that goes away early", () => {
       await gate;
     });
     await isLocked;
-    const controller = new AbortController();
-    const received: SessionEvent[] = [];
-    const call = (async () => {
-      try {
-        for await (const res of t.client.promptStream(
-          { sessionId, model: { providerId: "spare", modelId: "m" }, parts: [text("are you there?")] },
-          { signal: controller.signal },
-        ))
-          received.push(res.event!);
-      } catch (error) {
-        if (!controller.signal.aborted) throw error;
-      }
-    })();
+    const call = collectEvents((signal) =>
+      t.client.promptStream({ sessionId, model: { providerId: "spare", modelId: "m" }, parts: [text("are you there?")] }, { signal }),
+    );
     // Wait until the request is at the server, blocked on the row (PGlite: everything waits for the holder).
     if (TEST_ENGINE === "postgres") {
-      await waitFor(
-        "PromptStream's write to wait for the session row",
-        async () => {
-          const waiting = await sql<{ n: number }>`
-          select count(*)::int as n from pg_stat_activity
-          where datname = current_database() and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%for update%'`.execute(
-            db,
-          );
-          return waiting.rows[0]!.n > 0;
-        },
-        10_000,
-        5,
-      );
+      await lockWaiter("PromptStream's write to wait for the session row", "%for update%");
     } else {
       await sleep(300);
     }
-    controller.abort();
-    await call;
+    await call.stop();
     await sleep(50);
     release();
     await holder;
-    expect(received).toEqual([]);
+    expect(call.events).toEqual([]);
 
     // The prompt was stored; the client re-attaches as the contract says and waits for the answer.
     await waitFor("the prompt to be stored", async () => (await listAll(sessionId)).length >= 1, 10_000, 5);

@@ -1,16 +1,12 @@
-import { mkdtemp, realpath, rm } from "node:fs/promises";
-import os from "node:os";
-import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { codeOf as code } from "../support/errors.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { startModelProxy, type ModelProxy } from "../support/model-proxy.js";
-import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { collectEvents } from "../support/event-stream.js";
+import type { FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
-import { killReplicas, startReplica, writeLedgerConfig, type Replica } from "../support/replica.js";
+import { startReplicaPair, type Replica, type ReplicaPair } from "../support/replica.js";
 import { sleep, waitFor } from "../support/wait.js";
 
 // DeleteSession across real `ledger serve` processes sharing one Postgres: the delete's
@@ -24,99 +20,45 @@ const START_MS = 60_000;
 /** The one line a replica logs when a loop stops because its session was deleted elsewhere. */
 const STOPPED = /"msg":"agent loop stopped: session deleted"/g;
 
+let pair: ReplicaPair | undefined;
 let dir: string | undefined;
-let database: TestDatabase | undefined;
-let proxy: ModelProxy | undefined;
-let fake: FakeOpenAI | undefined;
-let sqlClient: pg.Client | undefined;
 let A: Replica;
 let B: Replica;
 
-function sql(): pg.Client {
-  if (!sqlClient) throw new Error("no SQL client");
-  return sqlClient;
-}
-function model(): FakeOpenAI {
-  if (!fake) throw new Error("no fake OpenAI server");
-  return fake;
-}
+const sql = (): pg.Client => pair!.sql;
+const model = (): FakeOpenAI => pair!.model();
 
 beforeAll(
   async () => {
     if (!POSTGRES) return;
-    dir = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-delete-")));
-    proxy = await startModelProxy();
-    await writeLedgerConfig(dir, proxy.url);
-    database = await createTestDatabase("postgres");
     // Info level: the tests count the loop's "stopped" line and look for anything worse.
-    const env = { LEDGER_LOG_LEVEL: "info" };
-    A = await startReplica({ name: "A", cwd: dir, databaseUrl: database.url!, timeoutMs: START_MS, env });
-    B = await startReplica({ name: "B", cwd: dir, databaseUrl: database.url!, timeoutMs: START_MS, env });
-    sqlClient = new pg.Client({ connectionString: database.url });
-    await sqlClient.connect();
+    pair = await startReplicaPair({ prefix: "ledger-delete-", timeoutMs: START_MS, env: { LEDGER_LOG_LEVEL: "info" } });
+    ({ dir, A, B } = pair);
   },
   2 * START_MS + 30_000,
 );
 
 beforeEach(async () => {
   if (!POSTGRES) return;
-  await fake?.close();
-  fake = await startFakeOpenAI();
-  proxy!.setTarget(fake.url);
+  await pair!.freshModel();
 });
 
 afterAll(async () => {
   // Both replicas must still be up (nothing crashed) and exit cleanly.
   const exits = POSTGRES ? await Promise.all([A, B].map(async (r) => ({ name: r.name, ...(await r.stop(20_000)) }))) : [];
-  await killReplicas();
-  await sqlClient?.end().catch(() => {});
-  await fake?.close();
-  await proxy?.close();
-  await database?.drop();
-  if (dir) await rm(dir, { recursive: true, force: true });
+  await pair?.close();
   for (const e of exits) expect({ name: e.name, code: e.code, forced: e.forced }).toEqual({ name: e.name, code: 0, forced: false });
 }, 60_000);
 
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-/** Reads a server stream in the background until it ends by itself or fails. */
-function collect(stream: AsyncIterable<{ event?: SessionEvent }>, controller: AbortController) {
-  const events: SessionEvent[] = [];
-  let failure: unknown;
-  let ended = false;
-  const done = (async () => {
-    try {
-      for await (const res of stream) events.push(res.event!);
-    } catch (error) {
-      if (!controller.signal.aborted) failure = error;
-    } finally {
-      ended = true;
-    }
-  })();
-  return {
-    events,
-    ended: () => ended,
-    failure: () => failure,
-    /** Waits up to `ms` for the stream to end by itself; cancels it if it did not. */
-    async settle(ms = 10_000) {
-      await Promise.race([done, sleep(ms)]);
-      const byItself = ended;
-      controller.abort();
-      await done;
-      return byItself;
-    },
-  };
-}
-
 function watch(r: Replica, sessionId: string, afterSeq = 0n) {
-  const controller = new AbortController();
-  return collect(r.grpc.watchSession({ sessionId, afterSeq }, { signal: controller.signal }), controller);
+  return collectEvents((signal) => r.grpc.watchSession({ sessionId, afterSeq }, { signal }));
 }
 
 function promptStream(r: Replica, sessionId: string, prompt: string) {
-  const controller = new AbortController();
-  return collect(r.grpc.promptStream({ sessionId, parts: [text(prompt)] }, { signal: controller.signal }), controller);
+  return collectEvents((signal) => r.grpc.promptStream({ sessionId, parts: [text(prompt)] }, { signal }));
 }
 
 const deletedId = (e: SessionEvent | undefined) =>

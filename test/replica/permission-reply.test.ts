@@ -2,9 +2,9 @@ import { mkdir, mkdtemp, readFile, realpath, rm, stat, writeFile } from "node:fs
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { PermissionReply } from "../../gen/ledger/v1/permission_pb.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { watchUntil } from "../support/event-stream.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
 import { killReplicas, startReplica, type Replica } from "../support/replica.js";
@@ -50,23 +50,6 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-/** Events of the session seen through `replica`, until `until` matches one. */
-async function watchUntil(replica: Replica, sessionId: string, until: (e: SessionEvent) => boolean): Promise<SessionEvent[]> {
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), 20_000);
-  const events: SessionEvent[] = [];
-  try {
-    for await (const res of replica.grpc.watchSession({ sessionId }, { signal: controller.signal })) {
-      events.push(res.event!);
-      if (until(res.event!)) break;
-    }
-  } finally {
-    clearTimeout(timer);
-    controller.abort();
-  }
-  return events;
-}
-
 const writeCall = (id: string, file: string) => ({
   kind: "stream" as const,
   chunks: [{ toolCall: { id, name: "write", arguments: JSON.stringify({ filePath: file, content: "from A\n" }) } }],
@@ -80,7 +63,7 @@ describe.runIf(POSTGRES)("permission replies across replicas", () => {
     fake!.push(writeCall("call_x1", "out.txt"), { kind: "stream", chunks: [{ text: "Written on A." }] });
     await A.connect.promptAsync({ sessionId: session!.id, parts: [text("write out.txt")] });
 
-    const asked = (await watchUntil(B, session!.id, (e) => e.kind.case === "permissionAsked")).at(-1)!;
+    const asked = (await watchUntil(B.grpc, session!.id, (e) => e.kind.case === "permissionAsked")).at(-1)!;
     const request = asked.kind.case === "permissionAsked" ? asked.kind.value.permission! : undefined;
     expect(request).toMatchObject({ permission: "write", patterns: ["out.txt"], callId: "call_x1" });
     expect((await B.connect.listPermissions({ sessionId: session!.id })).permissions.map((p) => p.id)).toEqual([request!.id]);
@@ -105,13 +88,13 @@ describe.runIf(POSTGRES)("permission replies across replicas", () => {
     const { session } = await A.connect.createSession({ directory: project });
     fake!.push(writeCall("call_x2", "never.txt"));
     await A.connect.promptAsync({ sessionId: session!.id, parts: [text("write never.txt")] });
-    const asked = (await watchUntil(B, session!.id, (e) => e.kind.case === "permissionAsked")).at(-1)!;
+    const asked = (await watchUntil(B.grpc, session!.id, (e) => e.kind.case === "permissionAsked")).at(-1)!;
     const id = asked.kind.case === "permissionAsked" ? asked.kind.value.permission!.id : "";
     await A.kill9();
 
     const C = await startReplica({ name: "C", cwd: dir!, databaseUrl: database!.url!, timeoutMs: START_MS });
     expect((await C.connect.listPermissions({ sessionId: session!.id })).permissions).toEqual([]);
-    const events = await watchUntil(C, session!.id, (e) => e.kind.case === "permissionReplied");
+    const events = await watchUntil(C.grpc, session!.id, (e) => e.kind.case === "permissionReplied");
     expect(events.at(-1)!.kind.value).toMatchObject({
       permissionId: id,
       reply: PermissionReply.REJECT,

@@ -1,19 +1,16 @@
-import { mkdtemp, realpath, rm } from "node:fs/promises";
-import os from "node:os";
-import path from "node:path";
 import { fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
 import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import pg from "pg";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import { MessageWithPartsSchema, type AssistantMessage, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import { MessageWithPartsSchema, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../../src/ids.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { startFakeOpenAI, type FakeOpenAI, type ReplyChunk } from "../support/openai-server.js";
+import { collectEvents } from "../support/event-stream.js";
+import type { FakeOpenAI, ReplyChunk } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
-import { startModelProxy, type ModelProxy } from "../support/model-proxy.js";
-import { killReplicas, startReplica, writeLedgerConfig, type Replica } from "../support/replica.js";
+import { assistantOf } from "../support/stored.js";
+import { startReplica, startReplicaPair, type Replica, type ReplicaPair } from "../support/replica.js";
 import { sleep, waitFor } from "../support/wait.js";
 
 // Several real `ledger serve` processes sharing one Postgres database: events relayed between
@@ -24,26 +21,16 @@ import { sleep, waitFor } from "../support/wait.js";
 const POSTGRES = process.env.LEDGER_TEST_DB === "postgres";
 const START_MS = 60_000;
 
+let pair: ReplicaPair | undefined;
 let dir: string | undefined;
-let database: TestDatabase | undefined;
-let proxy: ModelProxy | undefined;
-/** This test's fake model server (a fresh one per test, behind `proxy`). */
-let fake: FakeOpenAI | undefined;
-let sqlClient: pg.Client | undefined;
 let A: Replica;
 let B: Replica;
 const extra: Replica[] = [];
 
-function sql(): pg.Client {
-  if (!sqlClient) throw new Error("no SQL client");
-  return sqlClient;
-}
-function model(): FakeOpenAI {
-  if (!fake) throw new Error("no fake OpenAI server");
-  return fake;
-}
+const sql = (): pg.Client => pair!.sql;
+const model = (): FakeOpenAI => pair!.model();
 async function replica(name: string): Promise<Replica> {
-  const r = await startReplica({ name, cwd: dir!, databaseUrl: database!.url!, timeoutMs: START_MS });
+  const r = await startReplica({ name, cwd: dir!, databaseUrl: pair!.database.url!, timeoutMs: START_MS });
   extra.push(r);
   return r;
 }
@@ -51,15 +38,9 @@ async function replica(name: string): Promise<Replica> {
 beforeAll(
   async () => {
     if (!POSTGRES) return;
-    dir = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-replicas-")));
-    proxy = await startModelProxy();
-    await writeLedgerConfig(dir, proxy.url);
-    database = await createTestDatabase("postgres");
     // A starts first (it runs the migrations), then B.
-    A = await startReplica({ name: "A", cwd: dir, databaseUrl: database.url!, timeoutMs: START_MS });
-    B = await startReplica({ name: "B", cwd: dir, databaseUrl: database.url!, timeoutMs: START_MS });
-    sqlClient = new pg.Client({ connectionString: database.url });
-    await sqlClient.connect();
+    pair = await startReplicaPair({ prefix: "ledger-replicas-", timeoutMs: START_MS });
+    ({ dir, A, B } = pair);
   },
   2 * START_MS + 30_000,
 );
@@ -68,18 +49,11 @@ beforeAll(
 // hanging) go away with the old server instead of answering the next test's requests.
 beforeEach(async () => {
   if (!POSTGRES) return;
-  await fake?.close();
-  fake = await startFakeOpenAI();
-  proxy!.setTarget(fake.url);
+  await pair!.freshModel();
 });
 
 afterAll(async () => {
-  await killReplicas();
-  await sqlClient?.end().catch(() => {});
-  await fake?.close();
-  await proxy?.close();
-  await database?.drop();
-  if (dir) await rm(dir, { recursive: true, force: true });
+  await pair?.close();
 }, 60_000);
 
 // ---------------------------------------------------------------------------------------------
@@ -107,8 +81,6 @@ function describeEvent(e: SessionEvent): string {
   }
 }
 
-const assistantOf = (m: MessageWithParts): AssistantMessage | undefined =>
-  m.message?.kind.case === "assistant" ? m.message.kind.value : undefined;
 const idOf = (m: MessageWithParts | undefined): string => m?.message?.kind.value?.id ?? "";
 const ms = (t: Timestamp | undefined): number => (t ? timestampMs(t) : Number.NaN);
 const textOf = (m: MessageWithParts): string =>
@@ -164,25 +136,7 @@ async function danglingParts(): Promise<number> {
 
 /** Starts a `WatchSession` on `r`, collecting events until `stop()`. */
 function watch(r: Replica, sessionId: string, afterSeq = 0n) {
-  const controller = new AbortController();
-  const events: SessionEvent[] = [];
-  let failure: unknown;
-  const done = (async () => {
-    try {
-      for await (const res of r.grpc.watchSession({ sessionId, afterSeq }, { signal: controller.signal })) events.push(res.event!);
-    } catch (error) {
-      if (!controller.signal.aborted) failure = error;
-    }
-  })();
-  return {
-    events,
-    failure: () => failure,
-    async stop() {
-      controller.abort();
-      await done;
-      if (failure) throw failure;
-    },
-  };
+  return collectEvents((signal) => r.grpc.watchSession({ sessionId, afterSeq }, { signal }));
 }
 
 /**
@@ -474,7 +428,7 @@ describe.skipIf(!POSTGRES)("replicas sharing one Postgres", () => {
     // B closed the victim's answer when it took the lock over; a restart finds nothing left.
     const stopped = await B.stop(20_000);
     expect({ code: stopped.code, forced: stopped.forced }, B.stderr()).toEqual({ code: 0, forced: false });
-    B = await startReplica({ name: "B", cwd: dir!, databaseUrl: database!.url!, timeoutMs: START_MS });
+    B = await startReplica({ name: "B", cwd: dir!, databaseUrl: pair!.database.url!, timeoutMs: START_MS });
     expect(B.stderr()).not.toMatch(/recovered/);
 
     const messages = await messagesOf(B, sessionId);
@@ -555,7 +509,7 @@ describe.skipIf(!POSTGRES)("replicas sharing one Postgres", () => {
 
     // Recovery on a new replica E reads the open answers (S1's and X's), then works through
     // them; S1's session row is held here, which keeps E busy with S1 until X's answer is done.
-    const holder = new pg.Client({ connectionString: database!.url });
+    const holder = new pg.Client({ connectionString: pair!.database.url });
     await holder.connect();
     let E: Promise<Replica> | undefined;
     try {

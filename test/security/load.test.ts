@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { lastSeq, storedEvents } from "../support/stored.js";
 
 // Load: 50 concurrent clients for a bounded time, half on their own session and half sharing 5
 // sessions. No errors; within each session every client's prompts are stored in the order it
@@ -62,14 +63,9 @@ describe("50 concurrent clients", () => {
         seen.set(c, i + 1);
       }
       for (const [c, n] of seen) expect(n).toBe(sent.get(c));
-      const session = await t.ledger.deps.db.selectFrom("session").select("last_seq").where("id", "=", sessionId).executeTakeFirstOrThrow();
-      const seqs = await t.ledger.deps.db
-        .selectFrom("session_event")
-        .select("seq")
-        .where("session_id", "=", sessionId)
-        .orderBy("seq")
-        .execute();
-      expect(seqs.map((s) => Number(s.seq))).toEqual(Array.from({ length: Number(session.last_seq) }, (_, k) => k + 1));
+      const last = await lastSeq(t.ledger.deps.db, sessionId);
+      const seqs = await storedEvents(t.ledger.deps.db, sessionId);
+      expect(seqs.map((s) => s.seq)).toEqual(Array.from({ length: last }, (_, k) => k + 1));
     }
   });
 });

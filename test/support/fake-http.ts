@@ -1,7 +1,8 @@
 /**
- * What the fake model servers (./anthropic-server.ts, ./openai-responses-server.ts) share: a
- * loopback HTTP server that destroys its open connections on close, JSON request bodies, JSON
- * replies and SSE writes that stop when the client went away.
+ * What the fake model servers (./openai-server.ts, ./anthropic-server.ts,
+ * ./openai-responses-server.ts) and the model proxy (./model-proxy.ts) share: a loopback HTTP
+ * server that destroys its open connections on close, JSON request bodies, JSON replies and SSE
+ * writes that stop when the client went away.
  */
 import { once } from "node:events";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";

@@ -11,6 +11,8 @@ import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { errorInterceptor } from "../../src/server/errors.js";
 import { createRoutes } from "../../src/server/routes.js";
 import { createTestDatabase, type TestDatabase } from "./db.js";
+import { compatibleProvider } from "./mock-models.js";
+import { startFakeOpenAI, type FakeOpenAI } from "./openai-server.js";
 
 /** A real ledger on a loopback port with its own database and a temporary project directory. */
 export interface TestLedger {
@@ -64,6 +66,41 @@ export async function startTestLedger(config: Record<string, unknown> = {}, opti
       await ledger.close(1000);
       await database.drop();
       await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A {@link TestLedger} answered by a fake OpenAI server of its own; see {@link startFakeModelLedger}. */
+export interface FakeModelLedger extends TestLedger {
+  /** The model server: script its replies with `push`, read what it was sent in `requests`. */
+  fake: FakeOpenAI;
+}
+
+/**
+ * Starts a fake OpenAI server (./openai-server.ts) and a test ledger whose default model is that
+ * server's model "m", configured as provider `provider` (default "fake", API key "test"), with
+ * the rest of `config` and `options` as {@link startTestLedger} takes them. `close()` closes the
+ * ledger, then the server.
+ */
+export async function startFakeModelLedger(
+  config: Record<string, unknown> = {},
+  options: TestLedgerOptions & { provider?: string } = {},
+): Promise<FakeModelLedger> {
+  const provider = options.provider ?? "fake";
+  const fake = await startFakeOpenAI();
+  const t = await startTestLedger(
+    { model: `${provider}/m`, provider: { [provider]: compatibleProvider(fake.url, { m: {} }, "test") }, ...config },
+    options,
+  ).catch(async (error: unknown) => {
+    await fake.close();
+    throw error;
+  });
+  return {
+    ...t,
+    fake,
+    async close() {
+      await t.close();
+      await fake.close();
     },
   };
 }

@@ -3,9 +3,10 @@
  * long-lived `ledger serve` children configured once with the proxy's URL can be pointed at a
  * fresh fake per test: scripted replies left over by a failed test never leak into the next.
  */
-import { createServer, request } from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import { request } from "node:http";
+import { listenLoopback, sendJson } from "./fake-http.js";
 
+/** A running proxy; see {@link startModelProxy}. */
 export interface ModelProxy {
   /** Base URL to configure, e.g. `http://127.0.0.1:PORT/v1`. */
   url: string;
@@ -18,11 +19,9 @@ export interface ModelProxy {
 /** Starts the proxy on 127.0.0.1 with an ephemeral port; it answers 503 until a target is set. */
 export async function startModelProxy(): Promise<ModelProxy> {
   let target: URL | undefined;
-  const sockets = new Set<Socket>();
-  const server = createServer((req, res) => {
+  const server = await listenLoopback(async (req, res) => {
     if (!target) {
-      res.writeHead(503, { "content-type": "application/json" });
-      res.end(JSON.stringify({ error: { message: "model proxy: no upstream", type: "server_error", code: null } }));
+      sendJson(res, 503, { error: { message: "model proxy: no upstream", type: "server_error", code: null } });
       return;
     }
     const upstream = request(new URL(req.url ?? "/", target.origin), { method: req.method, headers: req.headers }, (up) => {
@@ -34,12 +33,8 @@ export async function startModelProxy(): Promise<ModelProxy> {
       });
     });
     upstream.on("error", () => {
-      if (!res.headersSent) {
-        res.writeHead(502, { "content-type": "application/json" });
-        res.end(JSON.stringify({ error: { message: "model proxy: upstream failed", type: "server_error", code: null } }));
-      } else {
-        res.destroy();
-      }
+      if (!res.headersSent) sendJson(res, 502, { error: { message: "model proxy: upstream failed", type: "server_error", code: null } });
+      else res.destroy();
     });
     req.pipe(upstream);
     // The client went away (aborted run, killed process): stop the upstream request.
@@ -47,27 +42,11 @@ export async function startModelProxy(): Promise<ModelProxy> {
       if (!res.writableFinished) upstream.destroy();
     });
   });
-  server.on("connection", (socket) => {
-    sockets.add(socket);
-    socket.on("close", () => sockets.delete(socket));
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  const { port } = server.address() as AddressInfo;
   return {
-    url: `http://127.0.0.1:${port}/v1`,
+    url: `${server.origin}/v1`,
     setTarget(baseUrl) {
       target = new URL(baseUrl);
     },
-    async close() {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      for (const socket of sockets) socket.destroy();
-      await closed;
-    },
+    close: server.close,
   };
 }

@@ -8,12 +8,17 @@
  * `killReplicas()` (in `afterAll`) can SIGKILL whatever a failed test left running.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { writeFile } from "node:fs/promises";
+import { mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
 import path from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import pg from "pg";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { createTestDatabase, type TestDatabase } from "./db.js";
 import { compatibleProvider } from "./mock-models.js";
+import { startModelProxy, type ModelProxy } from "./model-proxy.js";
+import { startFakeOpenAI, type FakeOpenAI } from "./openai-server.js";
 
 const BIN = path.resolve(import.meta.dirname, "../../bin/ledger.js");
 const LISTENING = /^session-ledger listening on (http:\/\/\S+)$/m;
@@ -148,6 +153,84 @@ export async function startReplica(options: {
     },
   };
   return replica;
+}
+
+/** Two replicas on one Postgres database, with what a multi-replica test needs around them; see {@link startReplicaPair}. */
+export interface ReplicaPair {
+  /** The replicas' working directory (a new temp dir): holds their `ledger.json`, and serves as a session directory. */
+  dir: string;
+  /** The new Postgres test database both replicas use. */
+  database: TestDatabase;
+  /** The model endpoint in the replicas' `ledger.json`; {@link ReplicaPair.freshModel} points it at a new fake. */
+  proxy: ModelProxy;
+  /** A plain pg client on the database, for checks straight from the tables. */
+  sql: pg.Client;
+  /** Started first (it runs the migrations). */
+  A: Replica;
+  B: Replica;
+  /** Closes the fake model server of the previous call (if any) and puts a new one behind `proxy`. */
+  freshModel(): Promise<FakeOpenAI>;
+  /** The fake model server behind `proxy` since the last `freshModel()`; throws before the first. */
+  model(): FakeOpenAI;
+  /** Kills every replica still running (`killReplicas`), closes the pg client and the servers, drops the database and removes `dir`. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts replicas A, then B (each up to `timeoutMs`, `env` added to their environment) on a
+ * new Postgres test database, in a new temp dir (`prefix`) whose `ledger.json` points the model
+ * at a {@link startModelProxy} proxy (see {@link writeLedgerConfig}); no fake model is behind it
+ * until `freshModel()`. What started before a failure is closed again.
+ */
+export async function startReplicaPair(options: { prefix: string; timeoutMs?: number; env?: NodeJS.ProcessEnv }): Promise<ReplicaPair> {
+  let dir: string | undefined;
+  let proxy: ModelProxy | undefined;
+  let database: TestDatabase | undefined;
+  let sql: pg.Client | undefined;
+  let fake: FakeOpenAI | undefined;
+  const close = async () => {
+    await killReplicas();
+    await sql?.end().catch(() => {});
+    await fake?.close();
+    await proxy?.close();
+    await database?.drop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  };
+  try {
+    dir = await realpath(await mkdtemp(path.join(os.tmpdir(), options.prefix)));
+    proxy = await startModelProxy();
+    await writeLedgerConfig(dir, proxy.url);
+    database = await createTestDatabase("postgres");
+    const start = { cwd: dir, databaseUrl: database.url!, timeoutMs: options.timeoutMs, env: options.env };
+    const A = await startReplica({ name: "A", ...start });
+    const B = await startReplica({ name: "B", ...start });
+    const client = new pg.Client({ connectionString: database.url });
+    await client.connect();
+    sql = client;
+    const target = proxy;
+    return {
+      dir,
+      database,
+      proxy,
+      sql,
+      A,
+      B,
+      async freshModel() {
+        await fake?.close();
+        fake = await startFakeOpenAI();
+        target.setTarget(fake.url);
+        return fake;
+      },
+      model() {
+        if (!fake) throw new Error("no fake OpenAI server: call freshModel() first");
+        return fake;
+      },
+      close,
+    };
+  } catch (error) {
+    await close();
+    throw error;
+  }
 }
 
 /** SIGKILLs every replica still running (for `afterAll` after a failed test) and waits for them. */

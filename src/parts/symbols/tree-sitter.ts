@@ -1,5 +1,6 @@
 import { createRequire } from "node:module";
 import type { Language, Node } from "web-tree-sitter";
+import { loadOnce, loadOncePerKey } from "../../load-once.js";
 import { pickSymbol, type SourceFile, type SourceSymbol, type SymbolKind } from "./types.js";
 
 /** A language read with tree-sitter, and the npm package that ships its grammar as `.wasm`. */
@@ -63,32 +64,21 @@ export const TREE_SITTER_EXTENSIONS: ReadonlyMap<string, TreeSitterLanguage> = n
 ]);
 
 const require = createRequire(import.meta.url);
-let runtime: Promise<typeof import("web-tree-sitter")> | undefined;
-const languages = new Map<TreeSitterLanguage, Promise<Language>>();
+/**
+ * Loads `web-tree-sitter` and initializes its WebAssembly runtime once, on first use; a failed
+ * load (e.g. EMFILE) is tried again on the next lookup, not cached for the process.
+ */
+const loadRuntime: () => Promise<typeof import("web-tree-sitter")> = loadOnce(() =>
+  import("web-tree-sitter").then(async (mod) => {
+    await mod.Parser.init();
+    return mod;
+  }),
+);
 
-/** Loads `web-tree-sitter` and initializes its WebAssembly runtime once, on first use. */
-function loadRuntime(): Promise<typeof import("web-tree-sitter")> {
-  if (runtime === undefined) {
-    runtime = import("web-tree-sitter").then(async (mod) => {
-      await mod.Parser.init();
-      return mod;
-    });
-    // A failed load (e.g. EMFILE) is tried again on the next lookup, not cached for the process.
-    runtime.catch(() => (runtime = undefined));
-  }
-  return runtime;
-}
-
-/** Loads a grammar's `.wasm` once per process. */
-function loadLanguage(name: TreeSitterLanguage): Promise<Language> {
-  let language = languages.get(name);
-  if (language === undefined) {
-    language = loadRuntime().then((mod) => mod.Language.load(require.resolve(GRAMMARS[name].wasm)));
-    languages.set(name, language);
-    language.catch(() => languages.delete(name));
-  }
-  return language;
-}
+/** Loads a grammar's `.wasm` once per process (again after a failed load). */
+const loadLanguage: (name: TreeSitterLanguage) => Promise<Language> = loadOncePerKey((name) =>
+  loadRuntime().then((mod) => mod.Language.load(require.resolve(GRAMMARS[name].wasm))),
+);
 
 /** 1-based last line of a node; a node ending at column 0 of a line ends on the line before. */
 function lastLine(node: Node): number {

@@ -1,3 +1,4 @@
+import { loadOnce } from "../../load-once.js";
 import { pickSymbol, type SourceFile, type SourceSymbol, type SymbolKind } from "./types.js";
 
 /** File extensions read with the TypeScript language service (lower case, with the dot). */
@@ -6,16 +7,13 @@ export const TYPESCRIPT_EXTENSIONS: ReadonlySet<string> = new Set([".ts", ".tsx"
 type TypeScript = typeof import("typescript");
 type NavigationTree = import("typescript").NavigationTree;
 
-let loading: Promise<TypeScript> | undefined;
-
-/** Loads the `typescript` package once, on first use (it takes a few hundred ms to import). */
-function loadTypeScript(): Promise<TypeScript> {
-  if (loading === undefined) {
-    loading = import("typescript").then((mod) => ("default" in mod ? (mod.default as TypeScript) : mod));
-    loading.catch(() => (loading = undefined)); // tried again on the next lookup
-  }
-  return loading;
-}
+/**
+ * Loads the `typescript` package once, on first use (it takes a few hundred ms to import); a
+ * failed load is tried again on the next lookup.
+ */
+const loadTypeScript: () => Promise<TypeScript> = loadOnce(() =>
+  import("typescript").then((mod) => ("default" in mod ? (mod.default as TypeScript) : mod)),
+);
 
 /** Navigation-tree kinds (`ScriptElementKind`) that are symbols, and their {@link SymbolKind}. */
 const KINDS: ReadonlyMap<string, SymbolKind> = new Map([
