@@ -34,15 +34,19 @@ export function describeRequest(request: PermissionRequest): string {
 /**
  * Answers one permission request for `ledger prompt`: with `--yes` ONCE; on a terminal, shows
  * the request (and the diff of a file change) on stderr and asks "allow once (o), always (a),
- * reject (r)?" (anything else asks again; end of input rejects); otherwise REJECT with
- * {@link notInteractiveRejection} as feedback. A request answered meanwhile (by another client,
- * FAILED_PRECONDITION) is left alone. Returns the reply sent, or undefined.
+ * reject (r)?" (anything else asks again; end of input rejects; Ctrl-C interrupts the command as
+ * it would anywhere else: `prompt` aborts the run); otherwise REJECT with
+ * {@link notInteractiveRejection} as feedback. `answered` aborts when another client answered
+ * first (the caller sees its `permission_replied` event): the question is then dropped. A
+ * request answered meanwhile (FAILED_PRECONDITION) is left alone. Returns the reply sent, or
+ * undefined.
  */
 export async function answerRequest(
   client: Ledger,
   request: PermissionRequest,
   policy: PermissionPolicy,
   err: (text: string) => void,
+  answered: AbortSignal = new AbortController().signal,
 ): Promise<PermissionReply | undefined> {
   err(`${describeRequest(request)}\n`);
   const diff = request.metadata?.diff;
@@ -54,9 +58,16 @@ export async function answerRequest(
     reply = PermissionReply.REJECT;
     message = notInteractiveRejection(policy.command ?? "prompt");
   } else {
-    const asked = await askTerminal(err, () => stillPending(client, request));
-    if (asked === undefined) {
+    const asked = await askTerminal(err, answered);
+    if (asked === "answered") {
       err("answered by another client\n");
+      return undefined;
+    }
+    if (asked === "interrupted") {
+      // Ctrl-C at the question: the same as Ctrl-C anywhere else in the run (`prompt`'s SIGINT
+      // handler sends Abort, which rejects the pending requests; `shell` stops), not a rejection.
+      err("\n");
+      process.kill(process.pid, "SIGINT");
       return undefined;
     }
     reply = asked;
@@ -71,29 +82,27 @@ export async function answerRequest(
   return reply;
 }
 
-/** Whether the request still waits for an answer (another client may have answered it). */
-async function stillPending(client: Ledger, request: PermissionRequest): Promise<boolean> {
-  const { permissions } = await client.listPermissions({ sessionId: request.sessionId });
-  return permissions.some((p) => p.id === request.id);
-}
-
 /**
- * Asks on the terminal until a valid answer; undefined when `pending` (polled every 500 ms) says
- * someone else answered first (the question is then dropped).
+ * Asks on the terminal until a valid answer; `"answered"` when `answered` aborts (someone else
+ * answered first: the question is dropped), `"interrupted"` on Ctrl-C (the terminal is in raw
+ * mode while asking: readline gets the key, not the process).
  */
-async function askTerminal(err: (text: string) => void, pending: () => Promise<boolean>): Promise<PermissionReply | undefined> {
+async function askTerminal(err: (text: string) => void, answered: AbortSignal): Promise<PermissionReply | "answered" | "interrupted"> {
   const controller = new AbortController();
   const rl = createInterface({ input: process.stdin, output: process.stderr });
-  const poll = setInterval(() => {
-    void pending().then(
-      (still) => !still && controller.abort(),
-      () => undefined,
-    );
-  }, 500);
+  let interrupted = false;
+  rl.on("SIGINT", () => {
+    interrupted = true;
+    controller.abort();
+  });
+  const drop = () => controller.abort();
+  answered.addEventListener("abort", drop, { once: true });
+  if (answered.aborted) drop();
   try {
     for (;;) {
       const answer = await rl.question("allow once (o), always (a), reject (r)? ", { signal: controller.signal }).catch(() => undefined);
-      if (controller.signal.aborted) return undefined;
+      if (interrupted) return "interrupted";
+      if (controller.signal.aborted) return "answered";
       const word = (answer ?? "r").trim().toLowerCase();
       if (word === "o" || word === "once") return PermissionReply.ONCE;
       if (word === "a" || word === "always") return PermissionReply.ALWAYS;
@@ -101,16 +110,74 @@ async function askTerminal(err: (text: string) => void, pending: () => Promise<b
       err('answer "o", "a" or "r"\n');
     }
   } finally {
-    clearInterval(poll);
+    answered.removeEventListener("abort", drop);
     rl.close();
   }
 }
 
+/** Asks a session's permission requests one at a time, as a command's event stream announces them. */
+export interface PermissionAsker {
+  /** A `permission_asked` event: ask it after those before it. */
+  asked(request: PermissionRequest): void;
+  /** A `permission_replied` event: drop that request's question, or its turn in the queue. */
+  replied(permissionId: string): void;
+  /** Whether a question is being asked (the caller keeps its spinner off meanwhile). */
+  readonly busy: boolean;
+  /** Drops every question left (the run ended) and waits for the current one to finish. */
+  close(): Promise<void>;
+}
+
+/**
+ * The {@link PermissionAsker} of `ledger prompt` and `ledger shell`: each request is answered
+ * with {@link answerRequest} in the order asked; a request another client answers (its
+ * `permission_replied` arrives on the caller's stream) is dropped without asking, or its open
+ * question is dropped ("answered by another client"). No polling: the caller's stream says when.
+ */
+export function permissionAsker(client: Ledger, policy: PermissionPolicy, err: (text: string) => void): PermissionAsker {
+  const queue: PermissionRequest[] = [];
+  let current: { id: string; answered: AbortController } | undefined;
+  let running: Promise<void> | undefined;
+  const run = async () => {
+    for (let request = queue.shift(); request; request = queue.shift()) {
+      current = { id: request.id, answered: new AbortController() };
+      try {
+        await answerRequest(client, request, policy, err, current.answered.signal);
+      } finally {
+        current = undefined;
+      }
+    }
+    running = undefined;
+  };
+  return {
+    asked(request) {
+      queue.push(request);
+      running ??= run().catch((error: unknown) => {
+        running = undefined;
+        err(`warning: could not answer a permission request: ${error instanceof Error ? error.message : String(error)}\n`);
+      });
+    },
+    replied(permissionId) {
+      if (current?.id === permissionId) current.answered.abort();
+      const queued = queue.findIndex((r) => r.id === permissionId);
+      if (queued >= 0) queue.splice(queued, 1);
+    },
+    get busy() {
+      return current !== undefined;
+    },
+    async close() {
+      queue.length = 0;
+      current?.answered.abort();
+      await running;
+    },
+  };
+}
+
 /**
  * Answers every permission request of the session while `signal` is not aborted (for `ledger
- * prompt --json`, which waits on the unary Prompt): follows WatchSession and answers each
- * `permission_asked` still pending (ListPermissions) with {@link answerRequest}. Ends quietly
- * when `signal` aborts.
+ * prompt --json`, which waits on the unary Prompt, and `ledger shell`): follows WatchSession and
+ * hands each `permission_asked` still pending (one ListPermissions per request: the replay holds
+ * old ones) and each `permission_replied` to a {@link permissionAsker}. Ends quietly when
+ * `signal` aborts, once the question open then is dropped.
  */
 export async function answerWhileRunning(
   client: Ledger,
@@ -119,14 +186,18 @@ export async function answerWhileRunning(
   signal: AbortSignal,
   err: (text: string) => void,
 ): Promise<void> {
+  const asker = permissionAsker(client, policy, err);
   try {
     for await (const res of client.watchSession({ sessionId }, { signal })) {
       const kind = res.event?.kind;
+      if (kind?.case === "permissionReplied") asker.replied(kind.value.permissionId);
       if (kind?.case !== "permissionAsked" || !kind.value.permission) continue;
-      const pending = (await client.listPermissions({ sessionId })).permissions.some((p) => p.id === kind.value.permission!.id);
-      if (pending) await answerRequest(client, kind.value.permission, policy, err);
+      const request = kind.value.permission;
+      if ((await client.listPermissions({ sessionId })).permissions.some((p) => p.id === request.id)) asker.asked(request);
     }
   } catch (error) {
     if (!signal.aborted) err(`warning: could not follow permission requests: ${error instanceof Error ? error.message : String(error)}\n`);
+  } finally {
+    await asker.close();
   }
 }

@@ -11,7 +11,17 @@ import { processIo, type CliIo } from "./io.js";
 import { answerWhileRunning } from "./permissions.js";
 import { formatDiff, formatMessage, formatSession } from "./print.js";
 import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
-import { pendingPermissions, printPermissions, REPLY_WORDS, replyToRequest, revert, unrevert, type ReplyWord } from "./review.js";
+import {
+  pendingPermissions,
+  printPermissions,
+  REPLY_LETTERS,
+  REPLY_WORDS,
+  replyToRequest,
+  replyWord,
+  revert,
+  unrevert,
+  type ReplyWord,
+} from "./review.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
 
 /**
@@ -158,7 +168,15 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
           for (const d of diffs) print(toJsonString(FileDiffSchema, d));
           return;
         }
-        if (diffs.length === 0) return print("no changes");
+        if (diffs.length === 0) {
+          // A reverted session's diff leaves out what the revert hid: say so, or "no changes" misleads.
+          const revert = opts.message ? undefined : (await client.getSession({ sessionId })).session?.revert;
+          return print(
+            revert?.messageId
+              ? `no changes (the session is reverted to ${revert.messageId}; "ledger unrevert ${sessionId}" brings its changes back)`
+              : "no changes",
+          );
+        }
         for (const d of diffs) io.stdout.write(formatDiff(d));
       }),
     );
@@ -223,7 +241,9 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .description("answer a pending permission request: run the call once, always (for the rest of the session), or reject it")
     .argument("<session>", "session id")
     .argument("<permission>", "permission request id (per_...)")
-    .addArgument(new Argument("<reply>", "the answer").choices(Object.keys(REPLY_WORDS)))
+    .addArgument(
+      new Argument("<reply>", "the answer (o, a, r also work)").choices([...Object.keys(REPLY_WORDS), ...Object.keys(REPLY_LETTERS)]),
+    )
     .option("--message <text>", "with reject: feedback the model sees in the tool error")
     .option("--url <url>", "the server running the loop")
     .option("--db <dir>", "embedded database directory when no --url")
@@ -233,16 +253,15 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       "after",
       '\nPrints "allowed once", "allowed always" or "rejected". An unknown request (or one of another\nsession) is NOT_FOUND, one answered already FAILED_PRECONDITION: exit 1.',
     )
-    .action(
-      async (sessionId: string, permissionId: string, word: ReplyWord, opts: ClientOptions & { json?: boolean; message?: string }) => {
-        // Checked before anything is sent: the server would ignore the feedback of an allowed call.
-        if (opts.message !== undefined && word !== "reject")
-          throw new Error(`--message is the feedback of a rejection: use it with reject, not ${word}`);
-        await withClient(opts, io, (client) =>
-          replyToRequest(client, { sessionId, permissionId, word, message: opts.message }, opts.json === true, print),
-        );
-      },
-    );
+    .action(async (sessionId: string, permissionId: string, typed: string, opts: ClientOptions & { json?: boolean; message?: string }) => {
+      const word: ReplyWord = replyWord(typed)!;
+      // Checked before anything is sent: the server would ignore the feedback of an allowed call.
+      if (opts.message !== undefined && word !== "reject")
+        throw new Error(`--message is the feedback of a rejection: use it with reject, not ${word}`);
+      await withClient(opts, io, (client) =>
+        replyToRequest(client, { sessionId, permissionId, word, message: opts.message }, opts.json === true, print),
+      );
+    });
 
   program
     .command("revert")

@@ -11,7 +11,7 @@ import type { CliIo } from "./io.js";
 import { errorKind, formatMessage } from "./print.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK, PromptRenderer } from "./render.js";
 import { createSpinner } from "./spinner.js";
-import { answerRequest, answerWhileRunning, type PermissionPolicy } from "./permissions.js";
+import { answerWhileRunning, permissionAsker, type PermissionPolicy } from "./permissions.js";
 
 /** How long to wait for the stream to end after a successful Abort before giving up on it (ms). */
 export const ABORT_GRACE_MS = 5_000;
@@ -110,14 +110,14 @@ async function streamPrompt(
   policy: PermissionPolicy,
   io: CliIo,
 ): Promise<number> {
-  let asking = false;
-  const spinner = createSpinner(io.stderr, () => !renderer.midLine && !asking);
+  const spinner = createSpinner(io.stderr, () => !renderer.midLine && !asker.busy);
   const renderer = new PromptRenderer({
     out: (s) => void io.stdout.write(s),
     err: (s) => void io.stderr.write(s),
     spinner,
     dim: io.stderr.isTTY === true,
   });
+  const asker = permissionAsker(client, policy, (text) => renderer.notice(text));
   const stream = new AbortController();
   let received = false;
   let gaveUp = false;
@@ -134,15 +134,12 @@ async function streamPrompt(
       const kind = res.event?.kind;
       if (kind?.case === "permissionAsked" && kind.value.permission) {
         // The spinner would draw over the question.
-        asking = true;
         spinner.clear();
-        try {
-          await answerRequest(client, kind.value.permission, policy, (text) => renderer.notice(text));
-        } finally {
-          asking = false;
-        }
+        asker.asked(kind.value.permission);
         continue;
       }
+      // Answered here or by another client: an open question for it is dropped.
+      if (kind?.case === "permissionReplied") asker.replied(kind.value.permissionId);
       if (res.event) renderer.event(res.event);
     }
   } catch (error) {
@@ -152,6 +149,7 @@ async function streamPrompt(
       throw error;
     }
   } finally {
+    await asker.close();
     interrupt.dispose();
   }
   const outcome = renderer.finish();

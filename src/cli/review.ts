@@ -16,6 +16,16 @@ export type Print = (line: string) => void;
 /** The words `ledger reply` takes, and the `PermissionReply` each sends. */
 export const REPLY_WORDS = { once: PermissionReply.ONCE, always: PermissionReply.ALWAYS, reject: PermissionReply.REJECT } as const;
 
+/** The one-letter answers `ledger prompt` teaches at its question (`o`, `a`, `r`), for `ledger reply`. */
+export const REPLY_LETTERS = { o: "once", a: "always", r: "reject" } as const satisfies Record<string, keyof typeof REPLY_WORDS>;
+
+/** A `ledger reply` answer as typed: a word, or its letter; undefined for anything else. */
+export function replyWord(typed: string): keyof typeof REPLY_WORDS | undefined {
+  const word = typed.toLowerCase();
+  if (word in REPLY_WORDS) return word as keyof typeof REPLY_WORDS;
+  return REPLY_LETTERS[word as keyof typeof REPLY_LETTERS];
+}
+
 /** A word of {@link REPLY_WORDS}. */
 export type ReplyWord = keyof typeof REPLY_WORDS;
 

@@ -100,7 +100,8 @@ describe("ledger permissions and reply", () => {
 
   it("rejects with --message (the model sees the feedback), and prints the request sent with --json", async () => {
     const { sessionId, dir, request } = await askToWrite("reject", "no.txt", "no\n");
-    expect(await ledger("reply", sessionId, request.id, "reject", "--message", "not now", "--json")).toEqual({
+    // "r", as the prompt's question teaches it, is "reject".
+    expect(await ledger("reply", sessionId, request.id, "r", "--message", "not now", "--json")).toEqual({
       code: 0,
       stdout: `{"sessionId":"${sessionId}","permissionId":"${request.id}","reply":"PERMISSION_REPLY_REJECT","message":"not now"}\n`,
       stderr: "",
@@ -120,7 +121,7 @@ describe("ledger permissions and reply", () => {
     const maybe = await ledger("reply", sessionId, request.id, "maybe");
     expect(maybe.code).toBe(1);
     expect(maybe.stderr).toContain(
-      "error: command-argument value 'maybe' is invalid for argument 'reply'. Allowed choices are once, always, reject.",
+      "error: command-argument value 'maybe' is invalid for argument 'reply'. Allowed choices are once, always, reject, o, a, r.",
     );
     expect(await ledger("reply", sessionId, request.id, "once", "--message", "why")).toEqual({
       code: 1,
@@ -167,6 +168,11 @@ describe("ledger revert and unrevert", () => {
     });
     await expect(stat(path.join(dir, "r.txt"))).rejects.toThrow(/ENOENT/);
     expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
+    expect(await ledger("diff", sessionId)).toEqual({
+      code: 0,
+      stdout: `no changes (the session is reverted to ${userId}; "ledger unrevert ${sessionId}" brings its changes back)\n`,
+      stderr: "",
+    });
     // `messages` says why it shows nothing (not with --json: only messages there).
     expect(await ledger("messages", sessionId)).toEqual({
       code: 0,

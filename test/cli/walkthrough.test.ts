@@ -7,7 +7,7 @@ import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { finished, LEDGER_BIN, runCli, waitForOutput, type CliRun } from "../support/cli.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
-import { waitFor } from "../support/wait.js";
+import { sleep, waitFor } from "../support/wait.js";
 
 // docs/walkthrough.md, step by step, for real: the scripted model of examples/ (spawned), a
 // ledger with examples/scripted-model.json (its baseURL pointed at that model's port), `ledger
@@ -45,6 +45,12 @@ afterAll(async () => {
   await t?.close();
 });
 
+/** ListPermissions calls the server counted so far (its `ledger_rpc_requests_total`). */
+async function listPermissionsCalls(): Promise<number> {
+  const metric = await t.ledger.deps.metrics!.registry.getSingleMetric("ledger_rpc_requests_total")!.get();
+  return metric.values.filter((v) => String(v.labels.procedure).endsWith("/ListPermissions")).reduce((sum, v) => sum + v.value, 0);
+}
+
 /** `ledger <args> --url <the server>` from a second terminal (in-process `main`), in the project. */
 function ledger(...args: string[]): Promise<CliRun> {
   return runCli([...args, "--url", t.ledger.url], { cwd: project, env: {} });
@@ -73,6 +79,11 @@ describe("the walkthrough (docs/walkthrough.md)", () => {
     const prompted = finished(terminal);
     await waitForOutput(terminal, /allow once \(o\), always \(a\), reject \(r\)\? /, prompted);
     await expect(stat(path.join(project, "hello.txt"))).rejects.toThrow(/ENOENT/);
+    // While it asks, the prompt learns of an answer from elsewhere on its own stream: it does not
+    // poll ListPermissions (it did, twice a second, filling the server's log).
+    const before = await listPermissionsCalls();
+    await sleep(1_200);
+    expect(await listPermissionsCalls()).toBe(before);
 
     // Terminal 4: list the pending request, answer it.
     const listed = await ledger("permissions");
@@ -177,5 +188,22 @@ describe("the walkthrough (docs/walkthrough.md)", () => {
         },
       },
     ]);
+  });
+
+  it("Ctrl-C at the permission question aborts the run (exit 130), as anywhere else in it: the request is rejected by the abort, nothing is written", async () => {
+    terminal = onTerminal([process.execPath, LEDGER_BIN, "prompt", "create hello.txt, then stop", "--url", t.ledger.url], project);
+    const prompted = finished(terminal);
+    await waitForOutput(terminal, /allow once \(o\), always \(a\), reject \(r\)\? /, prompted);
+    terminal.stdin!.write("\u0003");
+    const run = await prompted;
+    terminal = undefined;
+    expect(run.code, run.stdout).toBe(130);
+    expect(screenLines(run.stdout).slice(-1)).toEqual(["error: aborted: The run was aborted"]);
+    expect(screenLines(run.stdout)).not.toContain("rejected");
+    expect(await readFile(path.join(project, "hello.txt"), "utf8")).toBe(CONTENT);
+    const sessionId = /session (ses_\w{26})/.exec(run.stdout)![1]!;
+    expect((await t.client.listPermissions({ sessionId })).permissions).toEqual([]);
+    const last = (await t.client.listMessages({ sessionId })).messages.at(-1)?.message?.kind;
+    expect(last?.case === "assistant" && last.value.error?.kind.case).toBe("aborted");
   });
 });
