@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { compatibleProvider } from "../support/mock-models.js";
+import { text } from "../support/prompt.js";
 
 // The browser client (web/) end to end: built with Vite, served by a static server, driven in
 // headless Chromium (Debian's /usr/bin/chromium; playwright-core never downloads a browser)
@@ -323,5 +324,55 @@ describe("browser client", () => {
     });
 
     expect(pageErrors).toEqual([]);
+  }, 120_000);
+
+  it("follows a run another client started in the open session: its prompt, the request (answered here), the streamed answer and the status", async (ctx) => {
+    if (MISSING) ctx.skip(MISSING);
+    const dir = await mkdtemp(path.join(os.tmpdir(), "ledger-web-follow-"));
+    try {
+      const { session } = await t.client.createSession({ directory: dir, title: "followed" });
+      const sessionId = session!.id;
+      await page.goto(`${siteUrl}/?server=${encodeURIComponent(t.ledger.url)}#${sessionId}`);
+      await page.locator("body[data-ready=true]").waitFor();
+      await page.locator("#session-head", { hasText: "followed" }).waitFor();
+      await page.locator("#prompt-text").fill("draft the page user is typing");
+
+      // Another client (not the page) prompts; the model proposes a write, then answers.
+      fake.push(
+        {
+          kind: "stream",
+          chunks: [{ toolCall: { id: "call_f1", name: "write", arguments: JSON.stringify({ filePath: "f.txt", content: "f\n" }) } }],
+        },
+        { kind: "stream", chunks: ["Wrote ", "f.txt ", "for you."].map((text) => ({ text })), delayMs: 150 },
+      );
+      await t.client.promptAsync({ sessionId, parts: [text("create f.txt")] });
+
+      const user = page.locator(".message.user .part.text", { hasText: "create f.txt" });
+      await user.waitFor({ timeout: 30_000 });
+      const tool = page.locator(".message.assistant .part.tool[data-tool=write]");
+      await tool.waitFor({ timeout: 30_000 });
+      expect(await tool.getAttribute("data-state")).toBe("running");
+      await page.locator("#status[data-status=busy]").waitFor({ timeout: 30_000 });
+      const request = page.locator("#permissions .permission");
+      await request.waitFor({ timeout: 30_000 });
+      expect(await request.locator(".permission-what").textContent()).toBe("write f.txt");
+      await request.locator("button[data-reply=allow-once]").click();
+
+      await page.locator(".message.assistant .part.text[data-done=true]", { hasText: "Wrote f.txt for you." }).waitFor({ timeout: 30_000 });
+      await page.locator("#status[data-status=idle]").waitFor({ timeout: 30_000 });
+      expect(await tool.getAttribute("data-state")).toBe("completed");
+      expect(await page.locator(".message.assistant .part.patch").textContent()).toBe("changed: f.txt");
+      expect(await readFile(path.join(dir, "f.txt"), "utf8")).toBe("f\n");
+      // What the person was typing is left alone by another client's prompt.
+      expect(await page.locator("#prompt-text").inputValue()).toBe("draft the page user is typing");
+      // As many messages on the page as stored, in the same order.
+      const stored = (await t.client.listMessages({ sessionId })).messages.map((m) => m.message!.kind.value!.id);
+      expect(await page.locator("article.message").evaluateAll((nodes) => nodes.map((n) => n.getAttribute("data-message-id")))).toEqual(
+        stored,
+      );
+      expect(pageErrors).toEqual([]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   }, 120_000);
 });

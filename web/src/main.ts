@@ -182,6 +182,9 @@ async function openSession(sessionId: string): Promise<void> {
     const { session } = await client.getSession({ sessionId });
     if (!session) throw new Error(`session ${sessionId} not found`);
     const transcript = new Transcript(session.id);
+    // Where the log ends before the messages are read: the events after it are followed below
+    // (those already in the page are applied again, which changes nothing).
+    const afterSeq = await logEnd(session.id);
     let pageToken = "";
     do {
       const page = await client.listMessages({ sessionId, pageSize: 1000, pageToken });
@@ -189,7 +192,7 @@ async function openSession(sessionId: string): Promise<void> {
       pageToken = page.nextPageToken;
     } while (pageToken);
     current = { session, transcript };
-    void followPermissions(session.id);
+    void followSession(session.id, afterSeq);
     if (location.hash !== `#${session.id}`) history.replaceState(null, "", `#${session.id}`);
     renderSessionHead();
     renderTranscript();
@@ -425,23 +428,54 @@ function render(change: Change): void {
 // ---------------------------------------------------------------------------------------------
 // Permission requests: a tool call an `ask` rule paused, answered here or by any other client
 
-/** The WatchSession following the open session's permission requests. */
-let permissionWatch: AbortController | undefined;
+/** The WatchSession following the open session. */
+let sessionWatch: AbortController | undefined;
 
-/** Shows the open session's pending requests, then follows its events and refreshes them on each permission event. */
-async function followPermissions(sessionId: string): Promise<void> {
-  permissionWatch?.abort();
+/**
+ * Follows the open session's events after `afterSeq` (WatchSession), whoever started its run
+ * (this page, the CLI, another browser): messages, parts, streamed text and status are applied
+ * to the transcript (events this page's own PromptStream also delivers apply twice and change
+ * nothing: snapshots replace, deltas carry their offset), and the pending permission requests
+ * are shown and refreshed on each permission event. Another client's `prompted` event leaves the
+ * inputs alone.
+ */
+async function followSession(sessionId: string, afterSeq: bigint): Promise<void> {
+  sessionWatch?.abort();
   const controller = new AbortController();
-  permissionWatch = controller;
+  sessionWatch = controller;
   await refreshPermissions(sessionId);
   try {
-    for await (const res of client.watchSession({ sessionId }, { signal: controller.signal })) {
-      const kind = res.event?.kind.case;
+    for await (const { event } of client.watchSession({ sessionId, afterSeq }, { signal: controller.signal })) {
+      if (!event || current?.transcript.sessionId !== sessionId) continue;
+      const kind = event.kind.case;
       if (kind === "permissionAsked" || kind === "permissionReplied") await refreshPermissions(sessionId);
+      const own = running?.sessionId === sessionId;
+      const near = ui.messages.scrollHeight - ui.messages.scrollTop - ui.messages.clientHeight < 80;
+      for (const change of current.transcript.apply(event)) {
+        // The page's own run reports its outcome on its own stream.
+        if (change.kind === "prompted" || (own && (change.kind === "status" || change.kind === "error"))) continue;
+        render(change);
+      }
+      if (near) ui.messages.scrollTop = ui.messages.scrollHeight;
     }
   } catch {
-    // Switched sessions, or the stream ended: the list stays as last shown.
+    // Switched sessions, or the stream ended: the page stays as last shown.
   }
+}
+
+/**
+ * The last seq of the session's event log: WatchSession answers a cursor past the end with
+ * OUT_OF_RANGE and the log's `last_seq` in its ErrorInfo (docs/api.md). 0 when it says nothing.
+ */
+async function logEnd(sessionId: string): Promise<bigint> {
+  try {
+    for await (const _ of client.watchSession({ sessionId, afterSeq: 1n << 62n })) break;
+  } catch (error) {
+    const lastSeq = ConnectError.from(error).findDetails(ErrorInfoSchema)[0]?.metadata.last_seq;
+    if (lastSeq) return BigInt(lastSeq);
+    throw error;
+  }
+  return 0n;
 }
 
 async function refreshPermissions(sessionId: string): Promise<void> {
