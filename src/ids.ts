@@ -35,6 +35,14 @@ function pooledRandom(): number {
 }
 
 const ulid = monotonicFactory(pooledRandom);
+
+/**
+ * A bare ULID (26 Crockford base32 characters, time-ordered, monotonic within this process) from
+ * the pooled randomness above: request ids and anything else that needs one without a prefix.
+ */
+export function newUlid(): string {
+  return ulid();
+}
 const ULID = /^[0-9A-HJKMNP-TV-Z]{26}$/;
 
 /**

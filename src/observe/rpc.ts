@@ -2,7 +2,7 @@ import type http from "node:http";
 import type http2 from "node:http2";
 import { performance } from "node:perf_hooks";
 import { Code, ConnectError, createContextKey, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
-import { monotonicFactory } from "ulid";
+import { newUlid } from "../ids.js";
 import { logger as defaultLogger, type LogFields, type Logger } from "./log.js";
 import type { LedgerMetrics } from "./metrics.js";
 
@@ -15,11 +15,13 @@ export const REQUEST_ID_HEADER = "x-request-id";
 /** An incoming `x-request-id` is kept when it is 1-128 visible ASCII characters (no spaces). */
 const VALID_REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
 
-const ulid = monotonicFactory();
-
-/** A new request id: a ULID (26 characters, time-ordered). */
+/**
+ * A new request id: a ULID (26 characters, time-ordered), from the ids' pooled randomness (ulid's
+ * default PRNG made 16 `getRandomValues` calls per request: 3.6 % of the busy CPU in a profile of
+ * noReply prompts).
+ */
 export function newRequestId(): string {
-  return ulid();
+  return newUlid();
 }
 
 /** The client's request id when it is usable, else a new one. */
