@@ -9,6 +9,7 @@ import type { DB } from "../storage/schema.js";
 import { listLastSeqs } from "../storage/session-store.js";
 import { DEFAULT_CATCH_UP_MS } from "../config/config.js";
 import { sessionCache } from "../storage/session-cache.js";
+import { storedEventJson } from "../storage/session-write.js";
 import type { BusItem, EventBus } from "./bus.js";
 
 /**
@@ -292,7 +293,7 @@ function hintEvents(events: readonly SessionEvent[] | undefined, seq: bigint): s
   let size = 2;
   const items: string[] = [];
   for (const event of events) {
-    const item = JSON.stringify(toJson(SessionEventSchema, event));
+    const item = storedEventJson(event) ?? JSON.stringify(toJson(SessionEventSchema, event));
     size += Buffer.byteLength(item) + 1;
     if (size > MAX_HINT_EVENTS_BYTES) return "";
     items.push(item);

@@ -102,6 +102,21 @@ const ROW_CODE: Record<RowChange["kind"], string> = {
  * driver's unique-violation error (23505, `message_pkey` / `part_pkey`) on a duplicate id, and
  * whatever else the database throws.
  */
+/** Each event's stored proto JSON (without `seq`) as `writeSessionStatement` built it. */
+const storedJson = new WeakMap<SessionEvent, string>();
+
+/**
+ * The proto JSON of an event written by {@link writeSessionStatement} (what `session_event.data`
+ * holds, with its `seq`), without serializing it again: the commit hint that carries the events
+ * to other replicas reuses it. Undefined for an event that statement did not write.
+ */
+export function storedEventJson(event: SessionEvent): string | undefined {
+  const json = storedJson.get(event);
+  if (json === undefined) return undefined;
+  const seq = `"seq":"${event.seq}"`;
+  return json === "{}" ? `{${seq}}` : `{${seq},${json.slice(1)}`;
+}
+
 export async function writeSessionStatement(db: Kysely<DB>, statement: SessionStatement): Promise<StatementResult | "stale" | "missing"> {
   let positions = 0;
   let messageDelta = 0;
@@ -109,6 +124,7 @@ export async function writeSessionStatement(db: Kysely<DB>, statement: SessionSt
   for (const { event, row } of statement.events) {
     event.seq = 0n; // left out of the JSON: the statement adds it
     const json = JSON.stringify(toJson(SessionEventSchema, makeStorable(event)));
+    storedJson.set(event, json);
     let item = `{"k":${JSON.stringify(protoCaseName(SessionEventSchema, event.kind.case ?? ""))},"b":${Buffer.byteLength(json)},"d":${json}`;
     if (row) {
       item += `,"r":"${ROW_CODE[row.kind]}"`;

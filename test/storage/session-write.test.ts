@@ -12,7 +12,7 @@ import { migrate, openDatabase, type Database } from "../../src/storage/db.js";
 import { toJsonb } from "../../src/storage/jsonb.js";
 import { migrations } from "../../src/storage/migrations/index.js";
 import { getVersionedSessionRow, insertSession, rowToSession } from "../../src/storage/session-store.js";
-import { writeSessionStatement, type StatementEvent } from "../../src/storage/session-write.js";
+import { storedEventJson, writeSessionStatement, type StatementEvent } from "../../src/storage/session-write.js";
 import type { EventKind } from "../../src/ledger/writer.js";
 import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
 
@@ -83,7 +83,12 @@ describe(`one-statement session write on ${TEST_ENGINE}`, () => {
       const written = toJsonb(SessionEventSchema, [...first, ...second][i]!.event);
       expect(row.data).toEqual(JSON.parse(written));
       expect(row.data_bytes).toBe(Buffer.byteLength(written));
+      // The JSON the commit hint reuses for other replicas: the stored row, byte for byte.
+      const reused = storedEventJson([...first, ...second][i]!.event)!;
+      expect(JSON.parse(reused)).toEqual(row.data);
+      expect(Buffer.byteLength(reused)).toBe(row.data_bytes);
     }
+    expect(storedEventJson(event(sessionId, { case: "prompted", value: { messageId: "msg_x", noReply: true } }))).toBeUndefined();
     const parts = await database.db
       .selectFrom("part")
       .select(["position", "data"])
