@@ -65,7 +65,10 @@ export async function captureStatements(fn: () => Promise<void>, settleMs = 0): 
   proto.query = function (this: unknown, ...args: unknown[]) {
     const query = args[0];
     const text = typeof query === "string" ? query : typeof query === "object" && query && "text" in query ? String(query.text) : "?";
-    seen.push({ text, values: Array.isArray(args[1]) ? [...(args[1] as unknown[])] : [] });
+    // (text, values), or a config object: the ledger's PreparingClient sends its prepared
+    // statements as {name, text, values}.
+    const values = Array.isArray(args[1]) ? args[1] : typeof query === "object" && query && "values" in query ? query.values : undefined;
+    seen.push({ text, values: Array.isArray(values) ? [...(values as unknown[])] : [] });
     return original.apply(this, args);
   };
   try {
@@ -136,7 +139,10 @@ function connection(url: string, database: string): { args: string[]; env: NodeJ
   };
 }
 
-/** Runs `script` with `clients` clients, `transactions` in all; returns pgbench's tps (without connection time). */
+/**
+ * Runs `script` with `clients` clients, `transactions` in all, as prepared statements (`-M prepared`:
+ * the ledger keeps its write statement prepared too); returns pgbench's tps (without connection time).
+ */
 export async function pgbenchTps(
   pgbench: string,
   options: { url: string; database: string; script: string; clients: number; transactions: number },
@@ -147,7 +153,7 @@ export async function pgbenchTps(
     [
       "-n",
       "-M",
-      "extended",
+      "prepared",
       "-c",
       String(options.clients),
       "-j",
@@ -167,7 +173,7 @@ export async function pgbenchTps(
   return Number(tps[1]);
 }
 
-/** Runs `script` with one client for `transactions` transactions; returns each one's latency (ms). */
+/** Runs `script` with one client for `transactions` transactions (`-M prepared`); returns each one's latency (ms). */
 export async function pgbenchLatencies(
   pgbench: string,
   options: { url: string; database: string; script: string; transactions: number; dir: string },
@@ -176,7 +182,7 @@ export async function pgbenchLatencies(
   const prefix = path.join(options.dir, `pgbench-log-${process.pid}-${Date.now()}`);
   await run(
     pgbench,
-    ["-n", "-M", "extended", "-c", "1", "-t", String(options.transactions), "-f", options.script, "-l", `--log-prefix=${prefix}`, ...args],
+    ["-n", "-M", "prepared", "-c", "1", "-t", String(options.transactions), "-f", options.script, "-l", `--log-prefix=${prefix}`, ...args],
     { env, maxBuffer: 16 << 20 },
   );
   const logs = (await readdir(options.dir)).filter((name) => path.join(options.dir, name).startsWith(prefix));

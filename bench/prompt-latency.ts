@@ -109,7 +109,7 @@ export async function promptLatency(): Promise<Row[]> {
         }
       }, 100);
       const perPrompt = counted.length / probes;
-      write = write.filter((s) => /^\s*with s as \(/.test(s.text));
+      write = write.filter((s) => /^\s*(\/\* ledger-prepared \*\/\s*)?with s as \(/.test(s.text));
       rows.push(
         row(
           `round trips per noReply prompt (pg client), ${label}`,
@@ -192,7 +192,7 @@ export async function promptLatency(): Promise<Row[]> {
             percentile(floor, 50),
             "ms",
             atMost(6),
-            "floor: pgbench -M extended -c 1 running the ledger's own write statement for this prompt (one statement: lock, message, parts, events, session counters; captured with its parameters, fresh ids per transaction), per-transaction latency p50",
+            "floor: pgbench -M prepared -c 1 running the ledger's own write statement for this prompt (one statement: lock, message, parts, events, session counters; captured with its parameters, fresh ids per transaction), per-transaction latency p50",
           ),
         );
       }

@@ -17,7 +17,7 @@ const CLIENT_COUNTS = [8, 32];
 
 /** What kind of statement `sql` is, for comparing the ledger's statements with the script's. */
 function kindOf(sql: string): string {
-  if (/^\s*with s as \(/.test(sql)) return "write session";
+  if (/^\s*(\/\* ledger-prepared \*\/\s*)?with s as \(/.test(sql)) return "write session";
   if (sql.startsWith("select pg_notify")) return "notify";
   return sql.slice(0, 60);
 }
@@ -146,7 +146,7 @@ export async function throughput(): Promise<Row[]> {
           "prompts/s",
           atLeast(0.6),
           `ours: \`ledger serve\` child (pool 10), ${clients} Connect clients in the bench process, 1 text part of 200 B, each client on its own session; ` +
-            `baseline: pgbench -M extended -c ${clients} -j 2 running the ${PROMPT_STATEMENTS.length} statements the ledger sends per prompt ` +
+            `baseline: pgbench -M prepared -c ${clients} -j 2 running the ${PROMPT_STATEMENTS.length} statements the ledger sends per prompt ` +
             `(captured from its pg client with their parameters: the one write statement, then the commit hint, each autocommit), one session per client, as many transactions as the ledger served`,
         ),
       );

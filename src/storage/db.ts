@@ -6,6 +6,7 @@ import { Kysely, PGliteDialect, PostgresDialect, sql } from "kysely";
 import { Migrator } from "kysely/migration";
 import pg from "pg";
 import { migrations } from "./migrations/index.js";
+import { PreparingClient } from "./prepared.js";
 import { ensureTemplate, isNewDataDir, templateBlob, templateDisabled } from "./pglite-template.js";
 import type { DB } from "./schema.js";
 
@@ -94,7 +95,8 @@ function errorText(error: unknown): string {
 }
 
 function openPostgres(url: string, poolSize = 10): Database {
-  const pool = new pg.Pool({ connectionString: url, max: poolSize });
+  // PreparingClient: the per-prompt write statement stays prepared on each connection (prepared.ts).
+  const pool = new pg.Pool({ connectionString: url, max: poolSize, Client: PreparingClient });
   // An idle client that loses its connection must not crash the process.
   pool.on("error", (error) => process.stderr.write(`postgres pool: ${error.message}\n`));
   const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });

@@ -11,6 +11,7 @@ import type { Message } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { makeStorable } from "./jsonb.js";
+import { PREPARED } from "./prepared.js";
 import { protoCaseName, protoJsonName } from "./proto-names.js";
 import type { DB } from "./schema.js";
 
@@ -154,7 +155,7 @@ export async function writeSessionStatement(db: Kysely<DB>, statement: SessionSt
     last_seq: string | number | null;
     last_position: string | number;
     message_count: string | number;
-  }>`
+  }>`${sql.raw(PREPARED)}
     with s as (
       select id, last_seq, last_position, message_count, xmin::text as version from session where id = ${statement.sessionId} for update
     ), ok as (

@@ -12,6 +12,7 @@ import { migrate, openDatabase, type Database } from "../../src/storage/db.js";
 import { toJsonb } from "../../src/storage/jsonb.js";
 import { migrations } from "../../src/storage/migrations/index.js";
 import { getVersionedSessionRow, insertSession, rowToSession } from "../../src/storage/session-store.js";
+import { PREPARED } from "../../src/storage/prepared.js";
 import { storedEventJson, writeSessionStatement, type StatementEvent } from "../../src/storage/session-write.js";
 import type { EventKind } from "../../src/ledger/writer.js";
 import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
@@ -190,5 +191,28 @@ describe(`one-statement session write on ${TEST_ENGINE}`, () => {
     const row = (await getVersionedSessionRow(database.db, sessionId))!.row;
     expect(Number(row.message_count)).toBe(3);
     expect(rowToSession(row).messageCount).toBe(3);
+  });
+});
+
+describe.skipIf(TEST_ENGINE !== "postgres")("the write statement stays prepared on Postgres", () => {
+  it("runs as one named prepared statement per connection: parsed and planned once, not on every prompt", async () => {
+    const one = await openDatabase({ kind: "postgres", url: test.url!, poolSize: 1 });
+    try {
+      const sessionId = await newSession();
+      for (const texts of [["a"], ["b", "c"], ["d"]]) {
+        await writeSessionStatement(one.db, { sessionId, events: prompt(sessionId, texts), now: new Date(), touch: true });
+      }
+      // pg_prepared_statements lists the statements of the current connection: the pool's only one.
+      const prepared = await sql<{ name: string; statement: string }>`select name, statement from pg_prepared_statements`.execute(one.db);
+      expect(
+        prepared.rows.map((r) => [
+          r.name.replace(/[0-9a-f]{16}$/, "<hash>"),
+          r.statement.startsWith(PREPARED),
+          r.statement.includes("insert into session_event"),
+        ]),
+      ).toEqual([["ledger_<hash>", true, true]]);
+    } finally {
+      await one.close();
+    }
   });
 });
