@@ -5,7 +5,12 @@
  * statement list), with the same concurrency (each client on its own session) over the same TCP
  * loopback.
  */
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import path from "node:path";
+import { toBinary } from "@bufbuild/protobuf";
 import pg from "pg";
+import { PromptResponseSchema } from "../gen/ledger/v1/service_pb.js";
 import { openDatabase } from "../src/storage/db.js";
 import { startReplica } from "../test/support/replica.js";
 import { SCALE, atLeast, connectClient, createBenchDatabase, elapsedMs, log, now, prose, row, sleep, tempDir, type Row } from "./common.js";
@@ -59,7 +64,7 @@ export async function throughput(): Promise<Row[]> {
       noReply: true,
       parts: [{ kind: { case: "text" as const, value: { text: prose(200) } } }],
     });
-    await probeClient.prompt(request(probeSession));
+    const answered = await probeClient.prompt(request(probeSession));
     await sleep(100);
     const sent = await captureStatements(async () => {
       await probeClient.prompt(request(probeSession));
@@ -94,28 +99,36 @@ export async function throughput(): Promise<Row[]> {
         const sessions = await Promise.all(
           Array.from({ length: clients }, async () => (await client.createSession({ directory: work.dir })).session!.id),
         );
-        let phase: "warm" | "measure" | "stop" = "warm";
-        let completed = 0;
-        const workers = sessions.map(async (sessionId) => {
-          while (phase !== "stop") {
-            await client.prompt(request(sessionId));
-            completed++;
-          }
-        });
         log(`throughput: ledger serve, ${clients} clients, ${warmSeconds} s warm-up + ${measureSeconds} s`);
-        await sleep(warmSeconds * 1000);
-        phase = "measure";
-        warmed = completed;
-        const start = now();
-        await sleep(measureSeconds * 1000);
-        measured = completed - warmed;
-        const seconds = elapsedMs(start) / 1000;
-        phase = "stop";
-        await Promise.all(workers);
-        ours = measured / seconds;
+        ({ rate: ours, warmed, measured } = await load(client, sessions, request, warmSeconds, measureSeconds));
       } finally {
         await replica.stop();
       }
+      // The ceiling: a bare connect-node server child answering the same response without a database.
+      const bare = await startBareChild(toBinary(PromptResponseSchema, answered));
+      let ceiling: number;
+      try {
+        log(`throughput: bare Connect server child, ${clients} clients, ${warmSeconds} s warm-up + ${measureSeconds} s`);
+        ({ rate: ceiling } = await load(
+          connectClient(bare.url),
+          Array(clients).fill(probeSession) as string[],
+          request,
+          warmSeconds,
+          measureSeconds,
+        ));
+      } finally {
+        await bare.stop();
+      }
+      rows.push(
+        row(
+          `noReply prompts/s, ${clients} concurrent clients, vs a bare Connect server without a database`,
+          ours,
+          ceiling,
+          "prompts/s",
+          undefined,
+          `baseline: a bare connect-node server child (plain http, no interceptors, no validation, no database) answering every Prompt with the response bytes of a real noReply prompt, the same ${clients} clients and transport: what one Node process serving Connect reaches on this machine`,
+        ),
+      );
       const name = `noReply prompts/s, ${clients} concurrent clients`;
       if (!pgbench) {
         log("throughput: pgbench not found (install postgresql-client or postgresql-contrib, or set PGBENCH); row skipped");
@@ -157,4 +170,62 @@ export async function throughput(): Promise<Row[]> {
     await database.drop();
     await work.remove();
   }
+}
+
+/**
+ * Drives `clients.length` concurrent callers of `client.prompt` (each with its own session id) for
+ * a warm-up and then a measured period; returns the measured rate (prompts/s) and the counts.
+ */
+async function load(
+  client: ReturnType<typeof connectClient>,
+  sessions: string[],
+  request: (sessionId: string) => Parameters<ReturnType<typeof connectClient>["prompt"]>[0],
+  warmSeconds: number,
+  measureSeconds: number,
+): Promise<{ rate: number; warmed: number; measured: number }> {
+  let phase: "warm" | "measure" | "stop" = "warm";
+  let completed = 0;
+  const workers = sessions.map(async (sessionId) => {
+    while (phase !== "stop") {
+      await client.prompt(request(sessionId));
+      completed++;
+    }
+  });
+  await sleep(warmSeconds * 1000);
+  phase = "measure";
+  const warmed = completed;
+  const start = now();
+  await sleep(measureSeconds * 1000);
+  const measured = completed - warmed;
+  const seconds = elapsedMs(start) / 1000;
+  phase = "stop";
+  await Promise.all(workers);
+  return { rate: measured / seconds, warmed, measured };
+}
+
+/** Starts bench/bare-serve-child.ts answering every Prompt with `response` (binary). */
+async function startBareChild(response: Uint8Array): Promise<{ url: string; stop(): Promise<void> }> {
+  const child = spawn(process.execPath, ["--import", "tsx", path.join(import.meta.dirname, "bare-serve-child.ts")], {
+    // In the repository, where `--import tsx` resolves.
+    cwd: path.resolve(import.meta.dirname, ".."),
+    env: { ...process.env, BARE_PROMPT_RESPONSE: Buffer.from(response).toString("base64") },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const exited = once(child, "exit");
+  let out = "";
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on("data", (chunk: Buffer) => {
+      out += chunk.toString();
+      const match = /listening on (http:\/\/\S+)/.exec(out);
+      if (match) resolve(match[1]!);
+    });
+    child.once("exit", (code) => reject(new Error(`bare server child exited (${code}) before listening`)));
+  });
+  return {
+    url,
+    async stop() {
+      child.kill("SIGTERM");
+      await exited;
+    },
+  };
 }
