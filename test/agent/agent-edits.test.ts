@@ -9,35 +9,31 @@ import type { Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { PermissionReply, type PermissionRequest } from "../../gen/ledger/v1/permission_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { watchUntil } from "../support/event-stream.js";
-import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import type { FakeOpenAI, ScriptedReply } from "../support/openai-server.js";
+import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 import { waitFor } from "../support/wait.js";
-import { compatibleProvider } from "../support/mock-models.js";
 
 // Agent edits end to end (issue 15): the real service, @ai-sdk/openai-compatible against the
 // local SSE server, a second client (gRPC) watching and answering permission requests.
 
-let t: TestLedger;
+let t: FakeModelLedger;
 let fake: FakeOpenAI;
 let grpc: Client<typeof SessionService>;
 
 beforeAll(async () => {
-  fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "local/qwen",
-    provider: { local: compatibleProvider(fake.url, { qwen: {} }, "test") },
+  t = await startFakeModelLedger({
     retry: { attempts: 0 },
     agent: {
       build: { permission: { write: "ask", edit: "ask", bash: { "*": "allow", "rm *": "deny", "git push*": "ask" } } },
       free: { mode: "primary", permission: { "*": "allow" } },
     },
   });
+  fake = t.fake;
   grpc = createClient(SessionService, createGrpcTransport({ baseUrl: t.ledger.url }));
 });
 afterAll(async () => {
   await t?.close();
-  await fake?.close();
 });
 
 /** A session in a fresh subdirectory of the test directory (its own snapshot repository). */

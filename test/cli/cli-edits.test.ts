@@ -2,9 +2,8 @@ import { spawn } from "node:child_process";
 import { mkdir, readFile, stat } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { compatibleProvider } from "../support/mock-models.js";
+import type { FakeOpenAI, ScriptedReply } from "../support/openai-server.js";
+import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 
 // The CLI side of agent edits (issue 15) against a running server (--url): permission requests
 // without a terminal (rejected with a note, or allowed once with --yes), `ledger diff`, `ledger shell`.
@@ -12,21 +11,18 @@ import { compatibleProvider } from "../support/mock-models.js";
 const BIN = path.resolve(import.meta.dirname, "../../bin/ledger.js");
 const CLI_TIMEOUT = 120_000;
 
-let t: TestLedger;
+let t: FakeModelLedger;
 let fake: FakeOpenAI;
 
 beforeAll(async () => {
-  fake = await startFakeOpenAI();
-  t = await startTestLedger({
-    model: "local/qwen",
-    provider: { local: compatibleProvider(fake.url, { qwen: {} }, "test") },
+  t = await startFakeModelLedger({
     retry: { attempts: 0 },
     agent: { build: { permission: { write: "ask", bash: { "*": "allow", "curl *": "ask" } } } },
   });
+  fake = t.fake;
 });
 afterAll(async () => {
   await t?.close();
-  await fake?.close();
 });
 
 function ledger(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
