@@ -19,7 +19,16 @@ export interface PermissionPolicy {
   interactive: boolean;
   /** The command asking, named in the rejection's feedback (default `prompt`). */
   command?: "prompt" | "shell";
+  /**
+   * Ctrl-C at a question (readline takes it: the terminal is in raw mode, no signal is raised):
+   * `prompt` aborts the run, as Ctrl-C does anywhere else in it; without a handler (`shell`) the
+   * request is rejected with the feedback "interrupted (Ctrl-C)".
+   */
+  onInterrupt?: () => void;
 }
+
+/** The reason an asker's `close()` gives an open question: the run ended, nobody answered it. */
+const CLOSED = "closed";
 
 /**
  * The one-line description of a request for the terminal:
@@ -41,12 +50,12 @@ export function describeRequest(request: PermissionRequest): string {
  * request answered meanwhile (FAILED_PRECONDITION) is left alone. Returns the reply sent, or
  * undefined.
  */
-export async function answerRequest(
+async function answerRequest(
   client: Ledger,
   request: PermissionRequest,
   policy: PermissionPolicy,
   err: (text: string) => void,
-  answered: AbortSignal = new AbortController().signal,
+  answered: AbortSignal,
 ): Promise<PermissionReply | undefined> {
   err(`${describeRequest(request)}\n`);
   const diff = request.metadata?.diff;
@@ -60,17 +69,20 @@ export async function answerRequest(
   } else {
     const asked = await askTerminal(err, answered);
     if (asked === "answered") {
-      err("answered by another client\n");
+      // Dropped: answered elsewhere, or the run ended (the asker closed) and nobody needs it.
+      err(answered.reason === CLOSED ? "\n" : "answered by another client\n");
+      return undefined;
+    }
+    if (asked === "interrupted" && policy.onInterrupt) {
+      // `prompt` aborts the run; the server rejects its pending requests.
+      err("\n");
+      policy.onInterrupt();
       return undefined;
     }
     if (asked === "interrupted") {
-      // Ctrl-C at the question: the same as Ctrl-C anywhere else in the run (`prompt`'s SIGINT
-      // handler sends Abort, which rejects the pending requests; `shell` stops), not a rejection.
-      err("\n");
-      process.kill(process.pid, "SIGINT");
-      return undefined;
-    }
-    reply = asked;
+      reply = PermissionReply.REJECT;
+      message = "interrupted (Ctrl-C)";
+    } else reply = asked;
   }
   try {
     await client.replyPermission({ sessionId: request.sessionId, permissionId: request.id, reply, message });
@@ -142,6 +154,9 @@ export function permissionAsker(client: Ledger, policy: PermissionPolicy, err: (
       current = { id: request.id, answered: new AbortController() };
       try {
         await answerRequest(client, request, policy, err, current.answered.signal);
+      } catch (error) {
+        // One failed reply must not leave the requests behind it waiting: say so, go on.
+        err(`warning: could not answer permission request ${request.id}: ${error instanceof Error ? error.message : String(error)}\n`);
       } finally {
         current = undefined;
       }
@@ -151,10 +166,7 @@ export function permissionAsker(client: Ledger, policy: PermissionPolicy, err: (
   return {
     asked(request) {
       queue.push(request);
-      running ??= run().catch((error: unknown) => {
-        running = undefined;
-        err(`warning: could not answer a permission request: ${error instanceof Error ? error.message : String(error)}\n`);
-      });
+      running ??= run();
     },
     replied(permissionId) {
       if (current?.id === permissionId) current.answered.abort();
@@ -166,7 +178,7 @@ export function permissionAsker(client: Ledger, policy: PermissionPolicy, err: (
     },
     async close() {
       queue.length = 0;
-      current?.answered.abort();
+      current?.answered.abort(CLOSED);
       await running;
     },
   };

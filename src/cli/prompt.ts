@@ -89,7 +89,13 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
   if (opts.json) {
     const interrupt = onInterrupt(io, () => void abort(client, sessionId, (text) => void io.stderr.write(text)));
     const watching = new AbortController();
-    const answering = answerWhileRunning(client, sessionId, policy, watching.signal, (text) => void io.stderr.write(text));
+    const answering = answerWhileRunning(
+      client,
+      sessionId,
+      { ...policy, onInterrupt: interrupt.interrupt },
+      watching.signal,
+      (text) => void io.stderr.write(text),
+    );
     try {
       const res = await client.prompt(request).catch(forget);
       print(toJsonString(MessageWithPartsSchema, res.message!));
@@ -117,7 +123,8 @@ async function streamPrompt(
     spinner,
     dim: io.stderr.isTTY === true,
   });
-  const asker = permissionAsker(client, policy, (text) => renderer.notice(text));
+  // Ctrl-C at a permission question: the same as anywhere else in the run (Abort).
+  const asker = permissionAsker(client, { ...policy, onInterrupt: () => interrupt.interrupt() }, (text) => renderer.notice(text));
   const stream = new AbortController();
   let received = false;
   let gaveUp = false;
@@ -169,14 +176,19 @@ async function abort(client: Ledger, sessionId: string, say: (text: string) => v
   }
 }
 
-/** Handles SIGINT while a run is going: the first calls `first`, the second exits with {@link EXIT_ABORTED}. */
-function onInterrupt(io: CliIo, first: () => void): { dispose(): void } {
+/**
+ * Handles SIGINT while a run is going: the first calls `first`, the second exits with
+ * {@link EXIT_ABORTED}. `interrupt()` does the same for a Ctrl-C that readline took while a
+ * permission question was open (the terminal is in raw mode then: no signal is raised).
+ */
+function onInterrupt(io: CliIo, first: () => void): { dispose(): void; interrupt(): void } {
   let count = 0;
-  const dispose = io.onSignal("SIGINT", () => {
+  const interrupt = () => {
     if (++count > 1) return io.exit(EXIT_ABORTED);
     first();
-  });
-  return { dispose };
+  };
+  const dispose = io.onSignal("SIGINT", interrupt);
+  return { dispose, interrupt };
 }
 
 /** {@link EXIT_OK}, {@link EXIT_FAILED} or {@link EXIT_ABORTED} from a final assistant message's error (printed on stderr). */

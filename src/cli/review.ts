@@ -21,9 +21,8 @@ export const REPLY_LETTERS = { o: "once", a: "always", r: "reject" } as const sa
 
 /** A `ledger reply` answer as typed: a word, or its letter; undefined for anything else. */
 export function replyWord(typed: string): keyof typeof REPLY_WORDS | undefined {
-  const word = typed.toLowerCase();
-  if (word in REPLY_WORDS) return word as keyof typeof REPLY_WORDS;
-  return REPLY_LETTERS[word as keyof typeof REPLY_LETTERS];
+  if (Object.hasOwn(REPLY_WORDS, typed)) return typed as keyof typeof REPLY_WORDS;
+  return Object.hasOwn(REPLY_LETTERS, typed) ? REPLY_LETTERS[typed as keyof typeof REPLY_LETTERS] : undefined;
 }
 
 /** A word of {@link REPLY_WORDS}. */
