@@ -129,16 +129,21 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
     if (message.channel === EVENTS_CHANNEL) {
       // session_id|seq, then optionally |[events]: the JSON may hold "|" itself.
       const first = body.indexOf("|");
+      if (first <= 0) return;
       const second = body.indexOf("|", first + 1);
       const sessionId = body.slice(0, first);
       const seq = BigInt(second < 0 ? body.slice(first + 1) : body.slice(first + 1, second));
-      if (first <= 0) return;
-      const events =
-        second < 0
-          ? []
-          : (JSON.parse(body.slice(second + 1)) as JsonValue[]).map((json) =>
-              fromJson(SessionEventSchema, json, { ignoreUnknownFields: true }),
-            );
+      let events: SessionEvent[] = [];
+      try {
+        if (second >= 0) {
+          events = (JSON.parse(body.slice(second + 1)) as JsonValue[]).map((json) =>
+            fromJson(SessionEventSchema, json, { ignoreUnknownFields: true }),
+          );
+        }
+      } catch {
+        // Events this version cannot read: the hint alone still sends feeds to the table.
+        events = [];
+      }
       cache.evict(sessionId);
       // Feeds take the events as if written here (in order, gaps read from the table); a hint
       // covers what the events do not reach.

@@ -104,6 +104,15 @@ describe.skipIf(TEST_ENGINE !== "postgres")("Postgres relay: commit hints carry 
     await waitFor("the large write's hint", () => got.length >= 3, 5_000);
     expect(got[2]).toEqual({ hint: true, sessionId: "ses_B", seq: 4n });
 
+    // Events a replica cannot read (another version, a damaged payload): the hint still arrives.
+    const notify = new pg.Client({ connectionString: test.url! });
+    await notify.connect();
+    await notify.query("select pg_notify($1, $2)", [EVENTS_CHANNEL, `other|ses_B|5|[{"kind": 12}]`]);
+    await notify.end();
+    await waitFor("the hint of the unreadable events", () => got.length >= 4, 5_000);
+    expect(got[3]).toEqual({ hint: true, sessionId: "ses_B", seq: 5n });
+    got.splice(3, 1);
+
     // Events that do not end at the hint's seq: the hint goes alone too.
     sender.hint("ses_B", 6n, [textUpdate(5n, "d")]);
     await waitFor("the hint past the events", () => got.length >= 4, 5_000);
