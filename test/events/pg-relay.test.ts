@@ -107,7 +107,10 @@ describe.skipIf(TEST_ENGINE !== "postgres")("Postgres relay: commit hints carry 
     // Events a replica cannot read (another version, a damaged payload): the hint still arrives.
     const notify = new pg.Client({ connectionString: test.url! });
     await notify.connect();
-    await notify.query("select pg_notify($1, $2)", [EVENTS_CHANNEL, `other|ses_B|5|[{"kind": 12}]`]);
+    await notify.query("select pg_notify($1, $2)", [
+      EVENTS_CHANNEL,
+      `other|ses_B|5|[{"sessionId": "ses_B", "seq": "5", "partUpdated": {"part": 7}}]`,
+    ]);
     await notify.end();
     await waitFor("the hint of the unreadable events", () => got.length >= 4, 5_000);
     expect(got[3]).toEqual({ hint: true, sessionId: "ses_B", seq: 5n });
