@@ -68,6 +68,9 @@ function visible(messages: MessageWithParts[], revert: { messageId: string; part
   if (at < 0) return messages;
   const kept = messages.slice(0, at);
   const cut = messages[at]!;
-  const from = revert.partId ? cut.parts.findIndex((p) => p.id === revert.partId) : -1;
-  return from > 0 ? [...kept, { ...cut, parts: cut.parts.slice(0, from) }] : kept;
+  if (!revert.partId) return kept;
+  // As ListMessages: the message stays with its parts before the revert part (all of them when
+  // that part is not found).
+  const from = cut.parts.findIndex((p) => p.id === revert.partId);
+  return [...kept, from < 0 ? cut : { ...cut, parts: cut.parts.slice(0, from) }];
 }

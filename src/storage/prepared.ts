@@ -13,9 +13,17 @@ import pg from "pg";
  */
 export const PREPARED = "/* ledger-prepared */ ";
 
+/** Names already computed, by statement text (a handful of texts: hashed once each). */
+const names = new Map<string, string>();
+
 /** The statement name for `text`: `ledger_` and 16 hex characters of its SHA-1 (pg requires one text per name). */
 function statementName(text: string): string {
-  return `ledger_${createHash("sha1").update(text).digest("hex").slice(0, 16)}`;
+  let name = names.get(text);
+  if (name === undefined) {
+    name = `ledger_${createHash("sha1").update(text).digest("hex").slice(0, 16)}`;
+    names.set(text, name);
+  }
+  return name;
 }
 
 /**

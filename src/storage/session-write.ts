@@ -86,6 +86,21 @@ const ROW_CODE: Record<RowChange["kind"], string> = {
   saveSession: "s",
 };
 
+/** Each event's stored proto JSON (without `seq`) as `writeSessionStatement` built it. */
+const storedJson = new WeakMap<SessionEvent, string>();
+
+/**
+ * The proto JSON of an event written by {@link writeSessionStatement} (what `session_event.data`
+ * holds, with its `seq`), without serializing it again: the commit hint that carries the events
+ * to other replicas reuses it. Undefined for an event that statement did not write.
+ */
+export function storedEventJson(event: SessionEvent): string | undefined {
+  const json = storedJson.get(event);
+  if (json === undefined) return undefined;
+  const seq = `"seq":"${event.seq}"`;
+  return json === "{}" ? `{${seq}}` : `{${seq},${json.slice(1)}`;
+}
+
 /**
  * Carries out a write to one session in ONE statement (a data-modifying CTE; one database round
  * trip in autocommit, so it is also its own transaction): takes the session row lock
@@ -103,21 +118,6 @@ const ROW_CODE: Record<RowChange["kind"], string> = {
  * driver's unique-violation error (23505, `message_pkey` / `part_pkey`) on a duplicate id, and
  * whatever else the database throws.
  */
-/** Each event's stored proto JSON (without `seq`) as `writeSessionStatement` built it. */
-const storedJson = new WeakMap<SessionEvent, string>();
-
-/**
- * The proto JSON of an event written by {@link writeSessionStatement} (what `session_event.data`
- * holds, with its `seq`), without serializing it again: the commit hint that carries the events
- * to other replicas reuses it. Undefined for an event that statement did not write.
- */
-export function storedEventJson(event: SessionEvent): string | undefined {
-  const json = storedJson.get(event);
-  if (json === undefined) return undefined;
-  const seq = `"seq":"${event.seq}"`;
-  return json === "{}" ? `{${seq}}` : `{${seq},${json.slice(1)}`;
-}
-
 export async function writeSessionStatement(db: Kysely<DB>, statement: SessionStatement): Promise<StatementResult | "stale" | "missing"> {
   let positions = 0;
   let messageDelta = 0;

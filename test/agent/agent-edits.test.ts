@@ -395,6 +395,26 @@ describe("revert restores files", () => {
   });
 });
 
+describe("the diff of a reverted session", () => {
+  it("keeps the turns before the revert point and leaves out the hidden ones", async () => {
+    const { sessionId, dir } = await newSession("revert-diff", "free");
+    fake.push(call("call_d1", "write", { filePath: "kept.txt", content: "kept\n" }), say("One."));
+    await t.client.prompt({ sessionId, parts: [text("first")] });
+    await untilIdle(sessionId);
+    fake.push(call("call_d2", "write", { filePath: "hidden.txt", content: "hidden\n" }), say("Two."));
+    await t.client.prompt({ sessionId, parts: [text("second")] });
+    const messages = await untilIdle(sessionId);
+    expect((await grpc.getDiff({ sessionId })).diffs.map((d) => d.file)).toEqual(["hidden.txt", "kept.txt"]);
+
+    const second = messages.filter((m) => m.message?.kind.case === "user").at(-1)!.message!.kind.value!.id;
+    await grpc.revert({ sessionId, messageId: second });
+    expect(await readFile(path.join(dir, "kept.txt"), "utf8")).toBe("kept\n");
+    await expect(stat(path.join(dir, "hidden.txt"))).rejects.toThrow(/ENOENT/);
+    expect((await grpc.getDiff({ sessionId })).diffs.map((d) => [d.file, d.after])).toEqual([["kept.txt", "kept\n"]]);
+    await grpc.unrevert({ sessionId });
+  });
+});
+
 describe("Shell", () => {
   it("runs echo hi as a user message and an assistant message with one bash tool part", async () => {
     const { sessionId } = await newSession("shell");
