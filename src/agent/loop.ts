@@ -17,7 +17,7 @@ import { sessionLedger, type SessionLedger } from "../ledger/session-ledger.js";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { withParts } from "../ledger/messages.js";
 import { getSession } from "../ledger/sessions.js";
-import { listMessageRows } from "../storage/message-store.js";
+import { getMessageRow, listMessageRows } from "../storage/message-store.js";
 import { tokens, type LoopEvent, type StepUsage } from "./ai-sdk-events.js";
 import { nextWork, type Work } from "./conversation.js";
 import { toModelMessages } from "./history.js";
@@ -89,7 +89,10 @@ export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSi
  * no snapshots). Saves nothing when the summary is empty or already stored as it is.
  */
 async function summarizeTurn(deps: LoopDeps, ledger: SessionLedger, sessionId: string, userId: string): Promise<void> {
-  const messages = await withParts(deps.db, await listMessageRows(deps.db, sessionId, {}));
+  // The turn only: the user message and what came after it (not the whole session each turn).
+  const userRow = await getMessageRow(deps.db, userId);
+  if (!userRow || userRow.session_id !== sessionId) return;
+  const messages = await withParts(deps.db, await listMessageRows(deps.db, sessionId, { afterPosition: Number(userRow.position) - 1 }));
   const entry = messages.find((m) => m.message?.kind.case === "user" && m.message.kind.value.id === userId);
   if (entry?.message?.kind.case !== "user") return;
   const range = deps.snapshots ? snapshotRange(messages, userId) : undefined;
