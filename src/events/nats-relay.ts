@@ -51,7 +51,7 @@ export interface NatsRelayOptions {
 
 /** What a NATS relay has seen, for tests and (later) metrics. */
 export interface NatsRelayStats {
-  /** Connected to a NATS server now. */
+  /** Connected to a NATS server now (false before the first connection and while reconnecting). */
   connected: boolean;
   /** Messages delivered to this relay's subscriptions since it started (its own included, which it skips). */
   messages: number;
@@ -102,6 +102,8 @@ export async function startNatsRelay(options: NatsRelayOptions): Promise<NatsRel
   const cache = sessionCache(db);
   const subscriptions = new Map<string, Subscription>();
   let nc: NatsConnection | undefined;
+  /** Connected now (false while the client reconnects). */
+  let online = false;
   let closed = false;
   let messages = 0;
   let abortHandler: ((sessionId: string) => void) | undefined;
@@ -167,8 +169,12 @@ export async function startNatsRelay(options: NatsRelayOptions): Promise<NatsRel
 
   const follow = async (connection: NatsConnection) => {
     for await (const status of connection.status()) {
-      if (status.type === "disconnect") logger.warn("relay: NATS disconnected; reconnecting", { server: status.server });
+      if (status.type === "disconnect") {
+        online = false;
+        logger.warn("relay: NATS disconnected; reconnecting", { server: status.server });
+      }
       if (status.type === "reconnect") {
+        online = true;
         logger.info("relay: NATS reconnected", { server: status.server });
         // Messages sent while we were away are lost: read what the watched sessions missed.
         void catchUp.resync().catch(() => {});
@@ -204,11 +210,13 @@ export async function startNatsRelay(options: NatsRelayOptions): Promise<NatsRel
       return;
     }
     nc = connection;
+    online = true;
     void follow(connection);
     void connection.closed().then(() => {
       // Closed by the server or an error (not by us): start over.
       if (closed || nc !== connection) return;
       nc = undefined;
+      online = false;
       subscriptions.clear();
       void open(1);
     });
@@ -286,7 +294,7 @@ export async function startNatsRelay(options: NatsRelayOptions): Promise<NatsRel
       flush();
       if (nc && !nc.isClosed()) await nc.flush();
     },
-    stats: () => ({ connected: nc !== undefined && !nc.isClosed(), messages, subscribed: [...subscriptions.keys()] }),
+    stats: () => ({ connected: online, messages, subscribed: [...subscriptions.keys()] }),
     async close() {
       if (timer) clearTimeout(timer);
       flush();
@@ -296,6 +304,7 @@ export async function startNatsRelay(options: NatsRelayOptions): Promise<NatsRel
       stopWatching();
       const connection = nc;
       nc = undefined;
+      online = false;
       subscriptions.clear();
       if (!connection) return;
       // drain: pending publishes go out before the connection closes; a connection that is

@@ -7,7 +7,7 @@ import { newId } from "../../src/ids.js";
 import { openDatabase, type Database } from "../../src/storage/db.js";
 import { listLastSeqs } from "../../src/storage/session-store.js";
 import { createTestDatabase, insertTestSession, TEST_ENGINE, type TestDatabase } from "../support/db.js";
-import { closedNatsUrl, NATS_URL, natsReachable } from "../support/nats.js";
+import { closedNatsUrl, hasNatsServer, NATS_URL, natsReachable, startNatsServer, type NatsServer } from "../support/nats.js";
 import { sleep, waitFor } from "../support/wait.js";
 
 // The NATS relay between two relays of one process, each on its own connection to the machine's
@@ -181,3 +181,61 @@ describe.skipIf(TEST_ENGINE !== "postgres")("NATS relay: NATS unreachable", () =
     expect(relay.stats()).toEqual({ connected: false, messages: 0, subscribed: [] });
   });
 });
+
+describe.skipIf(TEST_ENGINE !== "postgres" || !hasNatsServer())(
+  "NATS relay: a NATS server of its own that comes late, dies and comes back",
+  () => {
+    let test: TestDatabase;
+    let database: Database;
+    let A: NatsRelay | undefined;
+    let B: NatsRelay | undefined;
+    let server: NatsServer | undefined;
+
+    beforeAll(async () => {
+      test = await createTestDatabase();
+      database = await openDatabase(test.target);
+    });
+    afterAll(async () => {
+      await A?.close();
+      await B?.close();
+      await server?.kill();
+      await database?.close();
+      await test?.drop();
+    });
+
+    it("connects once NATS is up, subscribes to the watched sessions and resyncs them; after NATS restarts, resyncs again and relays", async () => {
+      const url = await closedNatsUrl();
+      const port = Number(new URL(url).port);
+      const busB = new EventBus();
+      B = await startNatsRelay({ servers: [url], db: database.db, bus: busB, catchUpMs: 0 });
+      const sessionId = await insertTestSession(database.db);
+      const [row] = await listLastSeqs(database.db, [sessionId]);
+      const got: BusItem[] = [];
+      busB.subscribe(sessionId, (item) => got.push(item));
+      expect(B.stats()).toEqual({ connected: false, messages: 0, subscribed: [] });
+
+      server = await startNatsServer(port);
+      await waitFor("B connected", () => B!.stats().connected, 10_000);
+      expect(B.stats().subscribed).toEqual([sessionId]);
+      await waitFor("the resync after connecting", () => got.length >= 1, 5_000);
+      expect(got).toEqual([{ hint: true, sessionId, seq: row!.lastSeq }]);
+
+      A = await startNatsRelay({ servers: [server.url], db: database.db, bus: new EventBus(), catchUpMs: 0 });
+      await B.flush();
+      A.hint(sessionId, 5n);
+      await waitFor("A's hint", () => got.length >= 2, 5_000);
+      expect(got.slice(1)).toEqual([{ hint: true, sessionId, seq: 5n }]);
+
+      await server.kill();
+      await waitFor("both disconnected", () => !A!.stats().connected && !B!.stats().connected, 10_000);
+      server = await startNatsServer(port);
+      await waitFor("both reconnected", () => A!.stats().connected && B!.stats().connected, 15_000);
+      await waitFor("the resync after reconnecting", () => got.length >= 3, 5_000);
+      expect(got.slice(2)).toEqual([{ hint: true, sessionId, seq: row!.lastSeq }]);
+      await B.flush();
+      A.hint(sessionId, 7n);
+      await waitFor("A's hint after the restart", () => got.length >= 4, 5_000);
+      expect(got.slice(3)).toEqual([{ hint: true, sessionId, seq: 7n }]);
+    }, 60_000);
+  },
+);

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startLedger, type RunningLedger } from "../../src/app.js";
-import { buildConfig, configFileSchema } from "../../src/config/config.js";
+import { buildConfig, ConfigError, configFileSchema } from "../../src/config/config.js";
 import type { NatsRelay } from "../../src/events/nats-relay.js";
 import { readEventPage } from "../../src/storage/event-store.js";
 import { collectEvents } from "../support/event-stream.js";
@@ -142,4 +142,15 @@ describe.skipIf(!POSTGRES)("two ledgers configured for NATS while NATS is unreac
     expect(table.at(-1)?.seq).toBe(streamed.at(-1)?.seq);
     expect(watcher.events).toEqual(table);
   }, 60_000);
+});
+
+describe.skipIf(!POSTGRES)("NATS with the embedded PGlite database", () => {
+  it("is refused at start with a ConfigError naming both, before the database is opened", async () => {
+    const config = buildConfig(configFileSchema.parse({ bus: { nats: { servers: [NATS_URL] } } }), undefined, dir);
+    await expect(startLedger({ config, database: { kind: "pglite", dir: ":memory:" } })).rejects.toThrow(
+      new ConfigError(
+        "bus.nats (or LEDGER_NATS_URL) needs a Postgres database (DATABASE_URL): the embedded PGlite database serves one process only, so there is no other replica to fan out to",
+      ),
+    );
+  });
 });
