@@ -85,6 +85,10 @@ export interface NatsRelay extends Relay {
  * the session. Its own messages are skipped by origin id (and not echoed back by the server).
  * Another replica's commit hint evicts the session from `SessionCache` only where the session is
  * watched; elsewhere a stale cache entry is refused by the row-version check of the next write.
+ * A subscription takes effect once the server has it (`flush()` waits for that): a message sent
+ * in between (a hint right after a watcher's replay read the table, an abort right after a loop
+ * started) is missed like a lost one, and the catch-up check covers the hint; such an abort is lost
+ * and the `Abort` call reports that the session still runs.
  *
  * Postgres stays the source of truth: the periodic catch-up check (`startCatchUp`, every
  * `catchUpMs`) runs whether NATS is up or not, so a lost message, a NATS node going away or

@@ -51,7 +51,8 @@ const DIE_BEFORE_HINT = process.env.LEDGER_TEST_DIE_BEFORE_HINT === "1";
  * session id only and seq 0 (feeds renumber it one past the last event they yielded).
  *
  * The same resync runs every `catchUpMs` (default `DEFAULT_CATCH_UP_MS`, `events.catch_up_ms` in ledger.json; 0 turns it off) while
- * any session is watched here: one query for all watched sessions. Hints are sent after commit,
+ * any session is watched here and the listener is connected: one query for all watched sessions
+ * (`startCatchUp`, shared with the NATS relay). Hints are sent after commit,
  * so a writer that dies between its commit and its hint sends none; a watcher then reads the
  * missing events at the next check (or at the next hint of that session, which carries a later seq).
  */
@@ -157,11 +158,11 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
     const mine = only === undefined ? queue : queue.filter((q) => q.sessionId === only);
     if (mine.length === 0) return;
     queue = only === undefined ? [] : queue.filter((q) => q.sessionId !== only);
-    for (const payload of pack(
+    const payloads = pack(
       mine.map((q) => q.item),
       MAX_PAYLOAD_BYTES,
-    ))
-      outbox.push([DELTAS_CHANNEL, `${origin}|${payload}`]);
+    );
+    for (const payload of payloads) outbox.push([DELTAS_CHANNEL, `${origin}|${payload}`]);
   };
   const flush = async () => {
     timer = undefined;
