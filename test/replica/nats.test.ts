@@ -4,7 +4,8 @@ import path from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { fromJson, type JsonObject } from "@bufbuild/protobuf";
+import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startLedger, type RunningLedger } from "../../src/app.js";
 import { buildConfig, ConfigError, configFileSchema } from "../../src/config/config.js";
@@ -15,6 +16,7 @@ import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/d
 import { compatibleProvider } from "../support/mock-models.js";
 import { closedNatsUrl, NATS_URL, natsReachable } from "../support/nats.js";
 import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import { startReplicaPair, type ReplicaPair } from "../support/replica.js";
 import { text } from "../support/prompt.js";
 import { sleep, waitFor } from "../support/wait.js";
 
@@ -153,4 +155,36 @@ describe.skipIf(!POSTGRES)("NATS with the embedded PGlite database", () => {
       ),
     );
   });
+});
+
+describe.skipIf(!NATS)("two `ledger serve` processes with LEDGER_NATS_URL", () => {
+  let pair: ReplicaPair | undefined;
+
+  beforeAll(async () => {
+    pair = await startReplicaPair({ prefix: "ledger-nats-serve-", timeoutMs: 60_000, env: { LEDGER_NATS_URL: NATS_URL } });
+  }, 150_000);
+  afterAll(async () => {
+    await pair?.close();
+  }, 60_000);
+
+  it("relay on NATS (no LISTEN connection on Postgres); a prompt on A is seen on B's WatchSession with the exact stored events", async () => {
+    const { A, B } = pair!;
+    const { rows } = await pair!.sql.query<{ n: string }>(
+      "select count(*)::text as n from pg_stat_activity where datname = current_database() and application_name = 'ledger-relay'",
+    );
+    expect(rows[0]!.n).toBe("0");
+    const sessionId = (await A.connect.createSession({ directory: pair!.dir })).session!.id;
+    const watcher = collectEvents((signal) => B.grpc.watchSession({ sessionId, afterSeq: 0n }, { signal }));
+    await watcher.reach(1n);
+    const streamed: SessionEvent[] = [];
+    for await (const res of A.grpc.promptStream({ sessionId, noReply: true, parts: [text("over NATS")] })) streamed.push(res.event!);
+    await watcher.reach(streamed.at(-1)!.seq);
+    await watcher.stop();
+    const { rows: table } = await pair!.sql.query<{ data: JsonObject }>(
+      "select data from session_event where session_id = $1 order by seq",
+      [sessionId],
+    );
+    expect(watcher.events).toEqual(table.map((r) => fromJson(SessionEventSchema, r.data, { ignoreUnknownFields: true })));
+    expect(watcher.events.slice(1)).toEqual(streamed);
+  }, 60_000);
 });
