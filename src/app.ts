@@ -2,7 +2,9 @@ import { createModelResolver, type ModelResolver } from "./agent/providers.js";
 import { recoverInterrupted } from "./agent/recovery.js";
 import { createRunner } from "./agent/runner.js";
 import { postgresLocks, processLocks } from "./agent/session-lock.js";
-import { startPgRelay, type Relay } from "./events/pg-relay.js";
+import { startNatsRelay } from "./events/nats-relay.js";
+import { startPgRelay } from "./events/pg-relay.js";
+import type { Relay } from "./events/relay.js";
 import { pruneEvents } from "./storage/event-store.js";
 import { ConfigError, type LedgerConfig } from "./config/config.js";
 import { EventBus } from "./events/bus.js";
@@ -44,7 +46,7 @@ export interface RunningLedger {
 /**
  * Opens the database (running migrations), loads plugins, recovers interrupted answers, and
  * starts the server on one plaintext port. Throws `ConfigError` when a non-loopback `host` has
- * no token, and when the database cannot be opened or a plugin cannot be loaded (closing what
+ * no token, when NATS is configured with the embedded PGlite database, and when the database cannot be opened or a plugin cannot be loaded (closing what
  * was opened).
  */
 export async function startLedger(options: StartOptions): Promise<RunningLedger> {
@@ -54,16 +56,18 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       `--host ${host}: binding a non-loopback address requires a bearer token; set LEDGER_TOKEN (16+ characters) or auth.token in ledger.json`,
     );
   }
-  const database = await openDatabase(options.database);
   const target = options.database;
+  if (options.config.nats && target.kind !== "postgres") {
+    throw new ConfigError(
+      "bus.nats (or LEDGER_NATS_URL) needs a Postgres database (DATABASE_URL): the embedded PGlite database serves one process only, so there is no other replica to fan out to",
+    );
+  }
+  const database = await openDatabase(options.database);
   const bus = new EventBus();
   let relay: Relay | undefined;
   try {
     const plugins = await loadPlugins(options.config.plugins);
-    relay =
-      target.kind === "postgres"
-        ? await startPgRelay({ url: target.url, db: database.db, bus, catchUpMs: options.config.eventCatchUpMs })
-        : undefined;
+    relay = await startRelay(options.config, target, database, bus);
     const metrics = createMetrics({ pool: () => database.poolStats() });
     const snapshots = new Snapshots(options.config.snapshot);
     const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, metrics, snapshots };
@@ -99,6 +103,17 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     await database.close();
     throw error;
   }
+}
+
+/**
+ * The relay to the other replicas: none on PGlite (one process), the NATS relay when
+ * `config.nats` is set, else the Postgres relay (LISTEN/NOTIFY).
+ */
+async function startRelay(config: LedgerConfig, target: DatabaseTarget, database: Database, bus: EventBus): Promise<Relay | undefined> {
+  if (target.kind !== "postgres") return undefined;
+  const catchUpMs = config.eventCatchUpMs;
+  if (config.nats) return startNatsRelay({ ...config.nats, db: database.db, bus, catchUpMs });
+  return startPgRelay({ url: target.url, db: database.db, bus, catchUpMs });
 }
 
 /** How often (ms) old events are pruned. */

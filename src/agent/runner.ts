@@ -48,7 +48,10 @@ function loadLoop(): Promise<(typeof import("./loop.js"))["runLoop"]> {
  *
  * A run listens on the bus for its session's `session_deleted` (DeleteSession here, the relay
  * for a deletion on another replica or found after a listener reconnect) and aborts; so does a
- * subagent run for its child session. A loop whose session is gone (deleted, or its row found
+ * subagent run for its child session. That listener (and one held by an `exclusive` run) also
+ * makes the session watched on the bus, from the wait for the lock to its release, so the NATS
+ * relay, which subscribes only to watched sessions, delivers the session's abort requests and
+ * deletion notices to the replica that runs it. A loop whose session is gone (deleted, or its row found
  * missing after a failed write) ends with one `info` line "agent loop stopped: session deleted"
  * instead of an error, and releases its lock.
  */
@@ -148,10 +151,13 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         done: new Promise<void>((resolve) => (settle = resolve)),
       };
       running.set(sessionId, entry);
+      // Watched while it runs, like a loop: the NATS relay then delivers this session's abort requests here.
+      const unsubscribe = deps.bus.subscribe(sessionId, () => {});
       try {
         await recoverSession(deps, sessionId);
         return await fn(entry.controller.signal);
       } finally {
+        unsubscribe();
         entry.finishing = true;
         running.delete(sessionId);
         await release();

@@ -111,6 +111,16 @@ export const configFileSchema = z.object({
   mcp: z.record(z.string(), mcpServerSchema).default({}),
   command: z.record(z.string(), commandSchema).default({}),
   reference: z.record(z.string().regex(/^[^/\\\s]+$/, "expected an alias without slashes or spaces"), z.string().min(1)).default({}),
+  bus: z
+    .object({
+      nats: z
+        .object({
+          servers: z.array(z.string().min(1)).min(1),
+          name: z.string().min(1).optional(),
+        })
+        .optional(),
+    })
+    .default({}),
   snapshot: z
     .object({
       dir: z.string().optional(),
@@ -184,6 +194,20 @@ export interface LedgerConfig {
    * `.ledger/snapshot` beside the config file) and the largest tree snapshotted.
    */
   snapshot: { dir: string; maxBytes: number; maxFiles: number };
+  /**
+   * Fan-out between replicas on NATS instead of Postgres LISTEN/NOTIFY (`bus.nats` in
+   * ledger.json, or `LEDGER_NATS_URL`, comma-separated servers, which wins): the server URLs and
+   * the connection name. Undefined: the Postgres relay. Needs a Postgres database.
+   */
+  nats?: NatsConfig;
+}
+
+/** Where the NATS relay connects; see `LedgerConfig.nats`. */
+export interface NatsConfig {
+  /** Server URLs, e.g. `nats://127.0.0.1:4222`; at least one. */
+  servers: string[];
+  /** Connection name shown by the NATS server's monitoring; default "session-ledger". */
+  name?: string;
 }
 
 /** How a model step is retried; see `LedgerConfig.retry`. Times in ms. */
@@ -213,7 +237,8 @@ export const CONFIG_FILE_NAMES = ["ledger.json", "ledger.jsonc"];
 
 /**
  * Loads configuration: `explicitPath` (from `--config`), else `LEDGER_CONFIG`, else `ledger.json`
- * / `ledger.jsonc` in `cwd`, else built-in defaults. `{env:NAME}` in any string is replaced by
+ * / `ledger.jsonc` in `cwd`, else built-in defaults; `LEDGER_TOKEN` and `LEDGER_NATS_URL`
+ * override the file's `auth.token` and `bus.nats.servers`. `{env:NAME}` in any string is replaced by
  * that environment variable (empty when unset). Throws `ConfigError` naming the file and the
  * offending key when the file is missing (explicit path), not JSONC (naming the line and column),
  * or fails the schema.
@@ -232,6 +257,13 @@ export function loadConfig(options: { explicitPath?: string; cwd?: string; env?:
   if (env.LEDGER_TOKEN) {
     if (env.LEDGER_TOKEN.length < 16) throw new ConfigError("LEDGER_TOKEN: must be at least 16 characters");
     config.token = env.LEDGER_TOKEN;
+  }
+  if (env.LEDGER_NATS_URL) {
+    const servers = env.LEDGER_NATS_URL.split(",")
+      .map((s) => s.trim())
+      .filter((s) => s.length > 0);
+    if (servers.length === 0) throw new ConfigError("LEDGER_NATS_URL: expected one or more NATS server URLs, comma-separated");
+    config.nats = { servers, name: config.nats?.name };
   }
   return config;
 }
@@ -382,6 +414,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
       ]),
     ),
     references: Object.fromEntries(Object.entries(file.reference).map(([alias, dir]) => [alias, path.resolve(baseDir, dir)])),
+    nats: file.bus.nats ? { servers: file.bus.nats.servers, name: file.bus.nats.name } : undefined,
     snapshot: {
       dir: path.resolve(baseDir, file.snapshot.dir ?? DEFAULT_SNAPSHOT_DIR),
       maxBytes: file.snapshot.max_bytes,

@@ -1,7 +1,7 @@
 import type { Kysely } from "kysely";
 import type { LedgerConfig } from "../config/config.js";
 import type { EventBus } from "../events/bus.js";
-import type { Relay } from "../events/pg-relay.js";
+import type { Relay } from "../events/relay.js";
 import type { McpReader } from "../mcp/reader.js";
 import type { LedgerMetrics } from "../observe/metrics.js";
 import type { PluginHost } from "../plugins/plugins.js";

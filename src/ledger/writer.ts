@@ -4,7 +4,7 @@ import type { Kysely, Transaction } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import type { EventBus } from "../events/bus.js";
-import type { Relay } from "../events/pg-relay.js";
+import type { Relay } from "../events/relay.js";
 import { appendEvents } from "../storage/event-store.js";
 import { writeSessionStatement, type RowChange } from "../storage/session-write.js";
 import type { DB } from "../storage/schema.js";

@@ -1,5 +1,16 @@
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { buildConfig, ConfigError, configFileSchema, lineAndColumn, parseConfigText, parseModelRef } from "../../src/config/config.js";
+import {
+  buildConfig,
+  ConfigError,
+  configFileSchema,
+  lineAndColumn,
+  loadConfig,
+  parseConfigText,
+  parseModelRef,
+} from "../../src/config/config.js";
 import { InvalidArgumentError } from "../../src/errors.js";
 
 describe("parseModelRef", () => {
@@ -75,5 +86,41 @@ describe("parseConfigText", () => {
     expect(lineAndColumn("abc", 0)).toEqual({ line: 1, column: 1 });
     expect(lineAndColumn("ab\ncd\nef", 7)).toEqual({ line: 3, column: 2 });
     expect(lineAndColumn("ab\n", 3)).toEqual({ line: 2, column: 1 });
+  });
+});
+
+describe("bus.nats and LEDGER_NATS_URL", () => {
+  const withFile = async (text: string, env: NodeJS.ProcessEnv) => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), "ledger-config-nats-"));
+    try {
+      await writeFile(path.join(dir, "ledger.json"), text);
+      return loadConfig({ cwd: dir, env });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  };
+
+  it("reads the servers and the name from the file; none configured: undefined (the Postgres relay)", async () => {
+    expect((await withFile('{ "bus": { "nats": { "servers": ["nats://a:4222", "nats://b:4222"], "name": "eu-1" } } }', {})).nats).toEqual({
+      servers: ["nats://a:4222", "nats://b:4222"],
+      name: "eu-1",
+    });
+    expect((await withFile("{}", {})).nats).toBeUndefined();
+  });
+
+  it("LEDGER_NATS_URL (comma-separated, blanks ignored) replaces the file's servers and keeps its name", async () => {
+    const env = { LEDGER_NATS_URL: " nats://x:4222, ,nats://y:4222 " };
+    expect((await withFile('{ "bus": { "nats": { "servers": ["nats://a:4222"], "name": "eu-1" } } }', env)).nats).toEqual({
+      servers: ["nats://x:4222", "nats://y:4222"],
+      name: "eu-1",
+    });
+    expect((await withFile("{}", env)).nats).toEqual({ servers: ["nats://x:4222", "nats://y:4222"], name: undefined });
+  });
+
+  it("refuses an empty server list in the file and a LEDGER_NATS_URL without a server", async () => {
+    await expect(withFile('{ "bus": { "nats": { "servers": [] } } }', {})).rejects.toThrow(/ledger\.json: bus\.nats\.servers: /);
+    await expect(withFile("{}", { LEDGER_NATS_URL: " , " })).rejects.toThrow(
+      new ConfigError("LEDGER_NATS_URL: expected one or more NATS server URLs, comma-separated"),
+    );
   });
 });
