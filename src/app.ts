@@ -2,7 +2,6 @@ import { createModelResolver, type ModelResolver } from "./agent/providers.js";
 import { recoverInterrupted } from "./agent/recovery.js";
 import { createRunner } from "./agent/runner.js";
 import { postgresLocks, processLocks } from "./agent/session-lock.js";
-import { startNatsRelay } from "./events/nats-relay.js";
 import { startPgRelay } from "./events/pg-relay.js";
 import type { Relay } from "./events/relay.js";
 import { pruneEvents } from "./storage/event-store.js";
@@ -112,7 +111,11 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
 async function startRelay(config: LedgerConfig, target: DatabaseTarget, database: Database, bus: EventBus): Promise<Relay | undefined> {
   if (target.kind !== "postgres") return undefined;
   const catchUpMs = config.eventCatchUpMs;
-  if (config.nats) return startNatsRelay({ ...config.nats, db: database.db, bus, catchUpMs });
+  if (config.nats) {
+    // Loaded on use: a ledger without NATS never loads the NATS client.
+    const { startNatsRelay } = await import("./events/nats-relay.js");
+    return startNatsRelay({ ...config.nats, db: database.db, bus, catchUpMs });
+  }
   return startPgRelay({ url: target.url, db: database.db, bus, catchUpMs });
 }
 
