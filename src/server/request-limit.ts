@@ -106,6 +106,9 @@ async function* splitEnvelopes(body: AsyncIterable<Uint8Array>, max: number, wat
         continue;
       }
       header[headerBytes++] = chunk[at++]!;
+      // A JSON body sent without the envelope (a first "{" or "[" where the flag byte goes)
+      // would otherwise be read as a length of hundreds of MB.
+      if (headerBytes === 1 && (header[0] === 0x7b || header[0] === 0x5b)) throw unframedError(header[0]);
       if (headerBytes < ENVELOPE_HEADER_BYTES) continue;
       headerBytes = 0;
       payloadLeft = view.getUint32(1);
@@ -114,6 +117,19 @@ async function* splitEnvelopes(body: AsyncIterable<Uint8Array>, max: number, wat
     }
     yield chunk;
   }
+}
+
+/**
+ * INVALID_ARGUMENT for a streaming body that starts like JSON instead of an envelope: Connect
+ * and gRPC streams frame every message (the request too) with one flag byte and a 4-byte
+ * big-endian length.
+ */
+function unframedError(first: number): ConnectError {
+  return new ConnectError(
+    `request body: not an enveloped message (it starts with "${String.fromCharCode(first)}"): streaming calls (application/connect+json, gRPC) ` +
+      "frame every message, the request too, with one flag byte (0) and its length as a big-endian uint32 before it",
+    Code.InvalidArgument,
+  );
 }
 
 /**

@@ -140,6 +140,26 @@ describe("an undecodable binary request message is INVALID_ARGUMENT on every pro
     expect(end.error).toEqual({ code: "invalid_argument", message: message() });
   });
 
+  it("Connect server stream with an unframed JSON request (a raw body where the envelope goes): invalid_argument saying so", async () => {
+    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/WatchSession`, {
+      method: "POST",
+      headers: { "content-type": "application/connect+json" },
+      body: JSON.stringify({ sessionId: "ses_01M8R458R2ZB609RXKK3TCHMJ5" }),
+    });
+    expect(res.status).toBe(200);
+    const bytes = Buffer.from(await res.arrayBuffer());
+    expect(bytes[0]).toBe(0b10);
+    const end = JSON.parse(bytes.subarray(5, 5 + bytes.readUInt32BE(1)).toString("utf8")) as {
+      error?: { code?: string; message?: string };
+    };
+    expect(end.error).toEqual({
+      code: "invalid_argument",
+      message:
+        'request body: not an enveloped message (it starts with "{"): streaming calls (application/connect+json, gRPC) frame every message, ' +
+        "the request too, with one flag byte (0) and its length as a big-endian uint32 before it",
+    });
+  });
+
   it("gRPC unary (Prompt) and server stream (PromptStream) over h2c: grpc-status 3", async () => {
     for (const procedure of ["Prompt", "PromptStream"]) {
       expect(await grpcCall(procedure, envelope(garbage)), procedure).toEqual({ status: "3", message: message() });
