@@ -1,7 +1,6 @@
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
-import { loadConfig } from "../config/config.js";
 import { logger } from "../observe/log.js";
 import type { CliIo } from "./io.js";
 
@@ -25,13 +24,8 @@ export async function withClient<T>(opts: ClientOptions, io: Pick<CliIo, "cwd" |
   // The in-process server's RPC log lines would mix into this command's output.
   if (!io.env.LEDGER_LOG_LEVEL) logger.setLevel("warn");
   // Loaded on use: with --url the CLI never loads the server stack (database, AI SDK, ...).
-  const { startLocal } = await import("./local.js");
-  const ledger = await startLocal({
-    config: loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env }),
-    db: opts.db,
-    cwd: io.cwd,
-    env: io.env,
-  });
+  const { startLocalForCli } = await import("./local.js");
+  const ledger = await startLocalForCli(opts, io);
   try {
     return await fn(connect(ledger.url, io.env));
   } finally {

@@ -1,7 +1,7 @@
 import path from "node:path";
 import lockfile from "proper-lockfile";
 import { startLedger, type RunningLedger } from "../app.js";
-import type { LedgerConfig } from "../config/config.js";
+import { loadConfig, type LedgerConfig } from "../config/config.js";
 import { targetFromEnv, type DatabaseTarget } from "../storage/db.js";
 
 /** The default embedded database directory, relative to the working directory. */
@@ -89,4 +89,24 @@ function listenError(error: unknown, host: string, port: number): Error | undefi
   }
   if (code === "EADDRNOTAVAIL") return new Error(`--host ${host} is not an address of this machine`, { cause: error });
   return undefined;
+}
+
+/**
+ * {@link startLocal} as a CLI command starts it: the config found the CLI's way (`--config`,
+ * else `LEDGER_CONFIG`, else ./ledger.json, from `io.cwd` and `io.env`; throws `ConfigError`),
+ * the `--db` directory, and with `serve` the address to listen on (for `ledger serve`, which
+ * also takes the embedded database's lock as the serving process).
+ */
+export function startLocalForCli(
+  opts: { config?: string; db?: string },
+  io: { cwd: string; env: NodeJS.ProcessEnv },
+  serve?: { host: string; port: number },
+): Promise<RunningLedger> {
+  return startLocal({
+    config: loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env }),
+    db: opts.db,
+    cwd: io.cwd,
+    env: io.env,
+    ...(serve ? { ...serve, forServe: true } : {}),
+  });
 }

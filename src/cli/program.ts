@@ -4,7 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { Argument, Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { FileDiffSchema, MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
-import { loadConfig, parseModelRef } from "../config/config.js";
+import { parseModelRef } from "../config/config.js";
 import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
 import { withClient, type ClientOptions } from "./client.js";
 import { processIo, type CliIo } from "./io.js";
@@ -61,16 +61,8 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .option("--config <path>", "config file (default ./ledger.json, or LEDGER_CONFIG)")
     .action(async (opts: { host: string; port: number; db?: string; config?: string }) => {
       // Loaded on use: the server stack (database, AI SDK, ...) is not needed for --help or --url.
-      const { startLocal } = await import("./local.js");
-      const ledger = await startLocal({
-        config: loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env }),
-        db: opts.db,
-        cwd: io.cwd,
-        env: io.env,
-        host: opts.host,
-        port: opts.port,
-        forServe: true,
-      });
+      const { startLocalForCli } = await import("./local.js");
+      const ledger = await startLocalForCli(opts, io, { host: opts.host, port: opts.port });
       io.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
       if (ledger.database.kind === "pglite") {
         io.stderr.write(
