@@ -32,7 +32,15 @@ beforeAll(
   async () => {
     if (!POSTGRES) return;
     // Info level: the tests count the loop's "stopped" line and look for anything worse.
-    pair = await startReplicaPair({ prefix: "ledger-delete-", timeoutMs: START_MS, env: { LEDGER_LOG_LEVEL: "info" } });
+    // No periodic catch-up check: (v) is about the resync after a reconnect, and the check (1 s by
+    // default) finds a deleted row too, so it could end B's watcher before the listeners drop.
+    // Every other case here goes through the deletion's NOTIFY.
+    pair = await startReplicaPair({
+      prefix: "ledger-delete-",
+      timeoutMs: START_MS,
+      env: { LEDGER_LOG_LEVEL: "info" },
+      config: { events: { catch_up_ms: 0 } },
+    });
     ({ dir, A, B } = pair);
   },
   2 * START_MS + 30_000,

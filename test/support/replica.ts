@@ -54,13 +54,14 @@ export interface Replica {
 const started = new Set<ChildProcess>();
 
 /** Writes `ledger.json` in `dir`: provider `local` (openai-compatible) at `baseURL`, model `local/qwen`, fast retries. */
-export async function writeLedgerConfig(dir: string, baseURL: string): Promise<void> {
+export async function writeLedgerConfig(dir: string, baseURL: string, extra: Record<string, unknown> = {}): Promise<void> {
   const config = {
     model: "local/qwen",
     provider: {
       local: compatibleProvider(baseURL, { qwen: { name: "Qwen (fake)" } }, "test"),
     },
     retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
+    ...extra,
   };
   await writeFile(path.join(dir, "ledger.json"), `${JSON.stringify(config, null, 2)}\n`);
 }
@@ -182,7 +183,13 @@ export interface ReplicaPair {
  * at a {@link startModelProxy} proxy (see {@link writeLedgerConfig}); no fake model is behind it
  * until `freshModel()`. What started before a failure is closed again.
  */
-export async function startReplicaPair(options: { prefix: string; timeoutMs?: number; env?: NodeJS.ProcessEnv }): Promise<ReplicaPair> {
+export async function startReplicaPair(options: {
+  prefix: string;
+  timeoutMs?: number;
+  env?: NodeJS.ProcessEnv;
+  /** More ledger.json keys for both replicas (e.g. `{ events: { catch_up_ms: 0 } }`). */
+  config?: Record<string, unknown>;
+}): Promise<ReplicaPair> {
   let dir: string | undefined;
   let proxy: ModelProxy | undefined;
   let database: TestDatabase | undefined;
@@ -199,7 +206,7 @@ export async function startReplicaPair(options: { prefix: string; timeoutMs?: nu
   try {
     dir = await realpath(await mkdtemp(path.join(os.tmpdir(), options.prefix)));
     proxy = await startModelProxy();
-    await writeLedgerConfig(dir, proxy.url);
+    await writeLedgerConfig(dir, proxy.url, options.config);
     database = await createTestDatabase("postgres");
     const start = { cwd: dir, databaseUrl: database.url!, timeoutMs: options.timeoutMs, env: options.env };
     const A = await startReplica({ name: "A", ...start });
