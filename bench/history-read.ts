@@ -95,6 +95,7 @@ export async function historyRead(): Promise<Row[]> {
       const messages = await listMessageRows(ledger.deps.db, sessions[key].id, { newestFirst: true, limit: LATEST + 1 });
       const parts = await listPartRows(
         ledger.deps.db,
+        sessions[key].id,
         messages.slice(0, LATEST).map((m) => m.id),
       );
       if (messages.length !== LATEST + 1 || parts.length !== LATEST * PARTS)

@@ -84,7 +84,7 @@ const SQL = {
     'update "session" set "data" = $1, "last_seq" = $2, "last_position" = $3, "message_count" = $4, "time_updated" = $5 where "id" = $6',
   messages: 'select * from "message" where "session_id" = $1 and "position" > $2 order by "position" asc limit $3',
   parts: (ids: number) =>
-    `select * from "part" where "message_id" in (${Array.from({ length: ids }, (_, i) => `$${i + 1}`).join(", ")}) order by "position" asc`,
+    `select * from "part" where "session_id" = $1 and "message_id" in (${Array.from({ length: ids }, (_, i) => `$${i + 2}`).join(", ")}) order by "position" asc`,
 };
 
 function placeholders(rows: number, columns: number): string {
@@ -167,6 +167,7 @@ async function kyselyRead(db: Kysely<DB>, sessionId: string, after: number): Pro
   const messages = await listMessageRows(db, sessionId, { afterPosition: after, limit: PAGE });
   return listPartRows(
     db,
+    sessionId,
     messages.map((m) => m.id),
   );
 }
@@ -176,7 +177,7 @@ async function rawRead(pool: pg.Pool, sessionId: string, after: number, trace?: 
   const messages = (await pool.query<MessageRow>(SQL.messages, [sessionId, after, PAGE])).rows;
   const ids = messages.map((m) => m.id);
   trace?.push(SQL.parts(ids.length));
-  return (await pool.query<PartRow>(SQL.parts(ids.length), ids)).rows;
+  return (await pool.query<PartRow>(SQL.parts(ids.length), [sessionId, ...ids])).rows;
 }
 
 export async function kyselyVsPg(): Promise<Row[]> {

@@ -75,14 +75,17 @@ export async function getMessage(deps: LedgerDeps, sessionId: string, messageId:
   return message!;
 }
 
-/** Attaches each message's parts (one query for the whole page), keeping position order. */
+/**
+ * Attaches each message's parts (one query per session among the rows: one for a page of a
+ * session), keeping position order.
+ */
 export async function withParts(db: Kysely<DB>, rows: MessageRow[]): Promise<MessageWithParts[]> {
   const byMessage = new Map<string, Part[]>(rows.map((r) => [r.id, []]));
-  for (const row of await listPartRows(
-    db,
-    rows.map((r) => r.id),
-  ))
-    byMessage.get(row.message_id)?.push(rowToPart(row));
+  const bySession = new Map<string, string[]>();
+  for (const row of rows) bySession.set(row.session_id, [...(bySession.get(row.session_id) ?? []), row.id]);
+  for (const [sessionId, ids] of bySession) {
+    for (const row of await listPartRows(db, sessionId, ids)) byMessage.get(row.message_id)?.push(rowToPart(row));
+  }
   return rows.map((row) => create(MessageWithPartsSchema, { message: rowToMessage(row), parts: byMessage.get(row.id) }));
 }
 

@@ -34,7 +34,7 @@ export async function findStoredPrompt(
   if (row.session_id !== sessionId || row.request_hash !== fingerprint) {
     throw new AlreadyExistsError("message_id", messageId, "was already used for a different prompt");
   }
-  const parts = (await listPartRows(db, [messageId])).map(rowToPart);
+  const parts = (await listPartRows(db, sessionId, [messageId])).map(rowToPart);
   const message = create(MessageWithPartsSchema, { message: rowToMessage(row), parts });
   return { message, events: await readPromptEvents(db, sessionId, messageId), replayed: true };
 }

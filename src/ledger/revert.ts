@@ -51,6 +51,7 @@ async function restoreFiles(deps: LedgerDeps, w: SessionWrite, messageId: string
   const parts = (
     await listPartRows(
       w.trx,
+      w.session.id,
       rows.slice(at).map((r) => r.id),
     )
   ).map(rowToPart);
@@ -106,7 +107,7 @@ export async function applyRevert(w: SessionWrite): Promise<void> {
   const removeMessages = rows.slice(revert.partId ? at + 1 : at).map((r) => r.id);
   let removeParts: string[] = [];
   if (revert.partId) {
-    const parts = await listPartRows(w.trx, [revert.messageId]);
+    const parts = await listPartRows(w.trx, w.session.id, [revert.messageId]);
     const from = parts.findIndex((p) => p.id === revert.partId);
     if (from >= 0) removeParts = parts.slice(from).map((p) => p.id);
   }
@@ -136,7 +137,7 @@ export async function moveRevertPoint(w: SessionWrite, deleting: { messageId: st
   if (!revert || revert.messageId !== deleting.messageId) return;
   if (deleting.partId !== undefined) {
     if (revert.partId !== deleting.partId) return;
-    const parts = await listPartRows(w.trx, [revert.messageId]);
+    const parts = await listPartRows(w.trx, w.session.id, [revert.messageId]);
     const next = parts[parts.findIndex((p) => p.id === deleting.partId) + 1];
     if (next) {
       w.session.revert = create(SessionRevertSchema, { messageId: revert.messageId, partId: next.id });

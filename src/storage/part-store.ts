@@ -59,10 +59,19 @@ export async function getPartRow(db: Kysely<DB>, id: string): Promise<PartRow | 
   return db.selectFrom("part").selectAll().where("id", "=", id).executeTakeFirst();
 }
 
-/** Reads the parts of the given messages in position order (`part_message_id_position_idx`). */
-export async function listPartRows(db: Kysely<DB>, messageIds: string[]): Promise<PartRow[]> {
+/**
+ * Reads the parts of the given messages of session `sessionId` in position order
+ * (`part_message_id_position_idx`; scoped by session: docs/scaling.md).
+ */
+export async function listPartRows(db: Kysely<DB>, sessionId: string, messageIds: string[]): Promise<PartRow[]> {
   if (messageIds.length === 0) return [];
-  return db.selectFrom("part").selectAll().where("message_id", "in", messageIds).orderBy("position", "asc").execute();
+  return db
+    .selectFrom("part")
+    .selectAll()
+    .where("session_id", "=", sessionId)
+    .where("message_id", "in", messageIds)
+    .orderBy("position", "asc")
+    .execute();
 }
 
 /** Deletes the given parts; returns the removed ones in position order. */

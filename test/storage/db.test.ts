@@ -53,7 +53,7 @@ describe(`storage on ${TEST_ENGINE}`, () => {
         })),
       );
     });
-    const parts = (await listPartRows(database.db, [messageId])).map(rowToPart);
+    const parts = (await listPartRows(database.db, sessionId, [messageId])).map(rowToPart);
     expect(parts).toHaveLength(count);
     expect(parts.map((p) => (p.kind.case === "text" ? p.kind.value.text : ""))).toEqual(Array.from({ length: count }, (_, i) => String(i)));
   });

@@ -14,7 +14,6 @@ import { waitFor } from "../support/wait.js";
 
 /** Known statements not scoped by `session_id` yet (docs/scaling.md), by a distinctive fragment. */
 const KNOWN_UNSCOPED: RegExp[] = [
-  /^select \* from "part" where "message_id" in \(/, // listPartRows: the parts of a page of messages
   /^select \* from "message" where "id" = \$1$/, // getMessageRow
   /^select \* from "part" where "id" = \$1$/, // getPartRow
   /^update "part" set "data" = \$1 where "id" = \$2$/, // updatePartRow (UpdatePart)
