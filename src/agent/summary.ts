@@ -25,8 +25,8 @@ export interface TurnText {
  *   user read it, OpenCode's own body when the turn changed no file), cut to
  *   {@link SUMMARY_BODY_MAX} characters alike.
  *
- * `messages` are the session's messages with their parts; a user message not among them gives
- * two empty strings. Characters are Unicode code points (a cut never splits a surrogate pair).
+ * `messages` are messages of the session with their parts: at least the user message and those
+ * after it (the loop passes just the turn); a user message not among them gives two empty strings. Characters are Unicode code points (a cut never splits a surrogate pair).
  */
 export function turnText(messages: readonly MessageWithParts[], userId: string): TurnText {
   const user = messages.find((m) => m.message?.kind.case === "user" && m.message.kind.value.id === userId);
