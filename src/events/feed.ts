@@ -23,7 +23,7 @@ import { subscribe } from "./subscription.js";
  * KiB. Events are taken off the page as they are yielded, and connect-node writes each one and
  * waits for `drain` before asking for the next, so the next page is read only as fast as the
  * client reads: a watcher holds one page and the message being written (which connect-node
- * keeps three times: the event, its serialized bytes, its gRPC frame).
+ * keeps twice: its serialized bytes and its gRPC frame; the event is shared, see `shared`).
  */
 export const REPLAY_PAGE: PageLimits = { rows: 500, bytes: 256 << 10 };
 
@@ -67,9 +67,10 @@ export async function* followSession(
         const bounded = await readEventPageWithBounds(deps.db, sessionId, Number(last), REPLAY_PAGE);
         options.checkBounds?.(bounded?.bounds);
         missing = !bounded;
-        page = bounded ?? { events: [], more: false };
+        page = bounded ?? { events: [], sizes: [], more: false };
       } else page = await readEventPage(deps.db, sessionId, Number(last), REPLAY_PAGE);
-      const { events, more } = page;
+      const { events, sizes, more } = page;
+      for (let i = 0; i < events.length; i++) if (sizes[i]! >= SHARED_EVENT_BYTES) events[i] = shared(events[i]!);
       // Retention may have deleted what comes next since the reader started: never skip it silently.
       if (events[0] && events[0].seq !== last + 1n) await assertRetained(deps.db, sessionId, last);
       // Taken off the page as they go: a page holds only what is still to be written.
@@ -116,6 +117,37 @@ export async function* followSession(
   } finally {
     live.close();
   }
+}
+
+/**
+ * Stored events of at least this many bytes of JSON are shared between the feeds of this
+ * process ({@link shared}); smaller ones cost less to hold twice than to share.
+ */
+export const SHARED_EVENT_BYTES = 64 << 10;
+
+/** The large stored events some feed of this process holds, by `session_id` and `seq`. */
+const held = new Map<string, WeakRef<SessionEvent>>();
+const forget = new FinalizationRegistry<string>((key) => {
+  if (held.get(key)?.deref() === undefined) held.delete(key);
+});
+
+/**
+ * The one copy of a stored event that the feeds of this process share: `event` itself, or an
+ * equal one (same `session_id` and `seq`: a stored event never changes) that another feed read
+ * earlier and still holds. Events are immutable once read (the bus already hands the same live
+ * event object to every subscriber), so N watchers replaying the same large events hold each
+ * once, not N times. Measured (docs/streams-and-replicas.md "Replay with bounded memory"): 32
+ * `WatchSession` streams stalled on the same 1 MB event added 75–84 MB to the server's RSS, each
+ * keeping its own decoded copy; shared, +53 MB: what is left is connect-node's two copies per
+ * stream (the serialized message and its gRPC frame).
+ */
+function shared(event: SessionEvent): SessionEvent {
+  const key = `${event.sessionId}/${event.seq}`;
+  const known = held.get(key)?.deref();
+  if (known) return known;
+  held.set(key, new WeakRef(event));
+  forget.register(event, key);
+  return event;
 }
 
 /** A `session_deleted` event for a session found missing: only its id is known. */

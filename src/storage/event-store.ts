@@ -49,6 +49,8 @@ export interface PageLimits {
 export interface EventPage {
   /** Events in `seq` order. */
   events: SessionEvent[];
+  /** The stored size of each event (bytes of JSON text, same order as `events`). */
+  sizes: number[];
   /** The page stopped at a limit: more events may follow its last one. False: the log ended. */
   more: boolean;
 }
@@ -73,8 +75,9 @@ export interface EventPage {
  */
 export async function readEventPage(db: Kysely<DB>, sessionId: string, afterSeq: number, limits: PageLimits): Promise<EventPage> {
   const result = await sql<Pick<SessionEventRow, "data"> & { bytes: number }>`${pageQuery(sessionId, afterSeq, limits)}`.execute(db);
-  const bytes = result.rows.reduce((sum, row) => sum + Number(row.bytes), 0);
-  return { events: result.rows.map(rowToEvent), more: result.rows.length === limits.rows || bytes >= limits.bytes };
+  const sizes = result.rows.map((row) => Number(row.bytes));
+  const bytes = sizes.reduce((sum, size) => sum + size, 0);
+  return { events: result.rows.map(rowToEvent), sizes, more: result.rows.length === limits.rows || bytes >= limits.bytes };
 }
 
 /** A page of a session's log and the log's bounds, read in one statement. */
@@ -107,9 +110,11 @@ export async function readEventPageWithBounds(
   const first = result.rows[0];
   if (!first) return undefined;
   const rows = result.rows.filter((row): row is typeof row & { data: SessionEventRow["data"] } => row.data !== null);
-  const bytes = rows.reduce((sum, row) => sum + Number(row.bytes), 0);
+  const sizes = rows.map((row) => Number(row.bytes));
+  const bytes = sizes.reduce((sum, size) => sum + size, 0);
   return {
     events: rows.map(rowToEvent),
+    sizes,
     more: rows.length === limits.rows || bytes >= limits.bytes,
     bounds: { prunedSeq: BigInt(first.pruned_seq), lastSeq: BigInt(first.last_seq) },
   };

@@ -1,0 +1,48 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { followSession, SHARED_EVENT_BYTES } from "../../src/events/feed.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { text } from "../support/prompt.js";
+import { lastSeq } from "../support/stored.js";
+
+// Issue 11, item 3: feeds replaying the same large stored events hold one copy of each between
+// them (a stalled WatchSession keeps the event it is blocked on), small ones are read per feed.
+
+let t: TestLedger;
+beforeAll(async () => {
+  t = await startTestLedger();
+});
+afterAll(async () => {
+  await t.close();
+});
+
+/** The first `count` events of `sessionId`'s feed from seq 0, then ends the feed. */
+async function firstEvents(sessionId: string, count: number): Promise<SessionEvent[]> {
+  const stop = new AbortController();
+  const events: SessionEvent[] = [];
+  for await (const event of followSession(t.ledger.deps, sessionId, 0n, stop.signal)) {
+    events.push(event);
+    if (events.length === count) break;
+  }
+  stop.abort();
+  return events;
+}
+
+describe("followSession replaying stored events", () => {
+  it("two feeds get the same object for an event of at least SHARED_EVENT_BYTES, equal but separate ones for small events", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const big = "x".repeat(SHARED_EVENT_BYTES + 1000);
+    await t.client.prompt({ sessionId, noReply: true, parts: [text("small"), text(big)] });
+    const end = await lastSeq(t.ledger.database.db, sessionId);
+
+    const [a, b] = await Promise.all([firstEvents(sessionId, end), firstEvents(sessionId, end)]);
+    expect(a.map((e) => e.seq)).toEqual(Array.from({ length: end }, (_, i) => BigInt(i + 1)));
+    expect(b).toEqual(a);
+    const isBig = (e: SessionEvent) =>
+      e.kind.case === "partUpdated" && e.kind.value.part?.kind.case === "text" && e.kind.value.part.kind.value.text === big;
+    const i = a.findIndex(isBig);
+    expect(i).toBeGreaterThan(0);
+    expect(b[i]).toBe(a[i]);
+    for (let j = 0; j < a.length; j++) if (j !== i) expect(b[j]).not.toBe(a[j]);
+  });
+});
