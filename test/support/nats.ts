@@ -136,7 +136,7 @@ export interface NatsNode {
   url: string;
   /** Monitoring base URL, `http://127.0.0.1:PORT` (`/varz`, `/connz`, `/routez`). */
   monitorUrl: string;
-  /** True while the node's process runs (false once killed or dead, until a restart). */
+  /** True while the node's process runs and is not paused (false once killed or dead, until a restart). */
   alive(): boolean;
   /** The node's client connections now (`/connz?subs=1`); rejects when the node is down. */
   connections(): Promise<NatsConnectionInfo[]>;
@@ -144,6 +144,14 @@ export interface NatsNode {
   routedSubjects(): Promise<string[]>;
   /** SIGKILLs the node (as if it died) and waits for its exit; a no-op while it is down. */
   kill(): Promise<void>;
+  /**
+   * SIGSTOPs the node: it stays "up" for the kernel (its sockets accept and buffer, nothing is
+   * reset) but answers nothing, like a hung host or a network partition; `resume()` (SIGCONT)
+   * undoes it. `kill()` works on a paused node.
+   */
+  pause(): void;
+  /** SIGCONTs a paused node. */
+  resume(): void;
 }
 
 /** A routed cluster of `nats-server` children on loopback; see {@link startNatsCluster}. */
@@ -158,8 +166,8 @@ export interface NatsCluster {
    */
   locate(name: string): Promise<{ node: NatsNode; connection: NatsConnectionInfo } | undefined>;
   /**
-   * Starts again, on their old ports, the nodes that are down, and waits as
-   * {@link startNatsCluster} does for the whole cluster (rejects with the output on a timeout).
+   * Resumes the paused nodes, starts again, on their old ports, the nodes that are down, and
+   * waits as {@link startNatsCluster} does for the whole cluster (rejects with the output on a timeout).
    */
   restart(options?: { timeoutMs?: number }): Promise<void>;
   /** Kills every node still running and waits for their exits. */
@@ -219,25 +227,30 @@ export async function startNatsCluster(options: { size?: number; name?: string; 
       return found[0];
     },
     async restart(restartOptions = {}) {
-      for (const node of nodes) if (!node.alive()) node.start();
+      for (const node of nodes) if (node.running()) node.resume();
+      for (const node of nodes) if (!node.running()) node.start();
       await formed(restartOptions.timeoutMs);
     },
     close,
   };
 }
 
-/** A node of a cluster: `nats-server args` (re)started by `start()`, with its output kept for errors. */
-function clusterNode(args: string[], url: string, monitorUrl: string): NatsNode & { start(): void; output(): string } {
+/** A node of a cluster: `nats-server args` (re)started by `start()`, with its output kept for errors; `running()` includes paused. */
+function clusterNode(args: string[], url: string, monitorUrl: string): NatsNode & { start(): void; running(): boolean; output(): string } {
   let child: ChildProcess | undefined;
   let exited = Promise.resolve();
   let output = "";
-  const alive = () => child !== undefined && child.exitCode === null && child.signalCode === null;
+  let paused = false;
+  const running = () => child !== undefined && child.exitCode === null && child.signalCode === null;
+  const alive = () => running() && !paused;
   return {
     url,
     monitorUrl,
     alive,
+    running,
     output: () => output,
     start() {
+      paused = false;
       const started = spawn(natsServerBin(), args, { stdio: ["ignore", "pipe", "pipe"] });
       started.stdout!.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
       started.stderr!.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
@@ -253,8 +266,17 @@ function clusterNode(args: string[], url: string, monitorUrl: string): NatsNode 
       return (routez.routes ?? []).flatMap((r) => r.subscriptions_list ?? []);
     },
     async kill() {
-      if (alive()) child!.kill("SIGKILL");
+      if (running()) child!.kill("SIGKILL");
+      paused = false;
       await exited;
+    },
+    pause() {
+      if (running()) child!.kill("SIGSTOP");
+      paused = true;
+    },
+    resume() {
+      if (running()) child!.kill("SIGCONT");
+      paused = false;
     },
   };
 }
