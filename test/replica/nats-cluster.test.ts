@@ -353,4 +353,38 @@ describe.skipIf(!CLUSTER)("three `ledger serve` processes, each on its own node 
     await onB!.stop();
     expect(onB!.events).toEqual([table[0], ...streamed]);
   }, 60_000);
+
+  it("B's NATS node hangs mid-stream (SIGSTOP, no reset): B gives it up after unanswered pings, reconnects elsewhere and its watcher gets every stored event once", async () => {
+    const sessionId = (await A.grpc.createSession({ directory: set!.dir })).session!.id;
+    const [onB] = await watch(sessionId, [B]);
+    await interest(sessionId, [B]);
+    const hung = (await cluster!.locate(connectionName(B)))!.node;
+
+    set!.model().push({ kind: "stream", chunks: words(20), delayMs: 20 });
+    const run = collectEvents((signal) => A.grpc.promptStream({ sessionId, parts: [text("twenty words")] }, { signal }));
+    await waitFor("B's third delta", () => deltas(onB!.events).length >= 3);
+    hung.pause();
+    try {
+      await run.done;
+      expect(run.failure()).toBeUndefined();
+      // Nothing tells B its node is gone but the pings it no longer answers.
+      await waitFor(
+        "B on another node",
+        async () => {
+          const at = await cluster!.locate(connectionName(B));
+          return at !== undefined && at.node !== hung;
+        },
+        40_000,
+        250,
+      );
+      const table = await stored(sessionId);
+      expect(table.at(-1)).toEqual(run.events.at(-1));
+      // No periodic check on B: the events it missed come from its resync after the reconnect.
+      await onB!.reach(table.at(-1)!.seq);
+      await onB!.stop();
+      expectOrderedWithoutDuplicates(onB!.events, table);
+    } finally {
+      hung.resume();
+    }
+  }, 60_000);
 });
