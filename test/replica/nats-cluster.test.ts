@@ -17,7 +17,8 @@ import { waitFor } from "../support/wait.js";
 // without the periodic catch-up check, so what a watcher sees comes through NATS (and the
 // resync after a reconnect) alone; D checks the table every 250 ms, for the case where all of
 // NATS goes away. The cases run in order on one cluster and build on its state: a node dies in
-// the fourth, another in the fifth, the last in the sixth, and the seventh restarts them.
+// the fourth, another in the fifth, the last in the sixth, the seventh restarts them, and in the
+// eighth one hangs (SIGSTOP) until the end.
 // Postgres only; needs the nats-server binary (with LEDGER_NATS_REQUIRED=1 a missing one fails).
 
 const CLUSTER = TEST_ENGINE === "postgres" && natsServerInstalled();
