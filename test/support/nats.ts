@@ -119,6 +119,7 @@ function reachable(url: string): Promise<boolean> {
 
 /** One client connection as a NATS server's monitoring reports it (`/connz?subs=1`; the fields tests read). */
 export interface NatsConnectionInfo {
+  /** The server's id for the connection (unique on that node). */
   cid: number;
   /** The client's connection name (`bus.nats.name`), if it sent one. */
   name?: string;
@@ -156,6 +157,7 @@ export interface NatsNode {
 
 /** A routed cluster of `nats-server` children on loopback; see {@link startNatsCluster}. */
 export interface NatsCluster {
+  /** The nodes, in start order; each client URL is in `urls` at the same index. */
   nodes: NatsNode[];
   /** Every node's client URL, in node order. */
   urls: string[];
