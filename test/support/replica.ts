@@ -53,8 +53,16 @@ export interface Replica {
 
 const started = new Set<ChildProcess>();
 
-/** Writes `ledger.json` in `dir`: provider `local` (openai-compatible) at `baseURL`, model `local/qwen`, fast retries. */
-export async function writeLedgerConfig(dir: string, baseURL: string, extra: Record<string, unknown> = {}): Promise<void> {
+/**
+ * Writes `ledger.json` (or `file`) in `dir`: provider `local` (openai-compatible) at `baseURL`,
+ * model `local/qwen`, fast retries, then the keys of `extra` (replacing those). Returns the file's path.
+ */
+export async function writeLedgerConfig(
+  dir: string,
+  baseURL: string,
+  extra: Record<string, unknown> = {},
+  file = "ledger.json",
+): Promise<string> {
   const config = {
     model: "local/qwen",
     provider: {
@@ -63,7 +71,9 @@ export async function writeLedgerConfig(dir: string, baseURL: string, extra: Rec
     retry: { attempts: 1, initial_ms: 10, max_ms: 20 },
     ...extra,
   };
-  await writeFile(path.join(dir, "ledger.json"), `${JSON.stringify(config, null, 2)}\n`);
+  const target = path.join(dir, file);
+  await writeFile(target, `${JSON.stringify(config, null, 2)}\n`);
+  return target;
 }
 
 /**
@@ -156,19 +166,20 @@ export async function startReplica(options: {
   return replica;
 }
 
-/** Two replicas on one Postgres database, with what a multi-replica test needs around them; see {@link startReplicaPair}. */
-export interface ReplicaPair {
+/** Replicas on one Postgres database, with what a multi-replica test needs around them; see {@link startReplicas}. */
+export interface ReplicaSet {
   /** The replicas' working directory (a new temp dir): holds their `ledger.json`, and serves as a session directory. */
   dir: string;
-  /** The new Postgres test database both replicas use. */
+  /** The new Postgres test database the replicas use. */
   database: TestDatabase;
-  /** The model endpoint in the replicas' `ledger.json`; {@link ReplicaPair.freshModel} points it at a new fake. */
+  /** The model endpoint in the replicas' `ledger.json`; {@link ReplicaSet.freshModel} points it at a new fake. */
   proxy: ModelProxy;
   /** A plain pg client on the database, for checks straight from the tables. */
   sql: pg.Client;
-  /** Started first (it runs the migrations). */
-  A: Replica;
-  B: Replica;
+  /** The replicas started, in the order of `options.replicas` (the first one ran the migrations). */
+  replicas: Replica[];
+  /** Starts one more replica on the same database, in `dir` (its spec as in `options.replicas`; the set's `env` applies first). */
+  add(spec: ReplicaSpec): Promise<Replica>;
   /** Closes the fake model server of the previous call (if any) and puts a new one behind `proxy`. */
   freshModel(): Promise<FakeOpenAI>;
   /** The fake model server behind `proxy` since the last `freshModel()`; throws before the first. */
@@ -177,19 +188,30 @@ export interface ReplicaPair {
   close(): Promise<void>;
 }
 
+/** One replica of a {@link ReplicaSet}: its name, and what it gets on top of the set's `env` and `ledger.json`. */
+export interface ReplicaSpec {
+  name: string;
+  /** Added to the set's `env` for this replica only (e.g. its own `LEDGER_NATS_URL`). */
+  env?: NodeJS.ProcessEnv;
+  /** Extra `ledger serve` arguments (e.g. `["--config", file]` for a config of its own). */
+  serveArgs?: string[];
+}
+
 /**
- * Starts replicas A, then B (each up to `timeoutMs`, `env` added to their environment) on a
- * new Postgres test database, in a new temp dir (`prefix`) whose `ledger.json` points the model
- * at a {@link startModelProxy} proxy (see {@link writeLedgerConfig}); no fake model is behind it
- * until `freshModel()`. What started before a failure is closed again.
+ * Starts `options.replicas`, the first alone, then the others together (each up to `timeoutMs`; `env` added to every
+ * replica's environment, then the replica's own) on a new Postgres test database, in a new temp
+ * dir (`prefix`) whose `ledger.json` points the model at a {@link startModelProxy} proxy (see
+ * {@link writeLedgerConfig}, `config` added to it); no fake model is behind it until
+ * `freshModel()`. What started before a failure is closed again, and the failure rethrown.
  */
-export async function startReplicaPair(options: {
+export async function startReplicas(options: {
   prefix: string;
+  replicas: ReplicaSpec[];
   timeoutMs?: number;
   env?: NodeJS.ProcessEnv;
-  /** More ledger.json keys for both replicas (e.g. `{ events: { catch_up_ms: 0 } }`). */
+  /** More ledger.json keys for every replica (e.g. `{ events: { catch_up_ms: 0 } }`). */
   config?: Record<string, unknown>;
-}): Promise<ReplicaPair> {
+}): Promise<ReplicaSet> {
   let dir: string | undefined;
   let proxy: ModelProxy | undefined;
   let database: TestDatabase | undefined;
@@ -204,14 +226,18 @@ export async function startReplicaPair(options: {
     if (dir) await rm(dir, { recursive: true, force: true });
   };
   try {
-    dir = await realpath(await mkdtemp(path.join(os.tmpdir(), options.prefix)));
+    const cwd = await realpath(await mkdtemp(path.join(os.tmpdir(), options.prefix)));
+    dir = cwd;
     proxy = await startModelProxy();
-    await writeLedgerConfig(dir, proxy.url, options.config);
-    database = await createTestDatabase("postgres");
-    const start = { cwd: dir, databaseUrl: database.url!, timeoutMs: options.timeoutMs, env: options.env };
-    const A = await startReplica({ name: "A", ...start });
-    const B = await startReplica({ name: "B", ...start });
-    const client = new pg.Client({ connectionString: database.url });
+    await writeLedgerConfig(cwd, proxy.url, options.config);
+    const url = (database = await createTestDatabase("postgres")).url!;
+    const add = (spec: ReplicaSpec) =>
+      startReplica({ ...spec, cwd, databaseUrl: url, timeoutMs: options.timeoutMs, env: { ...options.env, ...spec.env } });
+    // The first one runs the migrations; the others then start together.
+    const [first, ...rest] = options.replicas;
+    const replicas: Replica[] = first ? [await add(first)] : [];
+    replicas.push(...(await Promise.all(rest.map(add))));
+    const client = new pg.Client({ connectionString: url });
     await client.connect();
     sql = client;
     const target = proxy;
@@ -220,8 +246,8 @@ export async function startReplicaPair(options: {
       database,
       proxy,
       sql,
-      A,
-      B,
+      replicas,
+      add,
       async freshModel() {
         await fake?.close();
         fake = await startFakeOpenAI();
@@ -238,6 +264,28 @@ export async function startReplicaPair(options: {
     await close();
     throw error;
   }
+}
+
+/** Two replicas on one Postgres database: a {@link ReplicaSet} of A and B; see {@link startReplicaPair}. */
+export interface ReplicaPair extends ReplicaSet {
+  /** Started first (it runs the migrations). */
+  A: Replica;
+  B: Replica;
+}
+
+/**
+ * Starts replicas A, then B (each up to `timeoutMs`, `env` added to their environment) on a
+ * new Postgres test database: {@link startReplicas} with those two.
+ */
+export async function startReplicaPair(options: {
+  prefix: string;
+  timeoutMs?: number;
+  env?: NodeJS.ProcessEnv;
+  /** More ledger.json keys for both replicas (e.g. `{ events: { catch_up_ms: 0 } }`). */
+  config?: Record<string, unknown>;
+}): Promise<ReplicaPair> {
+  const set = await startReplicas({ ...options, replicas: [{ name: "A" }, { name: "B" }] });
+  return { ...set, A: set.replicas[0]!, B: set.replicas[1]! };
 }
 
 /** SIGKILLs every replica still running (for `afterAll` after a failed test) and waits for them. */
