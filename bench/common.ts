@@ -230,6 +230,48 @@ export async function startBareConnect(routes: (router: ConnectRouter) => void):
   };
 }
 
+/**
+ * Sustained load: runs every worker in a loop, concurrently, for `warmSeconds` (unmeasured) and
+ * then `measureSeconds`; each worker awaits one call at a time (e.g. one client prompting its
+ * own session). Returns the measured rate (calls/s) and the completed calls of each phase. A
+ * worker's rejection rejects the whole run (after every worker stopped).
+ */
+export async function sustain(
+  workers: ReadonlyArray<() => Promise<unknown>>,
+  warmSeconds: number,
+  measureSeconds: number,
+): Promise<{ rate: number; warmed: number; measured: number }> {
+  let stopping = false;
+  let completed = 0;
+  const running = workers.map(async (call) => {
+    try {
+      while (!stopping) {
+        await call();
+        completed++;
+      }
+    } finally {
+      stopping = true;
+    }
+  });
+  const stopped = Promise.all(running);
+  // A failed worker stops the others; the rejection surfaces after the sleeps.
+  stopped.catch(() => {});
+  await sleep(warmSeconds * 1000);
+  const warmed = completed;
+  const start = now();
+  await sleep(measureSeconds * 1000);
+  const measured = completed - warmed;
+  const seconds = elapsedMs(start) / 1000;
+  stopping = true;
+  await stopped;
+  return { rate: measured / seconds, warmed, measured };
+}
+
+/** A noReply `Prompt` request with one text part of `bytes` bytes of prose (`seed` varies the words). */
+export function noReplyPrompt(sessionId: string, bytes = 200, seed = 0) {
+  return { sessionId, noReply: true, parts: [{ kind: { case: "text" as const, value: { text: prose(bytes, seed) } } }] };
+}
+
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** Text of about `bytes` bytes of prose (ASCII). */

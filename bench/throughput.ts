@@ -13,7 +13,19 @@ import pg from "pg";
 import { PromptResponseSchema } from "../gen/ledger/v1/service_pb.js";
 import { openDatabase } from "../src/storage/db.js";
 import { startReplica } from "../test/support/replica.js";
-import { SCALE, atLeast, connectClient, createBenchDatabase, elapsedMs, log, now, prose, row, sleep, tempDir, type Row } from "./common.js";
+import {
+  SCALE,
+  atLeast,
+  connectClient,
+  createBenchDatabase,
+  log,
+  noReplyPrompt,
+  row,
+  sleep,
+  sustain,
+  tempDir,
+  type Row,
+} from "./common.js";
 import { startBenchLedger } from "./ledger.js";
 import { captureStatements, findPgbench, pgbenchCommand, pgbenchTps, writeScript, type SentStatement } from "./pgbench.js";
 
@@ -59,11 +71,7 @@ export async function throughput(): Promise<Row[]> {
     const probe = await startBenchLedger({ kind: "postgres", url: database.url }, work.dir);
     const probeClient = connectClient(probe.url);
     const probeSession = (await probeClient.createSession({ directory: work.dir })).session!.id;
-    const request = (sessionId: string) => ({
-      sessionId,
-      noReply: true,
-      parts: [{ kind: { case: "text" as const, value: { text: prose(200) } } }],
-    });
+    const request = (sessionId: string) => noReplyPrompt(sessionId);
     const answered = await probeClient.prompt(request(probeSession));
     await sleep(100);
     const sent = await captureStatements(async () => {
@@ -100,7 +108,15 @@ export async function throughput(): Promise<Row[]> {
           Array.from({ length: clients }, async () => (await client.createSession({ directory: work.dir })).session!.id),
         );
         log(`throughput: ledger serve, ${clients} clients, ${warmSeconds} s warm-up + ${measureSeconds} s`);
-        ({ rate: ours, warmed, measured } = await load(client, sessions, request, warmSeconds, measureSeconds));
+        ({
+          rate: ours,
+          warmed,
+          measured,
+        } = await sustain(
+          sessions.map((sessionId) => () => client.prompt(request(sessionId))),
+          warmSeconds,
+          measureSeconds,
+        ));
       } finally {
         await replica.stop();
       }
@@ -109,10 +125,9 @@ export async function throughput(): Promise<Row[]> {
       let ceiling: number;
       try {
         log(`throughput: bare Connect server child, ${clients} clients, ${warmSeconds} s warm-up + ${measureSeconds} s`);
-        ({ rate: ceiling } = await load(
-          connectClient(bare.url),
-          Array(clients).fill(probeSession) as string[],
-          request,
+        const bareClient = connectClient(bare.url);
+        ({ rate: ceiling } = await sustain(
+          Array.from({ length: clients }, () => () => bareClient.prompt(request(probeSession))),
           warmSeconds,
           measureSeconds,
         ));
@@ -170,37 +185,6 @@ export async function throughput(): Promise<Row[]> {
     await database.drop();
     await work.remove();
   }
-}
-
-/**
- * Drives `clients.length` concurrent callers of `client.prompt` (each with its own session id) for
- * a warm-up and then a measured period; returns the measured rate (prompts/s) and the counts.
- */
-async function load(
-  client: ReturnType<typeof connectClient>,
-  sessions: string[],
-  request: (sessionId: string) => Parameters<ReturnType<typeof connectClient>["prompt"]>[0],
-  warmSeconds: number,
-  measureSeconds: number,
-): Promise<{ rate: number; warmed: number; measured: number }> {
-  let phase: "warm" | "measure" | "stop" = "warm";
-  let completed = 0;
-  const workers = sessions.map(async (sessionId) => {
-    while (phase !== "stop") {
-      await client.prompt(request(sessionId));
-      completed++;
-    }
-  });
-  await sleep(warmSeconds * 1000);
-  phase = "measure";
-  const warmed = completed;
-  const start = now();
-  await sleep(measureSeconds * 1000);
-  const measured = completed - warmed;
-  const seconds = elapsedMs(start) / 1000;
-  phase = "stop";
-  await Promise.all(workers);
-  return { rate: measured / seconds, warmed, measured };
 }
 
 /** Starts bench/bare-serve-child.ts answering every Prompt with `response` (binary). */
