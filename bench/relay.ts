@@ -1,0 +1,262 @@
+/**
+ * The relays between replicas (issue 14 item 3): the Postgres relay (LISTEN/NOTIFY) and the NATS
+ * relay against no relay and against their bare transports, on `ledger serve` children sharing
+ * one Postgres database and a `nats-server` child of the bench (with monitoring, `-m`).
+ *
+ * "No relay": a ledger on Postgres always starts a relay (`startRelay` in src/app.ts; only the
+ * embedded PGlite database has none), and the config has no switch to turn it off. The
+ * no-relay replicas therefore run the NATS relay pointed at a loopback port where nothing listens
+ * (`bus.nats.servers`): it never connects, so `hint()` returns after building its payload and
+ * sends nothing (no pg_notify, no NATS publish, no LISTEN connection); its catch-up check only
+ * reads sessions that are watched, and none is during the load. It retries the connection in
+ * the background at most every 5 s.
+ *
+ * (a) Write throughput: 32 concurrent noReply writers (Connect clients in the bench, each on
+ *     its own session, 16 per replica) on 2 replicas, per relay; the three pairs run in
+ *     alternating rounds (warm-up, then a measured period each; rates summed over the rounds).
+ *     Goal: each relay ≥ 0.85× the pair without one.
+ * (b) Commit → visible on another replica's `WatchSession` (bench/replica-visibility.ts's
+ *     `measureVisibility`): prompt on A, watch on B. The commit instant inside A is not visible
+ *     from outside, so the bench taps the relay's own transport: a LISTEN on the hint channel for
+ *     Postgres, a subscription to the session's `ledger.v1.session.<id>.events` subject for NATS
+ *     (a hint reaches B's relay and the bench alike). Per prompt:
+ *       ours = (event on B's stream − hint seen by the tap) + the bare round trip of the round,
+ *     where the bare round trip is `select pg_notify()` (autocommit) on one connection → LISTEN on
+ *     another, or a NATS publish on one connection → a subscription on another
+ *     (@nats-io/transport-node, the relay's client), measured just before the prompt. Goals:
+ *     p50 ≤ 3× the bare round trip; p99 ≤ 5 ms.
+ * (c) Fan-out with 3 replicas, each watching a third of the sessions (bench/relay-fanout.ts):
+ *     messages delivered to the busiest replica ÷ messages all replicas published. Goal with
+ *     NATS ≤ 0.4; the Postgres relay (1.0 by construction: every listener gets every NOTIFY) is
+ *     the comparison row.
+ */
+import { mkdir } from "node:fs/promises";
+import path from "node:path";
+import { connect } from "@nats-io/transport-node";
+import { sessionSubject } from "../src/events/nats-relay.js";
+import { closedNatsUrl, hasNatsServer, startNatsServer, type NatsServer } from "../test/support/nats.js";
+import { startFakeOpenAI, type FakeOpenAI } from "../test/support/openai-server.js";
+import { startReplica, writeLedgerConfig, type Replica } from "../test/support/replica.js";
+import {
+  SCALE,
+  atLeast,
+  atMost,
+  connectClient,
+  createBenchDatabase,
+  elapsedMs,
+  log,
+  noReplyPrompt,
+  now,
+  percentile,
+  row,
+  scaled,
+  sustain,
+  tempDir,
+  type Row,
+} from "./common.js";
+import { measureFanout, type FanoutResult } from "./relay-fanout.js";
+import { Arrivals, measureVisibility, pgTap, readLastSeq, visibilityDetail, type VisibilityTap } from "./replica-visibility.js";
+
+type Kind = "none" | "pg" | "nats";
+const KINDS: Kind[] = ["none", "pg", "nats"];
+const LABEL: Record<Kind, string> = { none: "no relay", pg: "Postgres relay", nats: "NATS relay" };
+/** Concurrent writers of (a), spread evenly over the two replicas. */
+const WRITERS = 32;
+/** Answers streaming at once in (c): each holds a Postgres connection for its session lock. */
+const FANOUT_CONCURRENCY = 24;
+
+/**
+ * The `relay` module (`BENCH_ONLY=relay`): rows (a), (b), (c) of the file's docstring, in that
+ * order. Needs Postgres (`ADMIN_URL`) and the `nats-server` binary on PATH (Debian's
+ * `/usr/sbin/nats-server`); rejects when either is missing or a step times out.
+ */
+export async function relay(): Promise<Row[]> {
+  if (!hasNatsServer()) throw new Error("relay: nats-server is not on PATH (Debian package nats-server)");
+  const database = await createBenchDatabase("relay");
+  const work = await tempDir("relay");
+  const nats = await startNatsServer(undefined, { monitor: true });
+  const model = await startFakeOpenAI();
+  // Every answer: 20 text chunks 10 ms apart (~200 ms of streaming).
+  model.setFallback({ kind: "stream", chunks: Array.from({ length: 20 }, (_, i) => ({ text: `word${i} ` })), delayMs: 10 });
+  const replicas: Replica[] = [];
+  try {
+    const closed = await closedNatsUrl();
+    const start = async (kind: Kind, name: string) => {
+      const cwd = path.join(work.dir, `${kind}-${name}`);
+      await mkdir(cwd, { recursive: true });
+      const bus =
+        kind === "none" ? { nats: { servers: [closed] } } : kind === "nats" ? { nats: { servers: [nats.url], name: natsName(name) } } : {};
+      await writeLedgerConfig(cwd, model.url, { bus });
+      const replica = await startReplica({ name: `${kind}-${name}`, cwd, databaseUrl: database.url });
+      replicas.push(replica);
+      return replica;
+    };
+    const pairs = {} as Record<Kind, Replica[]>;
+    for (const kind of KINDS) pairs[kind] = [await start(kind, "A"), await start(kind, "B")];
+
+    const rates = await writeThroughput(pairs, work.dir);
+    const rows: Row[] = [];
+    for (const kind of ["pg", "nats"] as const) {
+      rows.push(
+        row(
+          `noReply prompts/s, ${WRITERS} writers over 2 replicas, ${LABEL[kind]} vs no relay`,
+          rates[kind].rate,
+          rates.none.rate,
+          "prompts/s",
+          atLeast(0.85),
+          `two \`ledger serve\` children on one database per relay, ${WRITERS / 2} Connect clients on each, each client prompting (noReply, 1 text part of 200 B) its own session; ` +
+            `the three pairs in ${rates.none.rounds} alternating rounds of ${rates.none.warmSeconds} s warm-up + ${rates.none.measureSeconds} s measured; ` +
+            `baseline: the same with no relay (the NATS relay pointed at a closed port: it sends nothing)`,
+        ),
+      );
+    }
+
+    const tap = { pg: await pgTap(database.url), nats: await natsTap([nats.url]) };
+    try {
+      for (const kind of ["pg", "nats"] as const) rows.push(...(await visibility(kind, pairs[kind], tap[kind], database.url, work.dir)));
+    } finally {
+      await tap.pg.close();
+      await tap.nats.close();
+    }
+    for (const replica of pairs.none) await replica.stop();
+
+    const fanouts = {} as Record<"pg" | "nats", FanoutResult>;
+    for (const kind of ["pg", "nats"] as const) {
+      const third = await start(kind, "C");
+      const urls = [...pairs[kind], third].map((r) => r.url);
+      fanouts[kind] = await measureFanout({
+        urls,
+        directory: work.dir,
+        sessions: scaled(300, 30),
+        concurrency: FANOUT_CONCURRENCY,
+        counter:
+          kind === "nats" ? { kind, monitorUrl: nats.monitorUrl!, names: ["A", "B", "C"].map(natsName) } : { kind, url: database.url },
+      });
+      for (const replica of [...pairs[kind], third]) await replica.stop();
+    }
+    for (const kind of ["nats", "pg"] as const) rows.push(fanoutRow(kind, fanouts[kind]));
+    return rows;
+  } finally {
+    for (const replica of replicas) await replica.stop();
+    await model.close();
+    await nats.kill();
+    await database.drop();
+    await work.remove();
+  }
+}
+
+/** The NATS connection name of replica `name` (`bus.nats.name`), as `/connz` shows it. */
+function natsName(name: string): string {
+  return `ledger-${name}`;
+}
+
+/** (a): the measured rate of each pair, summed over alternating rounds. */
+async function writeThroughput(
+  pairs: Record<Kind, Replica[]>,
+  directory: string,
+): Promise<Record<Kind, { rate: number; rounds: number; warmSeconds: number; measureSeconds: number }>> {
+  const rounds = 2;
+  const warmSeconds = 0.5;
+  const measureSeconds = Math.max(1, 2 * SCALE);
+  const writers = {} as Record<Kind, Array<() => Promise<unknown>>>;
+  for (const kind of KINDS) {
+    const clients = pairs[kind].map((r) => connectClient(r.url));
+    writers[kind] = await Promise.all(
+      Array.from({ length: WRITERS }, async (_, i) => {
+        const client = clients[i % clients.length]!;
+        const sessionId = (await client.createSession({ directory })).session!.id;
+        return () => client.prompt(noReplyPrompt(sessionId));
+      }),
+    );
+  }
+  const totals = { none: 0, pg: 0, nats: 0 } as Record<Kind, number>;
+  for (let round = 0; round < rounds; round++) {
+    // Rotate the order so that drift on the machine hits every relay alike.
+    for (let k = 0; k < KINDS.length; k++) {
+      const kind = KINDS[(k + round) % KINDS.length]!;
+      log(`relay: ${WRITERS} writers over 2 replicas, ${LABEL[kind]}, round ${round + 1}/${rounds}`);
+      const { measured } = await sustain(writers[kind], warmSeconds, measureSeconds);
+      totals[kind] += measured;
+    }
+  }
+  const result = {} as Record<Kind, { rate: number; rounds: number; warmSeconds: number; measureSeconds: number }>;
+  for (const kind of KINDS) result[kind] = { rate: totals[kind] / (rounds * measureSeconds), rounds, warmSeconds, measureSeconds };
+  return result;
+}
+
+/** (b): commit → visible on B for one relay, as two rows (p50 vs 3× the round trip, p99 vs 5 ms). */
+async function visibility(kind: "pg" | "nats", pair: Replica[], tap: VisibilityTap, url: string, directory: string): Promise<Row[]> {
+  const [a, b] = pair.map((r) => connectClient(r.url));
+  const sessionId = (await a!.createSession({ directory })).session!.id;
+  await a!.prompt(noReplyPrompt(sessionId, 10));
+  const iterations = scaled(200, 20);
+  log(`relay: commit → visible, ${LABEL[kind]}, ${iterations} prompts and bare round trips`);
+  const samples = await measureVisibility({
+    a: a!,
+    b: b!,
+    sessionId,
+    afterSeq: await readLastSeq(url, sessionId),
+    tap,
+    iterations,
+    warmup: scaled(20, 5),
+  });
+  const bare =
+    kind === "pg"
+      ? "select pg_notify() (autocommit) on one connection → LISTEN on another"
+      : "NATS publish on one connection → subscription on another";
+  const note =
+    `two \`ledger serve\` children on one database with the ${LABEL[kind]}; prompt (noReply, 1 part) on A, WatchSession on B; ours = (event on B's stream − A's commit hint seen by the bench's ${kind === "pg" ? "LISTEN connection" : "subscription to the session's events subject"}) + the bare round trip of the same round; ` +
+    `${visibilityDetail(samples)}; baseline: ${bare} (p99 row: the goal is ≤ 5 ms; baseline is the bare round trip's p99)`;
+  const name = `commit → visible on another replica's WatchSession, ${LABEL[kind]}`;
+  const p99 = percentile(samples.ours, 99);
+  return [
+    row(`${name}, p50`, percentile(samples.ours, 50), percentile(samples.rtt, 50), "ms", atMost(3), note),
+    { ...row(`${name}, p99`, p99, percentile(samples.rtt, 99), "ms", undefined, note), goal: "≤ 5 ms", pass: p99 <= 5 },
+  ];
+}
+
+/** (c): the busiest replica's share of the relay messages. */
+function fanoutRow(kind: "pg" | "nats", result: FanoutResult): Row {
+  const most = Math.max(...result.received);
+  const note =
+    `3 \`ledger serve\` children on one database; ${result.sessions} sessions, each watched on one replica and answered (agent loop, scripted model: 20 text chunks 10 ms apart) on the next, ${FANOUT_CONCURRENCY} answering at once, all watchers open throughout (${(result.ms / 1000).toFixed(1)} s, prompt → idle on the watcher p50 ${result.answerP50.toFixed(0)} ms); ` +
+    (kind === "nats"
+      ? `messages per nats-server /connz: ours = out_msgs of the busiest replica's connection (all: ${result.received.join(", ")}), baseline = Σ in_msgs of the replicas' connections`
+      : `every replica's LISTEN connection gets every NOTIFY: ours = baseline = the notifications a LISTEN connection of the bench counted on the ledger's three channels`) +
+    `; live deltas seen by the watchers: ${result.deltas}`;
+  const name = `relay messages received per replica ÷ produced, 3 replicas each watching a third of ${result.sessions} sessions, ${LABEL[kind]}`;
+  return row(name, most, result.produced, "messages", kind === "nats" ? atMost(0.4) : undefined, note);
+}
+
+/**
+ * The NATS relay's tap for `measureVisibility`: one connection subscribed to `bench.rtt` and to
+ * the followed sessions' `events` subjects (payload `origin|seq[|events]`), another publishing
+ * the round trip's keys. Rejects when no server answers.
+ */
+async function natsTap(servers: string[]): Promise<VisibilityTap> {
+  const listener = await connect({ servers, name: "bench-listener" });
+  const sender = await connect({ servers, name: "bench-sender" });
+  const echoes = new Arrivals();
+  listener.subscribe("bench.rtt", { callback: (error, msg) => void (error ? undefined : echoes.mark(msg.string())) });
+  await listener.flush();
+  return {
+    async follow(sessionId, seen) {
+      listener.subscribe(sessionSubject(sessionId, "events"), {
+        callback: (error, msg) => {
+          const seq = error ? undefined : msg.string().split("|")[1];
+          if (seq) seen(BigInt(seq));
+        },
+      });
+      await listener.flush();
+    },
+    async roundTrip(key) {
+      const sent = now();
+      sender.publish("bench.rtt", key);
+      return elapsedMs(sent, await echoes.wait(key));
+    },
+    async close() {
+      await listener.close();
+      await sender.close();
+    },
+  };
+}
