@@ -5,9 +5,6 @@
  * statement list), with the same concurrency (each client on its own session) over the same TCP
  * loopback.
  */
-import { spawn } from "node:child_process";
-import { once } from "node:events";
-import path from "node:path";
 import { toBinary } from "@bufbuild/protobuf";
 import pg from "pg";
 import { PromptResponseSchema } from "../gen/ledger/v1/service_pb.js";
@@ -22,6 +19,7 @@ import {
   noReplyPrompt,
   row,
   sleep,
+  startBenchChild,
   sustain,
   tempDir,
   type Row,
@@ -121,7 +119,9 @@ export async function throughput(): Promise<Row[]> {
         await replica.stop();
       }
       // The ceiling: a bare connect-node server child answering the same response without a database.
-      const bare = await startBareChild(toBinary(PromptResponseSchema, answered));
+      const bare = await startBenchChild("bare-serve-child.ts", {
+        BARE_PROMPT_RESPONSE: Buffer.from(toBinary(PromptResponseSchema, answered)).toString("base64"),
+      });
       let ceiling: number;
       try {
         log(`throughput: bare Connect server child, ${clients} clients, ${warmSeconds} s warm-up + ${measureSeconds} s`);
@@ -185,31 +185,4 @@ export async function throughput(): Promise<Row[]> {
     await database.drop();
     await work.remove();
   }
-}
-
-/** Starts bench/bare-serve-child.ts answering every Prompt with `response` (binary). */
-async function startBareChild(response: Uint8Array): Promise<{ url: string; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(import.meta.dirname, "bare-serve-child.ts")], {
-    // In the repository, where `--import tsx` resolves.
-    cwd: path.resolve(import.meta.dirname, ".."),
-    env: { ...process.env, BARE_PROMPT_RESPONSE: Buffer.from(response).toString("base64") },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const exited = once(child, "exit");
-  let out = "";
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.on("data", (chunk: Buffer) => {
-      out += chunk.toString();
-      const match = /listening on (http:\/\/\S+)/.exec(out);
-      if (match) resolve(match[1]!);
-    });
-    child.once("exit", (code) => reject(new Error(`bare server child exited (${code}) before listening`)));
-  });
-  return {
-    url,
-    async stop() {
-      child.kill("SIGTERM");
-      await exited;
-    },
-  };
 }
