@@ -12,9 +12,11 @@
  * the background at most every 5 s.
  *
  * (a) Write throughput: 32 concurrent noReply writers (Connect clients in the bench, each on
- *     its own session, 16 per replica) on 2 replicas, per relay; the three pairs run in
- *     alternating rounds (warm-up, then a measured period each; rates summed over the rounds).
- *     Goal: each relay ≥ 0.85× the pair without one.
+ *     its own session, 16 per replica) on 2 replicas, per relay. The three pairs run side by
+ *     side and are loaded one at a time: 1 s of unmeasured load on each, then 3 rounds in which
+ *     every relay comes once at every position of the order (0.5 s warm-up, then a measured
+ *     period); a relay's rate is its prompts over its measured seconds. Goal: each relay ≥ 0.85×
+ *     the pair without one.
  * (b) Commit → visible on another replica's `WatchSession` (bench/replica-visibility.ts's
  *     `measureVisibility`): prompt on A, watch on B. The commit instant inside A is not visible
  *     from outside, so the bench taps the relay's own transport: a LISTEN on the hint channel for
@@ -24,7 +26,11 @@
  *     where the bare round trip is `select pg_notify()` (autocommit) on one connection → LISTEN on
  *     another, or a NATS publish on one connection → a subscription on another
  *     (@nats-io/transport-node, the relay's client), measured just before the prompt. Goals:
- *     p50 ≤ 3× the bare round trip; p99 ≤ 5 ms.
+ *     p50 ≤ 3× the bare round trip; p99 ≤ 5 ms. To split "after", the same round-trip message
+ *     also reaches a bare hop (bench/bare-hop-child.ts: a plain connect-node child that LISTENs
+ *     or subscribes and streams each message as a WatchSession event to the bench): its event −
+ *     the message at the tap is the transport → stream → bench path with nothing of the ledger
+ *     in it; the rest of "after" is B's own work (relay, bus, feed, interceptors).
  * (c) Fan-out with 3 replicas, each watching a third of the sessions (bench/relay-fanout.ts):
  *     messages delivered to the busiest replica ÷ messages all replicas published. Goal with
  *     NATS ≤ 0.4; the Postgres relay (1.0 by construction: every listener gets every NOTIFY) is
@@ -50,12 +56,21 @@ import {
   percentile,
   row,
   scaled,
+  startBenchChild,
   sustain,
   tempDir,
   type Row,
 } from "./common.js";
 import { measureFanout, type FanoutResult } from "./relay-fanout.js";
-import { Arrivals, measureVisibility, pgTap, readLastSeq, visibilityDetail, type VisibilityTap } from "./replica-visibility.js";
+import {
+  Arrivals,
+  measureVisibility,
+  pgTap,
+  readLastSeq,
+  visibilityDetail,
+  type VisibilitySamples,
+  type VisibilityTap,
+} from "./replica-visibility.js";
 
 type Kind = "none" | "pg" | "nats";
 const KINDS: Kind[] = ["none", "pg", "nats"];
@@ -105,7 +120,7 @@ export async function relay(): Promise<Row[]> {
           "prompts/s",
           atLeast(0.85),
           `two \`ledger serve\` children on one database per relay, ${WRITERS / 2} Connect clients on each, each client prompting (noReply, 1 text part of 200 B) its own session; ` +
-            `the three pairs in ${rates.none.rounds} alternating rounds of ${rates.none.warmSeconds} s warm-up + ${rates.none.measureSeconds} s measured; ` +
+            `1 s of unmeasured load on every pair, then ${rates.none.rounds} rounds (every relay once at every position of the order) of ${rates.none.warmSeconds} s warm-up + ${rates.none.measureSeconds} s measured per pair; ` +
             `baseline: the same with no relay (the NATS relay pointed at a closed port: it sends nothing)`,
         ),
       );
@@ -113,7 +128,8 @@ export async function relay(): Promise<Row[]> {
 
     const tap = { pg: await pgTap(database.url), nats: await natsTap([nats.url]) };
     try {
-      for (const kind of ["pg", "nats"] as const) rows.push(...(await visibility(kind, pairs[kind], tap[kind], database.url, work.dir)));
+      for (const kind of ["pg", "nats"] as const)
+        rows.push(...(await visibility(kind, pairs[kind], tap[kind], { database: database.url, nats: nats.url }, work.dir)));
     } finally {
       await tap.pg.close();
       await tap.nats.close();
@@ -150,14 +166,15 @@ function natsName(name: string): string {
   return `ledger-${name}`;
 }
 
-/** (a): the measured rate of each pair, summed over alternating rounds. */
+/** (a): the rate of each pair (prompts/s), over all its measured periods (alternating rounds, after a warm-up of every pair). */
 async function writeThroughput(
   pairs: Record<Kind, Replica[]>,
   directory: string,
 ): Promise<Record<Kind, { rate: number; rounds: number; warmSeconds: number; measureSeconds: number }>> {
-  const rounds = 2;
+  // Every relay at every position of the order once.
+  const rounds = KINDS.length;
   const warmSeconds = 0.5;
-  const measureSeconds = Math.max(1, 2 * SCALE);
+  const measureSeconds = Math.max(1, 1.5 * SCALE);
   const writers = {} as Record<Kind, Array<() => Promise<unknown>>>;
   for (const kind of KINDS) {
     const clients = pairs[kind].map((r) => connectClient(r.url));
@@ -169,37 +186,57 @@ async function writeThroughput(
       }),
     );
   }
-  const totals = { none: 0, pg: 0, nats: 0 } as Record<Kind, number>;
+  // Unmeasured: the bench's clients and each pair warm up before the first measured period
+  // (without it, whichever relay came first measured 20-30 % lower on the busy machine).
+  log(`relay: ${WRITERS} writers over 2 replicas, warming up every pair`);
+  for (const kind of KINDS) await sustain(writers[kind], 0, 1);
+  const totals = { none: { calls: 0, seconds: 0 }, pg: { calls: 0, seconds: 0 }, nats: { calls: 0, seconds: 0 } };
   for (let round = 0; round < rounds; round++) {
     // Rotate the order so that drift on the machine hits every relay alike.
     for (let k = 0; k < KINDS.length; k++) {
       const kind = KINDS[(k + round) % KINDS.length]!;
       log(`relay: ${WRITERS} writers over 2 replicas, ${LABEL[kind]}, round ${round + 1}/${rounds}`);
-      const { measured } = await sustain(writers[kind], warmSeconds, measureSeconds);
-      totals[kind] += measured;
+      const { measured, seconds } = await sustain(writers[kind], warmSeconds, measureSeconds);
+      totals[kind].calls += measured;
+      totals[kind].seconds += seconds;
     }
   }
   const result = {} as Record<Kind, { rate: number; rounds: number; warmSeconds: number; measureSeconds: number }>;
-  for (const kind of KINDS) result[kind] = { rate: totals[kind] / (rounds * measureSeconds), rounds, warmSeconds, measureSeconds };
+  for (const kind of KINDS) result[kind] = { rate: totals[kind].calls / totals[kind].seconds, rounds, warmSeconds, measureSeconds };
   return result;
 }
 
 /** (b): commit → visible on B for one relay, as two rows (p50 vs 3× the round trip, p99 vs 5 ms). */
-async function visibility(kind: "pg" | "nats", pair: Replica[], tap: VisibilityTap, url: string, directory: string): Promise<Row[]> {
+async function visibility(
+  kind: "pg" | "nats",
+  pair: Replica[],
+  tap: VisibilityTap,
+  urls: { database: string; nats: string },
+  directory: string,
+): Promise<Row[]> {
   const [a, b] = pair.map((r) => connectClient(r.url));
+  const url = urls.database;
   const sessionId = (await a!.createSession({ directory })).session!.id;
   await a!.prompt(noReplyPrompt(sessionId, 10));
   const iterations = scaled(200, 20);
   log(`relay: commit → visible, ${LABEL[kind]}, ${iterations} prompts and bare round trips`);
-  const samples = await measureVisibility({
-    a: a!,
-    b: b!,
-    sessionId,
-    afterSeq: await readLastSeq(url, sessionId),
-    tap,
-    iterations,
-    warmup: scaled(20, 5),
-  });
+  // The bare hop: a plain connect-node child streaming every round-trip message it receives.
+  const hop = await startBenchChild("bare-hop-child.ts", { BARE_HOP_URL: kind === "pg" ? urls.database : urls.nats });
+  let samples: VisibilitySamples;
+  try {
+    samples = await measureVisibility({
+      a: a!,
+      b: b!,
+      sessionId,
+      afterSeq: await readLastSeq(url, sessionId),
+      tap,
+      iterations,
+      warmup: scaled(20, 5),
+      hop: connectClient(hop.url),
+    });
+  } finally {
+    await hop.stop();
+  }
   const bare =
     kind === "pg"
       ? "select pg_notify() (autocommit) on one connection → LISTEN on another"
@@ -252,7 +289,8 @@ async function natsTap(servers: string[]): Promise<VisibilityTap> {
     async roundTrip(key) {
       const sent = now();
       sender.publish("bench.rtt", key);
-      return elapsedMs(sent, await echoes.wait(key));
+      const arrived = await echoes.wait(key);
+      return { ms: elapsedMs(sent, arrived), arrived };
     },
     async close() {
       await listener.close();

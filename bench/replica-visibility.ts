@@ -66,8 +66,11 @@ export class Arrivals {
 export interface VisibilityTap {
   /** Calls `seen(seq)` on every commit hint of `sessionId` from now on (once the subscription is in place). */
   follow(sessionId: string, seen: (seq: bigint) => void): Promise<void>;
-  /** One bare round trip (ms): `key` sent on one connection until it arrives on another; rejects after 10 s. */
-  roundTrip(key: string): Promise<number>;
+  /**
+   * One bare round trip: `key` sent on one connection until it arrives on another; its
+   * duration (ms) and the arrival (monotonic ns). Rejects after 10 s.
+   */
+  roundTrip(key: string): Promise<{ ms: number; arrived: bigint }>;
   close(): Promise<void>;
 }
 
@@ -99,7 +102,8 @@ export async function pgTap(url: string): Promise<VisibilityTap> {
     async roundTrip(key) {
       const sent = now();
       await sender.query("select pg_notify('bench_rtt', $1)", [key]);
-      return elapsedMs(sent, await echoes.wait(key));
+      const arrived = await echoes.wait(key);
+      return { ms: elapsedMs(sent, arrived), arrived };
     },
     async close() {
       await listener.end().catch(() => {});
@@ -120,6 +124,8 @@ export interface VisibilitySamples {
   ack: number[];
   /** Event on B's stream − the Prompt sent. */
   send: number[];
+  /** With a `hop` server: its stream's event for the round-trip message − that message at the tap. */
+  hop: number[];
 }
 
 /**
@@ -137,8 +143,13 @@ export async function measureVisibility(options: {
   tap: VisibilityTap;
   iterations: number;
   warmup: number;
+  /**
+   * A bare hop server (bench/bare-hop-child.ts) that streams every round-trip message as an
+   * event with the round as `seq`: measures the bare relay → stream path alongside.
+   */
+  hop?: Client<typeof SessionService>;
 }): Promise<VisibilitySamples> {
-  const { a, b, sessionId, tap, iterations, warmup } = options;
+  const { a, b, sessionId, tap, iterations, warmup, hop } = options;
   const hints = new Arrivals();
   let lastHint = 0n;
   await tap.follow(sessionId, (seq) => {
@@ -158,13 +169,26 @@ export async function measureVisibility(options: {
       if (!watchController.signal.aborted) throw error;
     }
   })();
-  const samples: VisibilitySamples = { after: [], rtt: [], ours: [], ack: [], send: [] };
+  const hopped = new Arrivals();
+  const hopping = hop
+    ? (async () => {
+        try {
+          for await (const res of hop.watchSession({ sessionId }, { signal: watchController.signal })) {
+            if (res.event) hopped.mark(String(res.event.seq));
+          }
+        } catch (error) {
+          if (!watchController.signal.aborted) throw error;
+        }
+      })()
+    : undefined;
+  const samples: VisibilitySamples = { after: [], rtt: [], ours: [], ack: [], send: [], hop: [] };
   try {
     // B subscribes (and, on NATS, the server has the subscription) before the first prompt.
     await sleep(200);
     const payload = `${"x".repeat(8)}|${sessionId}|`;
     for (let i = 0; i < warmup + iterations; i++) {
-      const rtt = await tap.roundTrip(`${payload}${i}`);
+      const { ms: rtt, arrived } = await tap.roundTrip(`${payload}${i}`);
+      const hopMs = hop ? elapsedMs(arrived, await hopped.wait(String(i))) : undefined;
       const firstSeq = String(watched + 1n);
       const send = now();
       await a.prompt(noReplyPrompt(sessionId, 200, i));
@@ -180,24 +204,33 @@ export async function measureVisibility(options: {
       samples.ours.push(after + rtt);
       samples.ack.push(elapsedMs(ack, seen));
       samples.send.push(elapsedMs(send, seen));
+      if (hopMs !== undefined) samples.hop.push(hopMs);
       await sleep(2);
     }
   } finally {
     watchController.abort();
     await watching;
+    await hopping;
   }
   return samples;
 }
 
-/** The note's middle part: the split of the samples (p50/p99 after the hint alone, from the response, from sending). */
+/** The note's middle part: the split of the samples (p50/p99 after the hint alone, of the bare hop if measured, from the response, from sending). */
 export function visibilityDetail(samples: VisibilitySamples): string {
   const p = (xs: number[], q: number) => percentile(xs, q).toFixed(2);
   return (
     `after the commit hint alone: p50 ${p(samples.after, 50)} ms, p99 ${p(samples.after, 99)} ms; ` +
+    (samples.hop.length > 0
+      ? `the same for a bare hop (a plain connect-node child streaming each round-trip message it receives): p50 ${p(samples.hop, 50)} ms, p99 ${p(samples.hop, 99)} ms; `
+      : "") +
     `from A's Prompt response: p50 ${p(samples.ack, 50)} ms; from sending the Prompt: p50 ${p(samples.send, 50)} ms`
   );
 }
 
+/**
+ * The `replica-visibility` module: two rows (p50 with its goal, p99) of commit → visible on B
+ * with the Postgres relay, vs the bare pg_notify → LISTEN round trip (see the file's docstring).
+ */
 export async function replicaVisibility(): Promise<Row[]> {
   const database = await createBenchDatabase("replica");
   const work = await tempDir("replica");
