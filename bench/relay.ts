@@ -62,6 +62,7 @@ import {
   type Row,
 } from "./common.js";
 import { measureFanout, type FanoutResult } from "./relay-fanout.js";
+import { cpuMs } from "./serve-child.js";
 import {
   Arrivals,
   measureVisibility,
@@ -109,7 +110,7 @@ export async function relay(): Promise<Row[]> {
     const pairs = {} as Record<Kind, Replica[]>;
     for (const kind of KINDS) pairs[kind] = [await start(kind, "A"), await start(kind, "B")];
 
-    const rates = await writeThroughput(pairs, work.dir);
+    const rates = await writeThroughput(pairs, work.dir, nats.pid);
     const rows: Row[] = [];
     for (const kind of ["pg", "nats"] as const) {
       rows.push(
@@ -121,7 +122,9 @@ export async function relay(): Promise<Row[]> {
           atLeast(0.85),
           `two \`ledger serve\` children on one database per relay, ${WRITERS / 2} Connect clients on each, each client prompting (noReply, 1 text part of 200 B) its own session; ` +
             `1 s of unmeasured load on every pair, then ${rates.none.rounds} rounds (every relay once at every position of the order) of ${rates.none.warmSeconds} s warm-up + ${rates.none.measureSeconds} s measured per pair; ` +
-            `baseline: the same with no relay (the NATS relay pointed at a closed port: it sends nothing)`,
+            `baseline: the same with no relay (the NATS relay pointed at a closed port: it sends nothing); ` +
+            `CPU of the two \`ledger serve\` processes per prompt: ${LABEL[kind]} ${rates[kind].cpuPerPrompt.toFixed(2)} ms, no relay ${rates.none.cpuPerPrompt.toFixed(2)} ms` +
+            (kind === "nats" ? ` (and the nats-server's ${rates.nats.serverCpuPerPrompt!.toFixed(3)} ms)` : ""),
         ),
       );
     }
@@ -166,11 +169,21 @@ function natsName(name: string): string {
   return `ledger-${name}`;
 }
 
+/** What (a) measured for one relay. */
+interface Throughput {
+  /** Prompts/s over the measured periods. */
+  rate: number;
+  /** CPU time (ms) of the pair's two processes per prompt (`/proc/<pid>/stat`, 10 ms ticks). */
+  cpuPerPrompt: number;
+  /** NATS relay only: CPU time (ms) of the nats-server per prompt. */
+  serverCpuPerPrompt?: number;
+  rounds: number;
+  warmSeconds: number;
+  measureSeconds: number;
+}
+
 /** (a): the rate of each pair (prompts/s), over all its measured periods (alternating rounds, after a warm-up of every pair). */
-async function writeThroughput(
-  pairs: Record<Kind, Replica[]>,
-  directory: string,
-): Promise<Record<Kind, { rate: number; rounds: number; warmSeconds: number; measureSeconds: number }>> {
+async function writeThroughput(pairs: Record<Kind, Replica[]>, directory: string, natsPid: number): Promise<Record<Kind, Throughput>> {
   // Every relay at every position of the order once.
   const rounds = KINDS.length;
   const warmSeconds = 0.5;
@@ -190,19 +203,38 @@ async function writeThroughput(
   // (without it, whichever relay came first measured 20-30 % lower on the busy machine).
   log(`relay: ${WRITERS} writers over 2 replicas, warming up every pair`);
   for (const kind of KINDS) await sustain(writers[kind], 0, 1);
-  const totals = { none: { calls: 0, seconds: 0 }, pg: { calls: 0, seconds: 0 }, nats: { calls: 0, seconds: 0 } };
+  const totals = {
+    none: { calls: 0, seconds: 0, cpu: 0 },
+    pg: { calls: 0, seconds: 0, cpu: 0 },
+    nats: { calls: 0, seconds: 0, cpu: 0 },
+  };
+  const pairCpu = async (kind: Kind) => (await Promise.all(pairs[kind].map((r) => cpuMs(r.pid)))).reduce((a, b) => a + b, 0);
+  const natsCpu = { calls: 0, cpu: 0 };
   for (let round = 0; round < rounds; round++) {
     // Rotate the order so that drift on the machine hits every relay alike.
     for (let k = 0; k < KINDS.length; k++) {
       const kind = KINDS[(k + round) % KINDS.length]!;
       log(`relay: ${WRITERS} writers over 2 replicas, ${LABEL[kind]}, round ${round + 1}/${rounds}`);
-      const { measured, seconds } = await sustain(writers[kind], warmSeconds, measureSeconds);
+      const cpuBefore = await pairCpu(kind);
+      const natsBefore = await cpuMs(natsPid);
+      const { measured, warmed, seconds } = await sustain(writers[kind], warmSeconds, measureSeconds);
+      // CPU over the whole segment (warm-up included), per prompt of the segment.
+      const share = measured / (measured + warmed);
+      totals[kind].cpu += ((await pairCpu(kind)) - cpuBefore) * share;
+      if (kind === "nats") {
+        natsCpu.cpu += ((await cpuMs(natsPid)) - natsBefore) * share;
+        natsCpu.calls += measured;
+      }
       totals[kind].calls += measured;
       totals[kind].seconds += seconds;
     }
   }
-  const result = {} as Record<Kind, { rate: number; rounds: number; warmSeconds: number; measureSeconds: number }>;
-  for (const kind of KINDS) result[kind] = { rate: totals[kind].calls / totals[kind].seconds, rounds, warmSeconds, measureSeconds };
+  const result = {} as Record<Kind, Throughput>;
+  for (const kind of KINDS) {
+    const { calls, seconds, cpu } = totals[kind];
+    result[kind] = { rate: calls / seconds, cpuPerPrompt: cpu / calls, rounds, warmSeconds, measureSeconds };
+  }
+  result.nats.serverCpuPerPrompt = natsCpu.cpu / natsCpu.calls;
   return result;
 }
 

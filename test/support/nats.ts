@@ -42,6 +42,8 @@ export interface NatsServer {
   url: string;
   /** `http://127.0.0.1:MPORT` of the monitoring endpoint (`/connz`, `/varz`), when started with `monitor`. */
   monitorUrl?: string;
+  /** The server's process id. */
+  pid: number;
   /** Stops the server (SIGKILL: as if the node died) and waits for its exit. */
   kill(): Promise<void>;
 }
@@ -76,6 +78,7 @@ export async function startNatsServer(port?: number, options: { monitor?: boolea
   return {
     url,
     ...(monitorUrl ? { monitorUrl } : {}),
+    pid: child.pid!,
     async kill() {
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
       await exited;
