@@ -139,11 +139,14 @@ export async function relay(): Promise<Row[]> {
     }
     for (const replica of pairs.none) await replica.stop();
 
-    const fanouts = {} as Record<"pg" | "nats", FanoutResult>;
+    const fanouts = {} as Record<"pg" | "nats", FanoutResult & { cpu: string }>;
     for (const kind of ["pg", "nats"] as const) {
       const third = await start(kind, "C");
       const urls = [...pairs[kind], third].map((r) => r.url);
-      fanouts[kind] = await measureFanout({
+      const pids = [...pairs[kind], third].map((r) => r.pid);
+      const cpu = async () => ({ replicas: await Promise.all(pids.map(cpuMs)), bench: process.cpuUsage(), nats: await cpuMs(nats.pid) });
+      const before = await cpu();
+      const result = await measureFanout({
         urls,
         directory: work.dir,
         sessions: scaled(300, 30),
@@ -151,6 +154,16 @@ export async function relay(): Promise<Row[]> {
         counter:
           kind === "nats" ? { kind, monitorUrl: nats.monitorUrl!, names: ["A", "B", "C"].map(natsName) } : { kind, url: database.url },
       });
+      const after = await cpu();
+      const replicaCpu = after.replicas.reduce((sum, ms, i) => sum + ms - before.replicas[i]!, 0);
+      const benchCpu = (after.bench.user + after.bench.system - before.bench.user - before.bench.system) / 1000;
+      const perAnswer = (ms: number) => `${(ms / result.sessions).toFixed(1)} ms`;
+      fanouts[kind] = {
+        ...result,
+        cpu:
+          `CPU per answer (prompts, watchers and counting included): the 3 ledgers ${perAnswer(replicaCpu)}, the bench process (clients, scripted model) ${perAnswer(benchCpu)}` +
+          (kind === "nats" ? `, the nats-server ${perAnswer(after.nats - before.nats)}` : ""),
+      };
       for (const replica of [...pairs[kind], third]) await replica.stop();
     }
     for (const kind of ["nats", "pg"] as const) rows.push(fanoutRow(kind, fanouts[kind]));
@@ -285,14 +298,14 @@ async function visibility(
 }
 
 /** (c): the busiest replica's share of the relay messages. */
-function fanoutRow(kind: "pg" | "nats", result: FanoutResult): Row {
+function fanoutRow(kind: "pg" | "nats", result: FanoutResult & { cpu: string }): Row {
   const most = Math.max(...result.received);
   const note =
     `3 \`ledger serve\` children on one database; ${result.sessions} sessions, each watched on one replica and answered (agent loop, scripted model: 20 text chunks 10 ms apart) on the next, ${FANOUT_CONCURRENCY} answering at once, all watchers open throughout (${(result.ms / 1000).toFixed(1)} s, prompt → idle on the watcher p50 ${result.answerP50.toFixed(0)} ms); ` +
     (kind === "nats"
       ? `messages per nats-server /connz: ours = out_msgs of the busiest replica's connection (all: ${result.received.join(", ")}), baseline = Σ in_msgs of the replicas' connections`
       : `every replica's LISTEN connection gets every NOTIFY: ours = baseline = the notifications a LISTEN connection of the bench counted on the ledger's three channels`) +
-    `; live deltas seen by the watchers: ${result.deltas}`;
+    `; live deltas seen by the watchers: ${result.deltas}; ${result.cpu}`;
   const name = `relay messages received per replica ÷ produced, 3 replicas each watching a third of ${result.sessions} sessions, ${LABEL[kind]}`;
   return row(name, most, result.produced, "messages", kind === "nats" ? atMost(0.4) : undefined, note);
 }
