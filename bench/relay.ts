@@ -62,7 +62,7 @@ import {
   type Row,
 } from "./common.js";
 import { measureFanout, type FanoutResult } from "./relay-fanout.js";
-import { cpuMs } from "./serve-child.js";
+import { cpuMs, writeSyscalls } from "./serve-child.js";
 import {
   Arrivals,
   measureVisibility,
@@ -80,6 +80,8 @@ const LABEL: Record<Kind, string> = { none: "no relay", pg: "Postgres relay", na
 const WRITERS = 32;
 /** Answers streaming at once in (c): each holds a Postgres connection for its session lock. */
 const FANOUT_CONCURRENCY = 24;
+/** Text chunks of every scripted answer in (c), 20 ms apart. */
+const CHUNKS = 10;
 
 /**
  * The `relay` module (`BENCH_ONLY=relay`): rows (a), (b), (c) of the file's docstring, in that
@@ -92,8 +94,10 @@ export async function relay(): Promise<Row[]> {
   const work = await tempDir("relay");
   const nats = await startNatsServer(undefined, { monitor: true });
   const model = await startFakeOpenAI();
-  // Every answer: 20 text chunks 10 ms apart (~200 ms of streaming).
-  model.setFallback({ kind: "stream", chunks: Array.from({ length: 20 }, (_, i) => ({ text: `word${i} ` })), delayMs: 10 });
+  // Every answer: 10 text chunks 20 ms apart (~200 ms of streaming). Each answer costs the
+  // ledgers ~130 ms of CPU on this machine (busy; a third of it in socket writes), so more
+  // chunks would make part (c) the bulk of the module's time without changing what it counts.
+  model.setFallback({ kind: "stream", chunks: Array.from({ length: CHUNKS }, (_, i) => ({ text: `word${i} ` })), delayMs: 20 });
   const replicas: Replica[] = [];
   try {
     const closed = await closedNatsUrl();
@@ -124,7 +128,8 @@ export async function relay(): Promise<Row[]> {
             `1 s of unmeasured load on every pair, then ${rates.none.rounds} rounds (every relay once at every position of the order) of ${rates.none.warmSeconds} s warm-up + ${rates.none.measureSeconds} s measured per pair; ` +
             `baseline: the same with no relay (the NATS relay pointed at a closed port: it sends nothing); ` +
             `CPU of the two \`ledger serve\` processes per prompt: ${LABEL[kind]} ${rates[kind].cpuPerPrompt.toFixed(2)} ms, no relay ${rates.none.cpuPerPrompt.toFixed(2)} ms` +
-            (kind === "nats" ? ` (and the nats-server's ${rates.nats.serverCpuPerPrompt!.toFixed(3)} ms)` : ""),
+            (kind === "nats" ? ` (and the nats-server's ${rates.nats.serverCpuPerPrompt!.toFixed(3)} ms)` : "") +
+            `; their write system calls per prompt: ${LABEL[kind]} ${rates[kind].writesPerPrompt.toFixed(2)}, no relay ${rates.none.writesPerPrompt.toFixed(2)}`,
         ),
       );
     }
@@ -188,6 +193,8 @@ interface Throughput {
   rate: number;
   /** CPU time (ms) of the pair's two processes per prompt (`/proc/<pid>/stat`, 10 ms ticks). */
   cpuPerPrompt: number;
+  /** Write system calls (socket writes: HTTP responses, statements, notifications, publishes) of the pair's two processes per prompt. */
+  writesPerPrompt: number;
   /** NATS relay only: CPU time (ms) of the nats-server per prompt. */
   serverCpuPerPrompt?: number;
   rounds: number;
@@ -217,11 +224,13 @@ async function writeThroughput(pairs: Record<Kind, Replica[]>, directory: string
   log(`relay: ${WRITERS} writers over 2 replicas, warming up every pair`);
   for (const kind of KINDS) await sustain(writers[kind], 0, 1);
   const totals = {
-    none: { calls: 0, seconds: 0, cpu: 0 },
-    pg: { calls: 0, seconds: 0, cpu: 0 },
-    nats: { calls: 0, seconds: 0, cpu: 0 },
+    none: { calls: 0, seconds: 0, cpu: 0, writes: 0 },
+    pg: { calls: 0, seconds: 0, cpu: 0, writes: 0 },
+    nats: { calls: 0, seconds: 0, cpu: 0, writes: 0 },
   };
-  const pairCpu = async (kind: Kind) => (await Promise.all(pairs[kind].map((r) => cpuMs(r.pid)))).reduce((a, b) => a + b, 0);
+  const sum = async (kind: Kind, read: (pid: number) => Promise<number>) =>
+    (await Promise.all(pairs[kind].map((r) => read(r.pid)))).reduce((a, b) => a + b, 0);
+  const pairCpu = (kind: Kind) => sum(kind, cpuMs);
   const natsCpu = { calls: 0, cpu: 0 };
   for (let round = 0; round < rounds; round++) {
     // Rotate the order so that drift on the machine hits every relay alike.
@@ -229,11 +238,13 @@ async function writeThroughput(pairs: Record<Kind, Replica[]>, directory: string
       const kind = KINDS[(k + round) % KINDS.length]!;
       log(`relay: ${WRITERS} writers over 2 replicas, ${LABEL[kind]}, round ${round + 1}/${rounds}`);
       const cpuBefore = await pairCpu(kind);
+      const writesBefore = await sum(kind, writeSyscalls);
       const natsBefore = await cpuMs(natsPid);
       const { measured, warmed, seconds } = await sustain(writers[kind], warmSeconds, measureSeconds);
       // CPU over the whole segment (warm-up included), per prompt of the segment.
       const share = measured / (measured + warmed);
       totals[kind].cpu += ((await pairCpu(kind)) - cpuBefore) * share;
+      totals[kind].writes += ((await sum(kind, writeSyscalls)) - writesBefore) * share;
       if (kind === "nats") {
         natsCpu.cpu += ((await cpuMs(natsPid)) - natsBefore) * share;
         natsCpu.calls += measured;
@@ -244,8 +255,15 @@ async function writeThroughput(pairs: Record<Kind, Replica[]>, directory: string
   }
   const result = {} as Record<Kind, Throughput>;
   for (const kind of KINDS) {
-    const { calls, seconds, cpu } = totals[kind];
-    result[kind] = { rate: calls / seconds, cpuPerPrompt: cpu / calls, rounds, warmSeconds, measureSeconds };
+    const { calls, seconds, cpu, writes } = totals[kind];
+    result[kind] = {
+      rate: calls / seconds,
+      cpuPerPrompt: cpu / calls,
+      writesPerPrompt: writes / calls,
+      rounds,
+      warmSeconds,
+      measureSeconds,
+    };
   }
   result.nats.serverCpuPerPrompt = natsCpu.cpu / natsCpu.calls;
   return result;
@@ -301,7 +319,7 @@ async function visibility(
 function fanoutRow(kind: "pg" | "nats", result: FanoutResult & { cpu: string }): Row {
   const most = Math.max(...result.received);
   const note =
-    `3 \`ledger serve\` children on one database; ${result.sessions} sessions, each watched on one replica and answered (agent loop, scripted model: 20 text chunks 10 ms apart) on the next, ${FANOUT_CONCURRENCY} answering at once, all watchers open throughout (${(result.ms / 1000).toFixed(1)} s, prompt → idle on the watcher p50 ${result.answerP50.toFixed(0)} ms); ` +
+    `3 \`ledger serve\` children on one database; ${result.sessions} sessions, each watched on one replica and answered (agent loop, scripted model: ${CHUNKS} text chunks 20 ms apart) on the next, ${FANOUT_CONCURRENCY} answering at once, all watchers open throughout (${(result.ms / 1000).toFixed(1)} s, prompt → idle on the watcher p50 ${result.answerP50.toFixed(0)} ms); ` +
     (kind === "nats"
       ? `messages per nats-server /connz: ours = out_msgs of the busiest replica's connection (all: ${result.received.join(", ")}), baseline = Σ in_msgs of the replicas' connections`
       : `every replica's LISTEN connection gets every NOTIFY: ours = baseline = the notifications a LISTEN connection of the bench counted on the ledger's three channels`) +

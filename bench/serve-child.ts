@@ -113,3 +113,15 @@ export async function cpuMs(pid: number): Promise<number> {
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
+
+/**
+ * Write system calls (`write`, `writev`, ...: socket writes included) that process `pid` has
+ * made so far: `syscw` of `/proc/<pid>/io` (Linux; readable for the bench's own children).
+ * Throws when the process is gone.
+ */
+export async function writeSyscalls(pid: number): Promise<number> {
+  const io = await readFile(`/proc/${pid}/io`, "utf8");
+  const m = /^syscw:\s+(\d+)$/m.exec(io);
+  if (!m) throw new Error(`no syscw in /proc/${pid}/io`);
+  return Number(m[1]);
+}
