@@ -207,7 +207,7 @@ async function writeThroughput(pairs: Record<Kind, Replica[]>, directory: string
   // Every relay at every position of the order once.
   const rounds = KINDS.length;
   const warmSeconds = 0.5;
-  const measureSeconds = Math.max(1, 1.5 * SCALE);
+  const measureSeconds = Math.max(1, SCALE);
   const writers = {} as Record<Kind, Array<() => Promise<unknown>>>;
   for (const kind of KINDS) {
     const clients = pairs[kind].map((r) => connectClient(r.url));
