@@ -95,7 +95,7 @@ export async function relay(): Promise<Row[]> {
   const nats = await startNatsServer(undefined, { monitor: true });
   const model = await startFakeOpenAI();
   // Every answer: 10 text chunks 20 ms apart (~200 ms of streaming). Each answer costs the
-  // ledgers ~130 ms of CPU on this machine (busy; a third of it in socket writes), so more
+  // ledgers ~130 ms of CPU on this machine (busy; a quarter of it in socket writes), so more
   // chunks would make part (c) the bulk of the module's time without changing what it counts.
   model.setFallback({ kind: "stream", chunks: Array.from({ length: CHUNKS }, (_, i) => ({ text: `word${i} ` })), delayMs: 20 });
   const replicas: Replica[] = [];
