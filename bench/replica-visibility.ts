@@ -71,6 +71,7 @@ export interface VisibilityTap {
    * duration (ms) and the arrival (monotonic ns). Rejects after 10 s.
    */
   roundTrip(key: string): Promise<{ ms: number; arrived: bigint }>;
+  /** Closes the tap's connections. */
   close(): Promise<void>;
 }
 
