@@ -3,7 +3,9 @@
  * iteration scaling (`BENCH_SCALE`), per-benchmark Postgres databases, Connect clients, and a
  * bare Connect server for baselines.
  */
+import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { once } from "node:events";
 import { mkdtemp, realpath, rm } from "node:fs/promises";
 import http from "node:http";
 import type net from "node:net";
@@ -226,6 +228,87 @@ export async function startBareConnect(routes: (router: ConnectRouter) => void):
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const socket of sockets) socket.destroy();
       await closed;
+    },
+  };
+}
+
+/**
+ * Sustained load: runs every worker in a loop, concurrently, for `warmSeconds` (unmeasured) and
+ * then `measureSeconds`; each worker awaits one call at a time (e.g. one client prompting its
+ * own session). Returns the measured rate (calls/s), the completed calls of each phase and the
+ * measured period's actual length (s). A
+ * worker's rejection rejects the whole run (after every worker stopped).
+ */
+export async function sustain(
+  workers: ReadonlyArray<() => Promise<unknown>>,
+  warmSeconds: number,
+  measureSeconds: number,
+): Promise<{ rate: number; warmed: number; measured: number; seconds: number }> {
+  let stopping = false;
+  let completed = 0;
+  const running = workers.map(async (call) => {
+    try {
+      while (!stopping) {
+        await call();
+        completed++;
+      }
+    } finally {
+      stopping = true;
+    }
+  });
+  const stopped = Promise.all(running);
+  // A failed worker stops the others; the rejection surfaces after the sleeps.
+  stopped.catch(() => {});
+  await sleep(warmSeconds * 1000);
+  const warmed = completed;
+  const start = now();
+  await sleep(measureSeconds * 1000);
+  const measured = completed - warmed;
+  const seconds = elapsedMs(start) / 1000;
+  stopping = true;
+  await stopped;
+  return { rate: measured / seconds, warmed, measured, seconds };
+}
+
+/** A noReply `Prompt` request with one text part of `bytes` bytes of prose (`seed` varies the words). */
+export function noReplyPrompt(sessionId: string, bytes = 200, seed = 0) {
+  return { sessionId, noReply: true, parts: [{ kind: { case: "text" as const, value: { text: prose(bytes, seed) } } }] };
+}
+
+/** A server child of the bench (a baseline); see {@link startBenchChild}. */
+export interface BenchChild {
+  url: string;
+  /** SIGTERM and wait for the exit. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `node --import tsx bench/<script>` (run from the repository, where `--import tsx`
+ * resolves) with `env` added to the bench's environment, and resolves with the URL of its
+ * `listening on <url>` line on stdout. Rejects if it exits first.
+ */
+export async function startBenchChild(script: string, env: NodeJS.ProcessEnv = {}): Promise<BenchChild> {
+  const child = spawn(process.execPath, ["--import", "tsx", path.join(import.meta.dirname, script)], {
+    cwd: path.resolve(import.meta.dirname, ".."),
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const exited = once(child, "exit");
+  let out = "";
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on("data", (chunk: Buffer) => {
+      out += chunk.toString();
+      const match = /listening on (http:\/\/\S+)/.exec(out);
+      if (match) resolve(match[1]!);
+    });
+    child.once("exit", (code) => reject(new Error(`bench child ${script} exited (${code}) before listening`)));
+  });
+  return {
+    url,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGTERM");
+      await exited;
     },
   };
 }

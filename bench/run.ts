@@ -16,6 +16,7 @@ import { historyRead } from "./history-read.js";
 import { kyselyVsPg } from "./kysely-vs-pg.js";
 import { pgliteVsPg } from "./pglite-vs-pg.js";
 import { promptLatency } from "./prompt-latency.js";
+import { relay } from "./relay.js";
 import { replicaVisibility } from "./replica-visibility.js";
 import { startMemory } from "./start-memory.js";
 import { streamFanout } from "./stream-fanout.js";
@@ -27,6 +28,7 @@ const MODULES: Array<[string, () => Promise<Row[]>]> = [
   ["throughput", throughput],
   ["stream-fanout", streamFanout],
   ["replica-visibility", replicaVisibility],
+  ["relay", relay],
   ["history-read", historyRead],
   ["pglite-vs-pg", pgliteVsPg],
   ["start-memory", startMemory],

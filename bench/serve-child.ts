@@ -102,3 +102,26 @@ export async function rssMiB(pid: number): Promise<number> {
   if (!m) throw new Error(`no VmRSS in /proc/${pid}/status`);
   return Number(m[1]) / 1024;
 }
+
+/**
+ * CPU time (ms, user + system) that process `pid` has used so far: `utime` + `stime` of
+ * `/proc/<pid>/stat`, in clock ticks of 10 ms (Linux `USER_HZ` = 100). Throws when the process is gone.
+ */
+export async function cpuMs(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+  // Fields after the command name (which may hold spaces), from field 3 on.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/**
+ * Write system calls (`write`, `writev`, ...: socket writes included) that process `pid` has
+ * made so far: `syscw` of `/proc/<pid>/io` (Linux; readable for the bench's own children).
+ * Throws when the process is gone.
+ */
+export async function writeSyscalls(pid: number): Promise<number> {
+  const io = await readFile(`/proc/${pid}/io`, "utf8");
+  const m = /^syscw:\s+(\d+)$/m.exec(io);
+  if (!m) throw new Error(`no syscw in /proc/${pid}/io`);
+  return Number(m[1]);
+}

@@ -5,15 +5,25 @@
  * statement list), with the same concurrency (each client on its own session) over the same TCP
  * loopback.
  */
-import { spawn } from "node:child_process";
-import { once } from "node:events";
-import path from "node:path";
 import { toBinary } from "@bufbuild/protobuf";
 import pg from "pg";
 import { PromptResponseSchema } from "../gen/ledger/v1/service_pb.js";
 import { openDatabase } from "../src/storage/db.js";
 import { startReplica } from "../test/support/replica.js";
-import { SCALE, atLeast, connectClient, createBenchDatabase, elapsedMs, log, now, prose, row, sleep, tempDir, type Row } from "./common.js";
+import {
+  SCALE,
+  atLeast,
+  connectClient,
+  createBenchDatabase,
+  log,
+  noReplyPrompt,
+  row,
+  sleep,
+  startBenchChild,
+  sustain,
+  tempDir,
+  type Row,
+} from "./common.js";
 import { startBenchLedger } from "./ledger.js";
 import { captureStatements, findPgbench, pgbenchCommand, pgbenchTps, writeScript, type SentStatement } from "./pgbench.js";
 
@@ -59,11 +69,7 @@ export async function throughput(): Promise<Row[]> {
     const probe = await startBenchLedger({ kind: "postgres", url: database.url }, work.dir);
     const probeClient = connectClient(probe.url);
     const probeSession = (await probeClient.createSession({ directory: work.dir })).session!.id;
-    const request = (sessionId: string) => ({
-      sessionId,
-      noReply: true,
-      parts: [{ kind: { case: "text" as const, value: { text: prose(200) } } }],
-    });
+    const request = (sessionId: string) => noReplyPrompt(sessionId);
     const answered = await probeClient.prompt(request(probeSession));
     await sleep(100);
     const sent = await captureStatements(async () => {
@@ -100,19 +106,28 @@ export async function throughput(): Promise<Row[]> {
           Array.from({ length: clients }, async () => (await client.createSession({ directory: work.dir })).session!.id),
         );
         log(`throughput: ledger serve, ${clients} clients, ${warmSeconds} s warm-up + ${measureSeconds} s`);
-        ({ rate: ours, warmed, measured } = await load(client, sessions, request, warmSeconds, measureSeconds));
+        ({
+          rate: ours,
+          warmed,
+          measured,
+        } = await sustain(
+          sessions.map((sessionId) => () => client.prompt(request(sessionId))),
+          warmSeconds,
+          measureSeconds,
+        ));
       } finally {
         await replica.stop();
       }
       // The ceiling: a bare connect-node server child answering the same response without a database.
-      const bare = await startBareChild(toBinary(PromptResponseSchema, answered));
+      const bare = await startBenchChild("bare-serve-child.ts", {
+        BARE_PROMPT_RESPONSE: Buffer.from(toBinary(PromptResponseSchema, answered)).toString("base64"),
+      });
       let ceiling: number;
       try {
         log(`throughput: bare Connect server child, ${clients} clients, ${warmSeconds} s warm-up + ${measureSeconds} s`);
-        ({ rate: ceiling } = await load(
-          connectClient(bare.url),
-          Array(clients).fill(probeSession) as string[],
-          request,
+        const bareClient = connectClient(bare.url);
+        ({ rate: ceiling } = await sustain(
+          Array.from({ length: clients }, () => () => bareClient.prompt(request(probeSession))),
           warmSeconds,
           measureSeconds,
         ));
@@ -170,62 +185,4 @@ export async function throughput(): Promise<Row[]> {
     await database.drop();
     await work.remove();
   }
-}
-
-/**
- * Drives `clients.length` concurrent callers of `client.prompt` (each with its own session id) for
- * a warm-up and then a measured period; returns the measured rate (prompts/s) and the counts.
- */
-async function load(
-  client: ReturnType<typeof connectClient>,
-  sessions: string[],
-  request: (sessionId: string) => Parameters<ReturnType<typeof connectClient>["prompt"]>[0],
-  warmSeconds: number,
-  measureSeconds: number,
-): Promise<{ rate: number; warmed: number; measured: number }> {
-  let phase: "warm" | "measure" | "stop" = "warm";
-  let completed = 0;
-  const workers = sessions.map(async (sessionId) => {
-    while (phase !== "stop") {
-      await client.prompt(request(sessionId));
-      completed++;
-    }
-  });
-  await sleep(warmSeconds * 1000);
-  phase = "measure";
-  const warmed = completed;
-  const start = now();
-  await sleep(measureSeconds * 1000);
-  const measured = completed - warmed;
-  const seconds = elapsedMs(start) / 1000;
-  phase = "stop";
-  await Promise.all(workers);
-  return { rate: measured / seconds, warmed, measured };
-}
-
-/** Starts bench/bare-serve-child.ts answering every Prompt with `response` (binary). */
-async function startBareChild(response: Uint8Array): Promise<{ url: string; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(import.meta.dirname, "bare-serve-child.ts")], {
-    // In the repository, where `--import tsx` resolves.
-    cwd: path.resolve(import.meta.dirname, ".."),
-    env: { ...process.env, BARE_PROMPT_RESPONSE: Buffer.from(response).toString("base64") },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const exited = once(child, "exit");
-  let out = "";
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.on("data", (chunk: Buffer) => {
-      out += chunk.toString();
-      const match = /listening on (http:\/\/\S+)/.exec(out);
-      if (match) resolve(match[1]!);
-    });
-    child.once("exit", (code) => reject(new Error(`bare server child exited (${code}) before listening`)));
-  });
-  return {
-    url,
-    async stop() {
-      child.kill("SIGTERM");
-      await exited;
-    },
-  };
 }

@@ -42,6 +42,10 @@ export async function closedNatsUrl(): Promise<string> {
 /** A `nats-server` child on a loopback port; see {@link startNatsServer}. */
 export interface NatsServer {
   url: string;
+  /** `http://127.0.0.1:MPORT` of the monitoring endpoint (`/connz`, `/varz`), when started with `monitor`. */
+  monitorUrl?: string;
+  /** The server's process id. */
+  pid: number;
   /** Stops the server (SIGKILL: as if the node died) and waits for its exit. */
   kill(): Promise<void>;
 }
@@ -77,17 +81,20 @@ export function natsServerInstalled(): boolean {
 
 /**
  * Starts `nats-server -a 127.0.0.1 -p <port>` (default: a free port) and resolves once the port
- * accepts connections (up to 10 s; rejects with its output otherwise).
+ * accepts connections (up to 10 s; rejects with its output otherwise). With `monitor` it also
+ * serves HTTP monitoring (`-m`) on a free loopback port, at `monitorUrl` (ready when resolved).
  */
-export async function startNatsServer(port?: number): Promise<NatsServer> {
+export async function startNatsServer(port?: number, options: { monitor?: boolean } = {}): Promise<NatsServer> {
   const url = port ? `nats://127.0.0.1:${port}` : await closedNatsUrl();
-  const child = spawn(natsServerBin(), ["-a", "127.0.0.1", "-p", new URL(url).port], { stdio: ["ignore", "pipe", "pipe"] });
+  const monitorUrl = options.monitor ? (await closedNatsUrl()).replace("nats:", "http:") : undefined;
+  const args = ["-a", "127.0.0.1", "-p", new URL(url).port, ...(monitorUrl ? ["-m", new URL(monitorUrl).port] : [])];
+  const child = spawn(natsServerBin(), args, { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
   child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
   const exited = new Promise<void>((resolve) => child.once("close", () => resolve()));
   const deadline = Date.now() + 10_000;
-  while (!(await reachable(url))) {
+  while (!(await reachable(url)) || (monitorUrl && !(await reachable(monitorUrl)))) {
     if (Date.now() > deadline || child.exitCode !== null) {
       child.kill("SIGKILL");
       throw new Error(`nats-server did not start on ${url}:\n${output}`);
@@ -96,6 +103,8 @@ export async function startNatsServer(port?: number): Promise<NatsServer> {
   }
   return {
     url,
+    ...(monitorUrl ? { monitorUrl } : {}),
+    pid: child.pid!,
     async kill() {
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
       await exited;
