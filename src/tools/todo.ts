@@ -58,6 +58,11 @@ const todoItem = z.object({
  * Each returns `{ title: "<N> todos", output, metadata: { todos } }` as OpenCode does: `N` counts
  * the items not `completed`, `output` is the list as JSON indented by two spaces
  * (`JSON.stringify(todos, null, 2)`), `metadata.todos` the list itself.
+ *
+ * @throws ToolInputError from `todowrite` when two items share an id (`todos[i].id: "<id>" is used
+ *   twice; ids must be unique`); other bad inputs fail the AI SDK's input validation first.
+ * @throws whatever `list` throws (`SessionNotFoundError` when the session is gone); every error
+ *   becomes a tool error the model sees.
  */
 export function todoDefinitions(list: TodoList): [ToolDefinition<TodoWriteInput>, ToolDefinition<Record<string, never>>] {
   return [
