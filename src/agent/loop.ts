@@ -32,6 +32,7 @@ import { systemPrompt } from "./system.js";
 import { permissionRules } from "../tools/permission.js";
 import { createTools } from "../tools/registry.js";
 import type { TaskRunner } from "../tools/task.js";
+import { sessionTodoList } from "./todo-list.js";
 import { turnText } from "./summary.js";
 import { stepCost } from "./usage.js";
 
@@ -213,6 +214,7 @@ async function answerStep(
             context: { directory: session.directory, roots: allowedRoots(deps.config) },
             subagents,
             runTask: deps.runTask?.(sessionId),
+            todos: sessionTodoList(deps, sessionId),
             asker: (request, callSignal) =>
               askPermission(
                 deps,

@@ -5,6 +5,7 @@ import type { MessageError } from "../../gen/ledger/v1/error_pb.js";
 import type { AssistantMessage, FileDiff, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
+import type { Todo } from "../../gen/ledger/v1/todo_pb.js";
 
 /** Lines of a text part shown by `formatMessage` before eliding the rest. */
 export const PREVIEW_LINES = 4;
@@ -77,9 +78,13 @@ export function errorKind(error: MessageError): string {
   return (error.kind.case ?? "unknown").replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 }
 
-/** The main argument of a tool call, for its line: a path, pattern or description, cut at 80 characters. */
+/**
+ * The main argument of a tool call, for its line: a path, pattern or description, cut at 80
+ * characters; `N items` for a todo list (`todowrite`: the list itself is printed on its own).
+ */
 export function describeInput(input: JsonObject | undefined): string {
   if (!input) return "";
+  if (Array.isArray(input.todos)) return `${input.todos.length} items`;
   const key = ["filePath", "path", "pattern", "description", "url", "command"].find((k) => typeof input[k] === "string");
   const value = key ? String(input[key]) : Object.keys(input).length > 0 ? JSON.stringify(input) : "";
   return value.length > 80 ? `${value.slice(0, 79)}…` : value;
@@ -158,4 +163,27 @@ export function formatDiff(diff: FileDiff): string {
   const patch = createTwoFilesPatch(`a/${diff.file}`, `b/${diff.file}`, diff.before, diff.after, "", "", { context: 3 });
   // Drop jsdiff's "Index:"/"====" header: the --- / +++ lines name the file.
   return patch.replace(/^(Index:.*\n)?=+\n/, "");
+}
+
+/** The box of a todo's status in {@link formatTodos}; an unknown status shows as `[?]`. */
+export const TODO_MARKS: Readonly<Record<string, string>> = {
+  pending: "[ ]",
+  in_progress: "[~]",
+  completed: "[x]",
+  cancelled: "[-]",
+};
+
+/**
+ * A todo list for a terminal: a header `todos (D/N done):` (D counts `completed`), then one line
+ * per item in order, `  [ ] content  (priority)`, the box from {@link TODO_MARKS} (`[ ]` pending,
+ * `[~]` in progress, `[x]` completed, `[-]` cancelled); `todos: none` for an empty list. The
+ * content's first line only. Each line without its `\n`.
+ */
+export function formatTodos(todos: readonly Pick<Todo, "content" | "status" | "priority">[]): string[] {
+  if (todos.length === 0) return ["todos: none"];
+  const done = todos.filter((t) => t.status === "completed").length;
+  return [
+    `todos (${done}/${todos.length} done):`,
+    ...todos.map((t) => `  ${TODO_MARKS[t.status] ?? "[?]"} ${firstLine(t.content)}${t.priority ? `  (${t.priority})` : ""}`),
+  ];
 }

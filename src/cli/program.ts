@@ -4,12 +4,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { Argument, Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { FileDiffSchema, MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
+import { TodoSchema } from "../../gen/ledger/v1/todo_pb.js";
 import { parseModelRef } from "../config/config.js";
 import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
 import { withClient, type ClientOptions } from "./client.js";
 import { processIo, type CliIo } from "./io.js";
 import { answerWhileRunning } from "./permissions.js";
-import { formatDiff, formatMessage, formatSession } from "./print.js";
+import { formatDiff, formatMessage, formatSession, formatTodos } from "./print.js";
 import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
 import {
   pendingPermissions,
@@ -280,6 +281,25 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .option("--json", "print the session as one line of JSON")
     .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
       withClient(opts, io, (client) => unrevert(client, sessionId, opts.json === true, print)),
+    );
+
+  program
+    .command("todo")
+    .description("print a session's todo list, as the model last wrote it (todowrite)")
+    .argument("<session>", "session id")
+    .option("--url <url>", "talk to a running server instead of starting one")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .option("--json", "print JSON Lines: one Todo per line, in order (nothing when the list is empty)")
+    .addHelpText(
+      "after",
+      '\nPrints "todos (D/N done):" and a line per item: "[ ] pending", "[~] in progress", "[x] completed", "[-] cancelled".',
+    )
+    .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
+      withClient(opts, io, async (client) => {
+        const { todos } = await client.getTodo({ sessionId });
+        for (const line of opts.json ? todos.map((t) => toJsonString(TodoSchema, t)) : formatTodos(todos)) print(line);
+      }),
     );
 
   program

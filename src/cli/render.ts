@@ -3,7 +3,7 @@ import type { SessionEvent, StatusRetry } from "../../gen/ledger/v1/event_pb.js"
 import type { MessageError } from "../../gen/ledger/v1/error_pb.js";
 import type { AssistantMessage } from "../../gen/ledger/v1/message_pb.js";
 import type { Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
-import { describeInput, errorKind, summary } from "./print.js";
+import { describeInput, errorKind, formatTodos, summary } from "./print.js";
 import type { Spinner } from "./spinner.js";
 
 /** `ledger prompt` exit code: the prompt was answered (or stored with `--no-reply`). */
@@ -45,7 +45,8 @@ interface StreamedText {
  * assistant's text as its deltas arrive (each character once, whether it came as a delta or
  * only in a snapshot), reasoning on stderr once complete (`thinking: ...`), one line per tool
  * state change (`→ read notes.txt … running`, `✓ read notes.txt`, `✗ read notes.txt: error`;
- * pending only shows in the spinner), retry notices, and, from {@link finish}, the token/cost
+ * pending only shows in the spinner), the todo list whenever the model changes it
+ * (`todo_updated`: {@link formatTodos}), retry notices, and, from {@link finish}, the token/cost
  * summary and the final error. User-message parts (the prompt, synthetic file reads) are not shown.
  */
 export class PromptRenderer {
@@ -103,6 +104,9 @@ export class PromptRenderer {
         else this.output.spinner.set(status.case === "busy" ? "working" : undefined);
         return;
       }
+      case "todoUpdated":
+        for (const line of formatTodos(kind.value.todos)) this.line(line);
+        return;
       case "sessionError":
         // Errors of an assistant message are reported once, from its `error`, by finish().
         if (!this.assistants.has(kind.value.messageId)) this.notice(`warning: ${kind.value.error?.message ?? "unknown error"}\n`);

@@ -1,6 +1,8 @@
 /**
  * Built-in agents (docs/design.md §8), as in OpenCode `agent/agent.ts`: `build` (the default, all
- * tools), `plan` (read-only: edits and shell denied), and the subagents `general` and `explore`.
+ * tools), `plan` (read-only: edits and shell denied; the todo tools allowed, as in OpenCode), and
+ * the subagents `general` and `explore` (the todo tools denied: OpenCode's `general` denies
+ * `todowrite`/`todoread`, its `explore` allows only search and read tools).
  * Config `agent.<name>` entries override fields of these or add new agents.
  */
 
@@ -41,7 +43,7 @@ export interface AgentInfo {
 export const BUILT_IN_AGENTS: readonly AgentInfo[] = [
   {
     name: "build",
-    description: "The default agent: every tool allowed (read, list, glob, grep, write, edit, bash, task).",
+    description: "The default agent: every tool allowed (read, list, glob, grep, write, edit, bash, task, todowrite, todoread).",
     mode: "primary",
     hidden: false,
     permission: { "*": "allow" },
@@ -60,7 +62,7 @@ export const BUILT_IN_AGENTS: readonly AgentInfo[] = [
     description: "General-purpose subagent for multi-step research tasks.",
     mode: "subagent",
     hidden: false,
-    permission: { "*": "allow" },
+    permission: { "*": "allow", todowrite: "deny", todoread: "deny" },
     builtIn: true,
   },
   {
@@ -68,7 +70,7 @@ export const BUILT_IN_AGENTS: readonly AgentInfo[] = [
     description: "Fast read-only subagent for finding files and code.",
     mode: "subagent",
     hidden: false,
-    permission: { "*": "allow", edit: "deny", write: "deny", patch: "deny", bash: "deny" },
+    permission: { "*": "allow", edit: "deny", write: "deny", patch: "deny", bash: "deny", todowrite: "deny", todoread: "deny" },
     builtIn: true,
   },
 ];

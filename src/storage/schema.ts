@@ -89,6 +89,17 @@ export interface PermissionRequestTable {
   time_replied: ColumnType<Date | null, Date | undefined, Date>;
 }
 
+/**
+ * `session_todo`: a session's todo list, one row per session that has one (removed with the
+ * session: `on delete cascade`). Replaced whole by each `todowrite`.
+ */
+export interface SessionTodoTable {
+  session_id: string;
+  /** The list as a JSON array of `ledger.v1.Todo` in proto JSON form, in the model's order. */
+  data: Json<unknown[]>;
+  time_updated: ColumnType<Date, Date | undefined, Date>;
+}
+
 /** The database as Kysely sees it. */
 export interface DB {
   permission_request: PermissionRequestTable;
@@ -96,6 +107,7 @@ export interface DB {
   message: MessageTable;
   part: PartTable;
   session_event: SessionEventTable;
+  session_todo: SessionTodoTable;
 }
 
 export type SessionRow = Selectable<SessionTable>;
@@ -107,3 +119,4 @@ export type NewPartRow = Insertable<PartTable>;
 export type SessionEventRow = Selectable<SessionEventTable>;
 export type NewSessionEventRow = Insertable<SessionEventTable>;
 export type PermissionRequestRow = Selectable<PermissionRequestTable>;
+export type SessionTodoRow = Selectable<SessionTodoTable>;

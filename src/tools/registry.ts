@@ -9,12 +9,14 @@ import { listDefinition } from "./list.js";
 import { checkPermission, permissionRules, type Asker, type Rule } from "./permission.js";
 import { readDefinition } from "./read.js";
 import { taskDefinition, type TaskRunner } from "./task.js";
+import { todoDefinitions, type TodoList } from "./todo.js";
 import type { ToolAsk, ToolContext, ToolDefinition } from "./tool-context.js";
 import { writeDefinition } from "./write.js";
 
 /**
  * The tools offered to every agent, in the order the model sees them: `read`, `list`, `glob`,
- * `grep`, `write`, `edit`, `bash`. `task` comes after them when offered (see {@link createTools}).
+ * `grep`, `write`, `edit`, `bash`. `task`, then `todowrite` and `todoread`, come after them when
+ * offered (see {@link createTools}).
  * Follows OpenCode registry.ts `builtin`.
  */
 export const BUILTIN_TOOLS: readonly ToolDefinition<unknown>[] = [
@@ -32,7 +34,7 @@ export type ProgressSink = (callId: string, update: { title?: string; metadata: 
 
 /**
  * The model's tools for one agent loop (OpenCode `read`, `list`, `glob`, `grep`, `write`,
- * `edit`, `bash`, `task`), as an AI SDK tool set keyed by tool id, each confined to the session
+ * `edit`, `bash`, `task`, `todowrite`, `todoread`), as an AI SDK tool set keyed by tool id, each confined to the session
  * directory and roots. Every tool is offered; each call is weighed against
  * {@link permissionRules} — by the tool itself with its own patterns (write/edit: the path
  * relative to the session directory; bash: the command) through `ctx.ask`, by the registry with
@@ -40,7 +42,8 @@ export type ProgressSink = (callId: string, update: { title?: string; metadata: 
  * agent may not use the <tool> tool` (plus ` on "<pattern>"` for a pattern other than `*`);
  * `ask` pauses it through `asker` (without one, `ask` is a denial). Those errors, like any a
  * tool throws, become a tool error the model sees (never a failed run). `task` is offered only
- * with a `runTask`, to agents that are not themselves subagents, and when there are `subagents`.
+ * with a `runTask`, to agents that are not themselves subagents, and when there are `subagents`;
+ * `todowrite` and `todoread` only with a `todos` list (the session's, bound by the loop).
  *
  * @param options.agent - the agent answering; its name and `permission` map.
  * @param options.rules - the session's permission rules.
@@ -48,6 +51,7 @@ export type ProgressSink = (callId: string, update: { title?: string; metadata: 
  *   SDK gives one, replaces `context.signal`.
  * @param options.subagents - names of the subagents `task` may run.
  * @param options.runTask - runs a subagent (absent inside subagents).
+ * @param options.todos - the session's todo list, for `todowrite` and `todoread`.
  * @param options.asker - pauses a call on an `ask` rule until the user answers.
  * @param options.progress - receives running calls' progress by call id.
  * @param options.beforeChange - awaited before a tool that may change files (write, edit, bash)
@@ -59,6 +63,7 @@ export function createTools(options: {
   context: ToolContext;
   subagents: string[];
   runTask?: TaskRunner;
+  todos?: TodoList;
   asker?: Asker;
   progress?: ProgressSink;
   beforeChange?: () => Promise<void>;
@@ -69,6 +74,7 @@ export function createTools(options: {
   if (options.runTask && agent.mode !== "subagent" && options.subagents.length > 0) {
     definitions.push(taskDefinition(options.subagents, options.runTask));
   }
+  if (options.todos) definitions.push(...(todoDefinitions(options.todos) as ToolDefinition<unknown>[]));
   const tools: ToolSet = {};
   for (const definition of definitions) tools[definition.id] = guarded(definition, agent.name, rules, context, options);
   return tools;

@@ -176,4 +176,25 @@ describe("PromptRenderer", () => {
     expect(err).toBe("warning: File not found: x\nerror: the stream ended before the model answered\n");
     expect(outcome.exitCode).toBe(EXIT_FAILED);
   });
+  it("prints the whole todo list on each todo_updated, ending a half-written line first; an empty list as none", () => {
+    const todos = (list: Array<[string, string, string]>) =>
+      event({ case: "todoUpdated", value: { todos: list.map(([id, status, content]) => ({ id, content, status, priority: "high" })) } });
+    const { out } = render([
+      assistant(A1),
+      part("prt_x", A1, { case: "text", value: { text: "" } }),
+      delta("prt_x", A1, "Planning"),
+      todos([
+        ["1", "pending", "one"],
+        ["2", "in_progress", "two\nsecond line"],
+        ["3", "completed", "three"],
+        ["4", "cancelled", "four"],
+      ]),
+      todos([]),
+      assistant(A1, {}),
+    ]);
+    expect(out).toBe(
+      `session ${SES}\nPlanning\ntodos (1/4 done):\n  [ ] one  (high)\n  [~] two  (high)\n  [x] three  (high)\n  [-] four  (high)\n` +
+        "todos: none\ntokens: in 0, out 0, reasoning 0, cache r/w 0/0 · cost $0.0000 · steps 1\n",
+    );
+  });
 });

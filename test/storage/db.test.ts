@@ -33,6 +33,7 @@ describe(`storage on ${TEST_ENGINE}`, () => {
       "2026-12-02T0900-message-parent-id",
       "2026-12-05T0900-permission-request",
       "2026-12-05T0900-session-message-count",
+      "2026-12-06T0900-session-todo",
     ]);
   });
 

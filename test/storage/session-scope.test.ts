@@ -6,7 +6,7 @@ import { TEST_ENGINE } from "../support/db.js";
 import { waitFor } from "../support/wait.js";
 
 // docs/scaling.md: on a distributed Postgres (Citus) the tables shard by `session_id`, so every
-// statement on `message`, `part` and `session_event` should name the session it is about. This
+// statement on `message`, `part`, `session_event` and `session_todo` should name the session it is about. This
 // test runs the hot paths (prompts with and without a reply, reads, watch, edits, revert, fork,
 // delete) against a real ledger on Postgres, captures every statement the ledger's `pg` clients
 // send, and fails on a statement on those tables that does not mention `session_id` and is not one
@@ -22,7 +22,7 @@ const KNOWN_UNSCOPED: RegExp[] = [
   /^delete from "message" where "id" in \(/, // deleteMessages
 ];
 
-const TABLES = /\b(?:from|into|update|join)\s+"?(message|part|session_event)"?(?:\s|$|\))/i;
+const TABLES = /\b(?:from|into|update|join)\s+"?(message|part|session_event|session_todo)"?(?:\s|$|\))/i;
 
 let t: FakeModelLedger;
 beforeAll(async () => {
@@ -55,12 +55,21 @@ describe.skipIf(TEST_ENGINE !== "postgres")("statements on message, part and ses
       await t.client.deleteMessage({ sessionId, messageId: first!.message!.kind.value!.id });
       const fork = (await t.client.forkSession({ sessionId })).session!.id;
       await t.client.getSession({ sessionId: fork });
+      // The todo list (session_todo): written by the model's todowrite, read by GetTodo, removed with the fork.
+      const todos = [{ id: "1", content: "step one", status: "pending", priority: "high" }];
+      t.fake.push(
+        { kind: "stream", chunks: [{ toolCall: { id: "call_todo", name: "todowrite", arguments: JSON.stringify({ todos }) } }] },
+        { kind: "stream", chunks: [{ text: "planned" }] },
+      );
+      await t.client.prompt({ sessionId: fork, parts: [text("plan it")] });
+      await t.client.getTodo({ sessionId: fork });
       await t.client.listSessions({});
       await t.client.deleteSession({ sessionId: fork });
       await waitFor("the status to settle", async () => (await t.client.getStatus({})).statuses[sessionId] === undefined);
     }, 200);
     const onTables = sent.filter((s) => TABLES.test(s.text));
     expect(onTables.length).toBeGreaterThan(10);
+    expect(onTables.filter((s) => /"session_todo"/.test(s.text)).length).toBeGreaterThanOrEqual(2);
     const unscoped = [...new Set(onTables.filter((s) => !/\bsession_id\b/.test(s.text)).map((s) => s.text.replace(/\s+/g, " ").trim()))];
     expect(unscoped.filter((text) => !KNOWN_UNSCOPED.some((known) => known.test(text)))).toEqual([]);
   });

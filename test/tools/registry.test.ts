@@ -8,6 +8,7 @@ import { isAllowed, permissionRules } from "../../src/tools/permission.js";
 import { createTools } from "../../src/tools/registry.js";
 import { decide, evaluate } from "../../src/tools/permission.js";
 import type { TaskRunner } from "../../src/tools/task.js";
+import type { TodoItem, TodoList } from "../../src/tools/todo.js";
 import { errorOf as rejection } from "../support/errors.js";
 import { aborted, toolTree, type ToolTree } from "../support/tool-tree.js";
 
@@ -78,6 +79,29 @@ describe("createTools", () => {
     expect(Object.keys(createTools({ ...options, context: t.ctx, runTask: undefined }))).toEqual(builtin);
     expect(Object.keys(createTools({ ...options, context: t.ctx, agent: general! }))).toEqual(builtin);
     expect(Object.keys(createTools({ ...options, context: t.ctx, subagents: [] }))).toEqual(builtin);
+  });
+
+  it("offers todowrite and todoread after task with a todo list; plan may use them, the built-in subagents may not", async () => {
+    let stored: TodoItem[] = [];
+    const todos: TodoList = { read: async () => stored, write: async (list) => void (stored = list) };
+    expect(Object.keys(createTools({ ...options, context: t.ctx, todos })).slice(-3)).toEqual(["task", "todowrite", "todoread"]);
+    const list = [{ id: "1", content: "c", status: "pending", priority: "high" }];
+    const tools = createTools({ ...options, context: t.ctx, todos });
+    expect(await run(tools, "todowrite", { todos: list })).toEqual({
+      title: "1 todos",
+      output: JSON.stringify(list, null, 2),
+      metadata: { todos: list },
+    });
+    expect(stored).toEqual(list);
+    expect(await run(tools, "todoread", {})).toMatchObject({ title: "1 todos", output: JSON.stringify(list, null, 2) });
+    const byName = new Map(BUILT_IN_AGENTS.map((a) => [a.name, a]));
+    for (const tool of ["todowrite", "todoread"]) {
+      expect([...byName.values()].filter((a) => isAllowed(a, [], tool)).map((a) => a.name)).toEqual(["build", "plan"]);
+    }
+    const denied = createTools({ ...options, context: t.ctx, agent: general!, todos });
+    expect((await rejection(run(denied, "todowrite", { todos: list }))).message).toBe(
+      "permission denied: the general agent may not use the todowrite tool",
+    );
   });
 
   it("describes task with the subagents and accepts only their names", async () => {

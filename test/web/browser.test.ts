@@ -375,4 +375,38 @@ describe("browser client", () => {
       await rm(dir, { recursive: true, force: true });
     }
   }, 120_000);
+  it("shows the open session's todo list: live from todo_updated, and from GetTodo when the page opens it", async (ctx) => {
+    if (MISSING) ctx.skip(MISSING);
+    const { session } = await t.client.createSession({ directory: t.dir, title: "todos" });
+    const sessionId = session!.id;
+    await page.goto(`${siteUrl}/?server=${encodeURIComponent(t.ledger.url)}#${sessionId}`);
+    await page.locator("body[data-ready=true]").waitFor();
+    await page.locator("#session-head", { hasText: "todos" }).waitFor();
+    expect(await page.locator("#todos").isHidden()).toBe(true);
+
+    const todos = [
+      { id: "1", content: "Read the notes", status: "completed", priority: "high" },
+      { id: "2", content: "Answer the question", status: "in_progress", priority: "medium" },
+    ];
+    fake.push(
+      { kind: "stream", chunks: [{ toolCall: { id: "call_t1", name: "todowrite", arguments: JSON.stringify({ todos }) } }] },
+      { kind: "stream", chunks: [{ text: "Planned." }] },
+    );
+    await t.client.promptAsync({ sessionId, parts: [text("plan it")] });
+    const items = page.locator("#todos li");
+    await page.locator("#todos li[data-todo-id='2']").waitFor({ timeout: 30_000 });
+    const shown = () => items.evaluateAll((nodes) => nodes.map((n) => [n.getAttribute("data-status"), n.textContent]));
+    const expected = [
+      ["completed", "[x] Read the notes high"],
+      ["in_progress", "[~] Answer the question medium"],
+    ];
+    expect(await shown()).toEqual(expected);
+    expect(await page.locator("#todos .todos-head").textContent()).toBe("Todo (1/2 done)");
+
+    await page.reload();
+    await page.locator("body[data-ready=true]").waitFor();
+    await page.locator("#todos li[data-todo-id='2']").waitFor({ timeout: 30_000 });
+    expect(await shown()).toEqual(expected);
+    expect(pageErrors).toEqual([]);
+  }, 120_000);
 });

@@ -16,6 +16,7 @@ import type { Part, PartInputSchema, ToolPart } from "../../gen/ledger/v1/part_p
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
 import { PermissionReply, type PermissionRequest } from "../../gen/ledger/v1/permission_pb.js";
+import { renderTodos } from "./todo-list.js";
 import { Transcript, type Change, type Entry } from "./transcript.js";
 
 type PartInit = MessageInitShape<typeof PartInputSchema>;
@@ -46,6 +47,7 @@ const ui = {
   model: byId<HTMLSelectElement>("model"),
   abort: byId<HTMLButtonElement>("abort"),
   permissions: byId<HTMLElement>("permissions"),
+  todos: byId<HTMLElement>("todos"),
   send: byId<HTMLButtonElement>("send"),
 };
 
@@ -185,6 +187,7 @@ async function openSession(sessionId: string): Promise<void> {
     // Where the log ends before the messages are read: the events after it are followed below
     // (those already in the page are applied again, which changes nothing).
     const afterSeq = await logEnd(session.id);
+    const { todos } = await client.getTodo({ sessionId });
     let pageToken = "";
     do {
       const page = await client.listMessages({ sessionId, pageSize: 1000, pageToken });
@@ -192,6 +195,7 @@ async function openSession(sessionId: string): Promise<void> {
       pageToken = page.nextPageToken;
     } while (pageToken);
     current = { session, transcript };
+    renderTodos(ui.todos, todos);
     void followSession(session.id, afterSeq);
     if (location.hash !== `#${session.id}`) history.replaceState(null, "", `#${session.id}`);
     renderSessionHead();
@@ -436,8 +440,8 @@ let sessionWatch: AbortController | undefined;
  * (this page, the CLI, another browser): messages, parts, streamed text and status are applied
  * to the transcript (events this page's own PromptStream also delivers apply twice and change
  * nothing: snapshots replace, deltas carry their offset), and the pending permission requests
- * are shown and refreshed on each permission event. Another client's `prompted` event leaves the
- * inputs alone.
+ * are shown and refreshed on each permission event; the todo list is replaced on each
+ * `todo_updated`. Another client's `prompted` event leaves the inputs alone.
  */
 async function followSession(sessionId: string, afterSeq: bigint): Promise<void> {
   sessionWatch?.abort();
@@ -449,6 +453,7 @@ async function followSession(sessionId: string, afterSeq: bigint): Promise<void>
       if (!event || current?.transcript.sessionId !== sessionId) continue;
       const kind = event.kind.case;
       if (kind === "permissionAsked" || kind === "permissionReplied") await refreshPermissions(sessionId);
+      if (event.kind.case === "todoUpdated") renderTodos(ui.todos, event.kind.value.todos);
       const own = running?.sessionId === sessionId;
       const near = ui.messages.scrollHeight - ui.messages.scrollTop - ui.messages.clientHeight < 80;
       for (const change of current.transcript.apply(event)) {

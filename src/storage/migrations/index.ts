@@ -5,6 +5,7 @@ import * as eventDataBytes from "./2026-11-30T2200-event-data-bytes.js";
 import * as messageParentId from "./2026-12-02T0900-message-parent-id.js";
 import * as permissionRequest from "./2026-12-05T0900-permission-request.js";
 import * as sessionMessageCount from "./2026-12-05T0900-session-message-count.js";
+import * as sessionTodo from "./2026-12-06T0900-session-todo.js";
 
 /**
  * Every migration, listed statically (not `FileMigrationProvider`) so tsx, vitest and compiled
@@ -17,4 +18,5 @@ export const migrations: Record<string, Migration> = {
   "2026-12-02T0900-message-parent-id": messageParentId,
   "2026-12-05T0900-permission-request": permissionRequest,
   "2026-12-05T0900-session-message-count": sessionMessageCount,
+  "2026-12-06T0900-session-todo": sessionTodo,
 };
