@@ -56,7 +56,7 @@ const DIE_BEFORE_HINT = process.env.LEDGER_TEST_DIE_BEFORE_HINT === "1";
  * query for all watched sessions (`startCatchUp`, shared with the NATS relay). Hints are sent after commit,
  * so a writer that dies between its commit and its hint sends none; a watcher then reads the
  * missing events at the next check (or at the next hint of that session, which carries a later seq).
- * A lost listener connection is logged at warn, its return at info; `stats()` reports kind
+ * A lost listener connection and its return are logged at info; `stats()` reports kind
  * `"postgres"`, the listener's state and the counters.
  */
 export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: EventBus; catchUpMs?: number }): Promise<Relay> {
@@ -139,7 +139,8 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
   const reconnect = async (from: pg.Client) => {
     if (closed || client !== from) return;
     client = undefined;
-    logger.warn("relay: Postgres listener disconnected; reconnecting, watchers catch up from the table meanwhile");
+    // info, not warn: the listener reconnects by itself and resyncs (ledger_relay_connected shows it).
+    logger.info("relay: Postgres listener disconnected; reconnecting, watchers catch up from the table meanwhile");
     await from.end().catch(() => {});
     await connect(1);
   };
