@@ -17,59 +17,55 @@ import type { RelayStats } from "../events/relay-stats.js";
  */
 export function registerRelayMetrics(registry: Registry, stats: () => RelayStats): void {
   const registers = [registry];
-  // One read per scrape: `ledger_relay_info` is collected first (metrics are collected in
-  // registration order) and the others reuse what it read.
-  let current: RelayStats | undefined;
-  const read = () => (current ??= stats());
+  // Each metric reads `stats()` when it is collected: a few counters and a copy, cheap per scrape.
   new Gauge({
     name: "ledger_relay_info",
     help: "The relay to the other replicas in use (label relay: postgres or nats); always 1.",
     labelNames: ["relay"] as const,
     registers,
     collect() {
-      current = stats();
       this.reset();
-      this.set({ relay: current.kind }, 1);
+      this.set({ relay: stats().kind }, 1);
     },
   });
   gauge(registers, "ledger_relay_connected", "1 when the relay is connected (Postgres LISTEN connection, or a NATS server), else 0.", () =>
-    read().connected ? 1 : 0,
+    stats().connected ? 1 : 0,
   );
   counter(
     registers,
     "ledger_relay_messages_received_total",
     "Messages delivered to the relay (hints, deltas, control; the Postgres relay counts its own notifications too).",
-    () => read().messages,
+    () => stats().messages,
   );
-  counter(registers, "ledger_relay_hints_received_total", "Commit hints received from other replicas.", () => read().hints);
+  counter(registers, "ledger_relay_hints_received_total", "Commit hints received from other replicas.", () => stats().hints);
   gauge(
     registers,
     "ledger_relay_last_hint_age_seconds",
     "Seconds since the last commit hint from another replica (since the relay started when none arrived yet).",
-    () => ageSeconds(read().lastHintAt ?? read().catchUp.startedAt),
+    () => ageSeconds(stats().lastHintAt ?? stats().catchUp.startedAt),
   );
   counter(
     registers,
     "ledger_relay_catch_up_checks_total",
     "Catch-up checks that read the watched sessions' last seq from the table (periodic, and after a reconnect).",
-    () => read().catchUp.checks,
+    () => stats().catchUp.checks,
   );
-  counter(registers, "ledger_relay_catch_up_failures_total", "Catch-up checks whose query failed.", () => read().catchUp.failures);
+  counter(registers, "ledger_relay_catch_up_failures_total", "Catch-up checks whose query failed.", () => stats().catchUp.failures);
   counter(
     registers,
     "ledger_relay_catch_up_hints_total",
     "Hints published by catch-up checks (one per watched session per check): watchers read past them from the table.",
-    () => read().catchUp.hints,
+    () => stats().catchUp.hints,
   );
   gauge(
     registers,
     "ledger_relay_catch_up_last_success_age_seconds",
     "Seconds since the last successful catch-up check (since it started when none succeeded yet).",
-    () => ageSeconds(read().catchUp.lastSuccessAt ?? read().catchUp.startedAt),
+    () => ageSeconds(stats().catchUp.lastSuccessAt ?? stats().catchUp.startedAt),
   );
   if (stats().kind !== "nats") return;
   gauge(registers, "ledger_relay_subscribed_sessions", "Sessions whose NATS subjects the relay is subscribed to now.", () => {
-    const subscribed = (read() as RelayStats & { subscribed?: string[] }).subscribed;
+    const subscribed = (stats() as RelayStats & { subscribed?: string[] }).subscribed;
     return subscribed?.length ?? 0;
   });
 }
