@@ -67,7 +67,8 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
   try {
     const plugins = await loadPlugins(options.config.plugins);
     relay = await startRelay(options.config, target, database, bus);
-    const metrics = createMetrics({ pool: () => database.poolStats() });
+    const relayStats = relay ? relay.stats.bind(relay) : undefined;
+    const metrics = createMetrics({ pool: () => database.poolStats(), relay: relayStats });
     const snapshots = new Snapshots(options.config.snapshot);
     const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, metrics, snapshots };
     deps.mcp = await startMcp(options.config);

@@ -91,8 +91,8 @@ export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSi
  */
 async function summarizeTurn(deps: LoopDeps, ledger: SessionLedger, sessionId: string, userId: string): Promise<void> {
   // The turn only: the user message and what came after it (not the whole session each turn).
-  const userRow = await getMessageRow(deps.db, userId);
-  if (!userRow || userRow.session_id !== sessionId) return;
+  const userRow = await getMessageRow(deps.db, sessionId, userId);
+  if (!userRow) return;
   const messages = await withParts(deps.db, await listMessageRows(deps.db, sessionId, { afterPosition: Number(userRow.position) - 1 }));
   const entry = messages.find((m) => m.message?.kind.case === "user" && m.message.kind.value.id === userId);
   if (entry?.message?.kind.case !== "user") return;

@@ -7,6 +7,7 @@ import { logger } from "../observe/log.js";
 import { sessionCache } from "../storage/session-cache.js";
 import type { DB } from "../storage/schema.js";
 import type { BusItem, EventBus } from "./bus.js";
+import type { RelayStats } from "./relay-stats.js";
 import { hintEventsJson, pack, publishCommitted, publishDeleted, split, startCatchUp, type Relay } from "./relay.js";
 
 /** Subjects of a session are `ledger.v1.session.<session_id>.<kind>`; see {@link sessionSubject}. */
@@ -57,12 +58,13 @@ export interface NatsRelayOptions {
   catchUpMs?: number;
 }
 
-/** What a NATS relay has seen, for tests and (later) metrics. */
-export interface NatsRelayStats {
-  /** Connected to a NATS server now (false before the first connection and while reconnecting). */
-  connected: boolean;
-  /** Messages delivered to this relay's subscriptions since it started (its own included, which it skips). */
-  messages: number;
+/**
+ * What a NATS relay has seen, for tests, `/metrics` and health: the common `RelayStats` (kind
+ * `"nats"`; `connected` to a NATS server now; `messages` delivered to its subscriptions since it
+ * started, its own included, which it skips) and its subscriptions.
+ */
+export interface NatsRelayStats extends RelayStats {
+  kind: "nats";
   /** Sessions whose subjects this relay is subscribed to now. */
   subscribed: string[];
 }
@@ -120,6 +122,8 @@ export async function startNatsRelay(options: NatsRelayOptions): Promise<NatsRel
   let online = false;
   let closed = false;
   let messages = 0;
+  let hints = 0;
+  let lastHintAt: number | undefined;
   let abortHandler: ((sessionId: string) => void) | undefined;
   let retry: NodeJS.Timeout | undefined;
   let queue = new Map<string, string[]>();
@@ -138,6 +142,8 @@ export async function startNatsRelay(options: NatsRelayOptions): Promise<NatsRel
       // seq, then optionally |[events]: the JSON may hold "|" itself.
       const second = body.indexOf("|");
       const seq = BigInt(second < 0 ? body : body.slice(0, second));
+      hints++;
+      lastHintAt = Date.now();
       publishCommitted(bus, cache, sessionId, seq, second < 0 ? undefined : body.slice(second + 1));
     } else if (kind === "deltas") {
       const items: BusItem[] = (JSON.parse(body) as Array<[string, string, string, string, string, string]>).map(
@@ -310,7 +316,15 @@ export async function startNatsRelay(options: NatsRelayOptions): Promise<NatsRel
       flush();
       if (nc && !nc.isClosed()) await nc.flush();
     },
-    stats: () => ({ connected: online, messages, subscribed: [...subscriptions.keys()] }),
+    stats: () => ({
+      kind: "nats",
+      connected: online,
+      messages,
+      hints,
+      lastHintAt,
+      catchUp: catchUp.stats(),
+      subscribed: [...subscriptions.keys()],
+    }),
     async close() {
       if (timer) clearTimeout(timer);
       flush();

@@ -3,6 +3,7 @@ import { create, toJson } from "@bufbuild/protobuf";
 import type { Kysely } from "kysely";
 import pg from "pg";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { logger } from "../observe/log.js";
 import { notify, notifyMany } from "../storage/notify.js";
 import type { DB } from "../storage/schema.js";
 import { sessionCache } from "../storage/session-cache.js";
@@ -51,10 +52,12 @@ const DIE_BEFORE_HINT = process.env.LEDGER_TEST_DIE_BEFORE_HINT === "1";
  * session id only and seq 0 (feeds renumber it one past the last event they yielded).
  *
  * The same resync runs every `catchUpMs` (default `DEFAULT_CATCH_UP_MS`, `events.catch_up_ms` in ledger.json; 0 turns it off) while
- * any session is watched here and the listener is connected: one query for all watched sessions
- * (`startCatchUp`, shared with the NATS relay). Hints are sent after commit,
+ * any session is watched here, whether the listener is connected or not (through the pool): one
+ * query for all watched sessions (`startCatchUp`, shared with the NATS relay). Hints are sent after commit,
  * so a writer that dies between its commit and its hint sends none; a watcher then reads the
  * missing events at the next check (or at the next hint of that session, which carries a later seq).
+ * A lost listener connection and its return are logged at info; `stats()` reports kind
+ * `"postgres"`, the listener's state and the counters.
  */
 export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: EventBus; catchUpMs?: number }): Promise<Relay> {
   const origin = randomUUID().slice(0, 8);
@@ -65,8 +68,12 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
   let queue: Array<{ sessionId: string; item: string }> = [];
   let timer: NodeJS.Timeout | undefined;
   let abortHandler: ((sessionId: string) => void) | undefined;
+  let messages = 0;
+  let hints = 0;
+  let lastHintAt: number | undefined;
 
   const onNotification = (message: pg.Notification) => {
+    messages++;
     try {
       receive(message);
     } catch (error) {
@@ -91,6 +98,8 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       const second = body.indexOf("|", first + 1);
       const sessionId = body.slice(0, first);
       const seq = BigInt(second < 0 ? body.slice(first + 1) : body.slice(first + 1, second));
+      hints++;
+      lastHintAt = Date.now();
       publishCommitted(bus, cache, sessionId, seq, second < 0 ? undefined : body.slice(second + 1));
       return;
     }
@@ -117,7 +126,10 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       await next.query(`listen ${DELTAS_CHANNEL}`);
       await next.query(`listen ${CONTROL_CHANNEL}`);
       client = next;
-      if (attempt > 0) await resync();
+      if (attempt > 0) {
+        logger.info("relay: Postgres listener reconnected");
+        await resync();
+      }
     } catch {
       await next.end().catch(() => {});
       await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 5000)));
@@ -127,10 +139,12 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
   const reconnect = async (from: pg.Client) => {
     if (closed || client !== from) return;
     client = undefined;
+    // info, not warn: the listener reconnects by itself and resyncs (ledger_relay_connected shows it).
+    logger.info("relay: Postgres listener disconnected; reconnecting, watchers catch up from the table meanwhile");
     await from.end().catch(() => {});
     await connect(1);
   };
-  const catchUp = startCatchUp({ db, bus, catchUpMs: options.catchUpMs, active: () => !closed && client !== undefined });
+  const catchUp = startCatchUp({ db, bus, catchUpMs: options.catchUpMs, active: () => !closed });
   const resync = catchUp.resync;
   // Outgoing notifications, in order; one statement in flight at a time, the rest batched behind it.
   let outbox: Array<[string, string]> = [];
@@ -204,6 +218,7 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
     onAbort(handler) {
       abortHandler = handler;
     },
+    stats: () => ({ kind: "postgres", connected: client !== undefined, messages, hints, lastHintAt, catchUp: catchUp.stats() }),
     async close() {
       closed = true;
       if (timer) clearTimeout(timer);

@@ -7,7 +7,9 @@ import type { SessionCache } from "../storage/session-cache.js";
 import type { DB } from "../storage/schema.js";
 import { listLastSeqs } from "../storage/session-store.js";
 import { storedEventJson } from "../storage/session-write.js";
+import { logger } from "../observe/log.js";
 import type { BusItem, EventBus } from "./bus.js";
+import type { CatchUpStats, RelayStats } from "./relay-stats.js";
 
 /**
  * Cross-process fan-out of a session's commit hints, live deltas and control messages between
@@ -41,6 +43,11 @@ export interface Relay {
   requestAbort(sessionId: string): Promise<void>;
   /** Handles abort requests from other replicas. */
   onAbort(handler: (sessionId: string) => void): void;
+  /**
+   * The relay's kind, connection state and counters (a fresh object each call), for `/metrics`
+   * and health (`relayCondition`).
+   */
+  stats(): RelayStats;
   /** Stops listening and the periodic check, and sends what is pending. */
   close(): Promise<void>;
 }
@@ -117,9 +124,11 @@ export interface CatchUp {
    * Reads the `last_seq` of every session watched on the bus (one query; none when nothing is
    * watched) and publishes a `Hint` at it for each, so feeds read what they missed from the
    * table; a watched session whose row is gone gets a `session_deleted` with only its id.
-   * Throws what the database throws.
+   * Counted in `stats()` like a periodic check. Throws what the database throws.
    */
   resync(): Promise<void>;
+  /** The checks' counters so far (a fresh object each call). */
+  stats(): CatchUpStats;
   /** Stops the timer. */
   stop(): void;
 }
@@ -130,14 +139,35 @@ export interface CatchUp {
  * while `active()` is false or the previous check still runs; failures are retried at the next
  * tick. Hints are sent after commit, so a writer that dies between its commit and its hint sends
  * none, and a relay may lose messages: a watcher then reads the missing events at the next check,
- * at most about one interval late.
+ * at most about one interval late. Each check is counted (`stats()`); the first failure after a
+ * success is logged at warn (`relay: catch-up check failed`) and the next success at info.
  */
 export function startCatchUp(options: { db: Kysely<DB>; bus: EventBus; catchUpMs?: number; active?: () => boolean }): CatchUp {
   const { db, bus } = options;
+  const catchUpMs = options.catchUpMs ?? DEFAULT_CATCH_UP_MS;
+  const stats: CatchUpStats = { intervalMs: catchUpMs, startedAt: Date.now(), checks: 0, failures: 0, hints: 0 };
+  let failing = false;
   const resync = async () => {
     const watched = bus.watchedSessions();
-    if (watched.length === 0) return;
-    const rows = await listLastSeqs(db, watched);
+    if (watched.length === 0) {
+      stats.lastSuccessAt = Date.now();
+      return;
+    }
+    stats.checks++;
+    let rows: Array<{ id: string; lastSeq: bigint }>;
+    try {
+      rows = await listLastSeqs(db, watched);
+    } catch (error) {
+      stats.failures++;
+      stats.lastFailureAt = Date.now();
+      if (!failing) logger.warn("relay: catch-up check failed; retrying at the next check", { sessions: watched.length, error });
+      failing = true;
+      throw error;
+    }
+    stats.lastSuccessAt = Date.now();
+    stats.hints += rows.length;
+    if (failing) logger.info("relay: catch-up check succeeded again", { sessions: watched.length });
+    failing = false;
     bus.publish(rows.map((r) => ({ hint: true as const, sessionId: r.id, seq: r.lastSeq })));
     // Deleted while we were not listening: the notice is lost, the missing row tells.
     const alive = new Set(rows.map((r) => r.id));
@@ -155,10 +185,9 @@ export function startCatchUp(options: { db: Kysely<DB>; bus: EventBus; catchUpMs
       checking = false;
     }
   };
-  const catchUpMs = options.catchUpMs ?? DEFAULT_CATCH_UP_MS;
   const timer = catchUpMs > 0 ? setInterval(() => void check(), catchUpMs) : undefined;
   timer?.unref();
-  return { resync, stop: () => clearInterval(timer) };
+  return { resync, stats: () => ({ ...stats }), stop: () => clearInterval(timer) };
 }
 
 /** Joins JSON items into arrays (`[a,b,...]`) of at most `maxBytes` each (an item larger than that goes alone). */

@@ -21,7 +21,7 @@ export async function deleteMessage(deps: LedgerDeps, sessionId: string, message
     await assertIdle(deps, w.trx, sessionId);
     await messageOf(w, messageId);
     await moveRevertPoint(w, { messageId });
-    const removed = await deleteMessages(w.trx, [messageId]);
+    const removed = await deleteMessages(w.trx, sessionId, [messageId]);
     w.emit({ case: "messageRemoved", value: { messageId } });
     for (const part of removed.parts) w.emit({ case: "partRemoved", value: { messageId, partId: part.id } });
     w.session.messageCount -= 1;
@@ -37,10 +37,10 @@ export async function deletePart(deps: LedgerDeps, sessionId: string, messageId:
   await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
     await messageOf(w, messageId);
-    const part = await getPartRow(w.trx, partId);
+    const part = await getPartRow(w.trx, sessionId, partId);
     if (!part || part.message_id !== messageId) throw new PartNotFoundError(partId);
     await moveRevertPoint(w, { messageId, partId });
-    await deleteParts(w.trx, [partId]);
+    await deleteParts(w.trx, sessionId, [partId]);
     w.emit({ case: "partRemoved", value: { messageId, partId } });
   });
 }
@@ -61,8 +61,8 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
   const { result } = await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
     await messageOf(w, messageId);
-    const row = await getPartRow(w.trx, part.id);
-    if (!row || row.session_id !== sessionId) throw new PartNotFoundError(part.id, "part.id");
+    const row = await getPartRow(w.trx, sessionId, part.id);
+    if (!row) throw new PartNotFoundError(part.id, "part.id");
     if (row.message_id !== messageId)
       throw new InvalidArgumentError(
         "part.message_id",
@@ -79,6 +79,6 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
 }
 
 async function messageOf(w: SessionWrite, messageId: string): Promise<void> {
-  const row = await getMessageRow(w.trx, messageId);
-  if (!row || row.session_id !== w.session.id) throw new MessageNotFoundError(messageId);
+  const row = await getMessageRow(w.trx, w.session.id, messageId);
+  if (!row) throw new MessageNotFoundError(messageId);
 }

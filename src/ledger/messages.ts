@@ -33,11 +33,9 @@ export async function listMessages(
   const limit = Math.min(page.pageSize || MESSAGE_PAGE.default, MESSAGE_PAGE.max);
   const token = page.pageToken ? messageCursor(page.pageToken, page.newestFirst ?? false) : undefined;
   const revert = page.includeReverted ? undefined : rowToSession(session).revert;
-  const revertRow = revert ? await getMessageRow(deps.db, revert.messageId) : undefined;
+  const revertRow = revert ? await getMessageRow(deps.db, sessionId, revert.messageId) : undefined;
   const cut =
-    revert && revertRow?.session_id === sessionId
-      ? { position: Number(revertRow.position), messageId: revert.messageId, partId: revert.partId }
-      : undefined;
+    revert && revertRow ? { position: Number(revertRow.position), messageId: revert.messageId, partId: revert.partId } : undefined;
   const cutBefore = cut ? cut.position + (cut.partId ? 1 : 0) : undefined;
   const after = page.newestFirst ? undefined : token;
   const before = page.newestFirst && token !== undefined ? Math.min(token, cutBefore ?? Infinity) : cutBefore;
@@ -66,8 +64,8 @@ export async function listMessages(
 
 /** One message with its parts. Throws `SessionNotFoundError` or `MessageNotFoundError` (NOT_FOUND). */
 export async function getMessage(deps: LedgerDeps, sessionId: string, messageId: string): Promise<MessageWithParts> {
-  const row = await getMessageRow(deps.db, messageId);
-  if (!row || row.session_id !== sessionId) {
+  const row = await getMessageRow(deps.db, sessionId, messageId);
+  if (!row) {
     if (!(await getSessionRow(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
     throw new MessageNotFoundError(messageId);
   }

@@ -18,10 +18,13 @@ export interface StoredPrompt {
 }
 
 /**
- * Looks up a prompt by its idempotency key. Undefined when `messageId` is new. Throws
- * `AlreadyExistsError` (ALREADY_EXISTS) when the id is stored in another session or with a
- * different request fingerprint. On a match returns the stored message with its parts and the
- * events of its original write (from its `message_updated` to its `prompted` event).
+ * Looks up a prompt by its idempotency key in session `sessionId` (the read is scoped by session:
+ * docs/scaling.md). Undefined when `messageId` is new in the session; an id stored in another
+ * session then fails the insert (`message_pkey`), which `storePrompt` answers with
+ * `AlreadyExistsError` too. Throws `AlreadyExistsError` (ALREADY_EXISTS) when the id is stored
+ * in this session with a different request fingerprint. On a match returns the stored message
+ * with its parts and the events of its original write (from its `message_updated` to its
+ * `prompted` event).
  */
 export async function findStoredPrompt(
   db: Kysely<DB>,
@@ -29,9 +32,9 @@ export async function findStoredPrompt(
   messageId: string,
   fingerprint: string,
 ): Promise<StoredPrompt | undefined> {
-  const row = await getMessageRow(db, messageId);
+  const row = await getMessageRow(db, sessionId, messageId);
   if (!row) return undefined;
-  if (row.session_id !== sessionId || row.request_hash !== fingerprint) {
+  if (row.request_hash !== fingerprint) {
     throw new AlreadyExistsError("message_id", messageId, "was already used for a different prompt");
   }
   const parts = (await listPartRows(db, sessionId, [messageId])).map(rowToPart);

@@ -22,10 +22,10 @@ import { writeSession } from "./writer.js";
 export async function revertSession(deps: LedgerDeps, sessionId: string, messageId: string, partId: string): Promise<Session> {
   await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
-    const message = await getMessageRow(w.trx, messageId);
-    if (!message || message.session_id !== sessionId) throw new MessageNotFoundError(messageId);
+    const message = await getMessageRow(w.trx, sessionId, messageId);
+    if (!message) throw new MessageNotFoundError(messageId);
     if (partId) {
-      const part = await getPartRow(w.trx, partId);
+      const part = await getPartRow(w.trx, sessionId, partId);
       if (!part || part.message_id !== messageId) throw new PartNotFoundError(partId);
     }
     const snapshot = await restoreFiles(deps, w, messageId, partId);
@@ -111,9 +111,9 @@ export async function applyRevert(w: SessionWrite): Promise<void> {
     const from = parts.findIndex((p) => p.id === revert.partId);
     if (from >= 0) removeParts = parts.slice(from).map((p) => p.id);
   }
-  for (const part of await deleteParts(w.trx, removeParts))
+  for (const part of await deleteParts(w.trx, w.session.id, removeParts))
     w.emit({ case: "partRemoved", value: { messageId: part.message_id, partId: part.id } });
-  const removed = await deleteMessages(w.trx, removeMessages);
+  const removed = await deleteMessages(w.trx, w.session.id, removeMessages);
   for (const messageId of removed.messages) {
     w.emit({ case: "messageRemoved", value: { messageId } });
     for (const part of removed.parts)
@@ -145,7 +145,7 @@ export async function moveRevertPoint(w: SessionWrite, deleting: { messageId: st
       return;
     }
   }
-  const row = await getMessageRow(w.trx, revert.messageId);
+  const row = await getMessageRow(w.trx, w.session.id, revert.messageId);
   const [next] = row ? await listMessageRows(w.trx, w.session.id, { afterPosition: Number(row.position), limit: 1 }) : [];
   w.session.revert = next ? create(SessionRevertSchema, { messageId: next.id, partId: "" }) : undefined;
   w.emit({ case: "sessionUpdated", value: { session: w.session } });

@@ -1,5 +1,7 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { RelayStats } from "../events/relay-stats.js";
 import type { PoolStats } from "../storage/db.js";
+import { registerRelayMetrics } from "./relay-metrics.js";
 
 /** Token counts of one model step (the shape of the loop's `StepUsage`). */
 export interface TokenCounts {
@@ -53,9 +55,11 @@ const TOKEN_KINDS: ReadonlyArray<[keyof TokenCounts, string]> = [
  *   (kind: input, output, reasoning, cache_read, cache_write);
  * - `ledger_db_pool_connections{state}` (total, idle, waiting), read from `pool` on each scrape
  *   (only when `pool` is given);
+ * - the `ledger_relay_*` metrics of `registerRelayMetrics`, read from `relay` on each scrape (only
+ *   when `relay` is given: a ledger on Postgres);
  * - prom-client's default process metrics (`process_*`, `nodejs_*`) unless `processMetrics` is false.
  */
-export function createMetrics(options: { pool?: () => PoolStats; processMetrics?: boolean } = {}): LedgerMetrics {
+export function createMetrics(options: { pool?: () => PoolStats; relay?: () => RelayStats; processMetrics?: boolean } = {}): LedgerMetrics {
   const registry = new Registry();
   const registers = [registry];
   const rpcRequests = new Counter({
@@ -98,6 +102,7 @@ export function createMetrics(options: { pool?: () => PoolStats; processMetrics?
       },
     });
   }
+  if (options.relay) registerRelayMetrics(registry, options.relay);
   if (options.processMetrics !== false) collectDefaultMetrics({ register: registry });
 
   return {

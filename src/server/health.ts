@@ -1,12 +1,15 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { relayCondition } from "../events/relay-stats.js";
 import type { LedgerDeps } from "../ledger/deps.js";
+import { logger } from "../observe/log.js";
 import { ping } from "../storage/db.js";
 
 /** Service names `Check`/`Watch` know: "" (the whole server) and the ledger's service. */
 export const HEALTH_SERVICES: readonly string[] = ["", SessionService.typeName];
 
+/** Options of {@link createHealthHandlers}. */
 export interface HealthOptions {
   /** How long (ms) the database gets to answer `select 1` before the server counts as not serving. Default 1,000. */
   probeTimeoutMs?: number;
@@ -16,9 +19,14 @@ export interface HealthOptions {
 
 /**
  * `grpc.health.v1.Health` (https://github.com/grpc/grpc/blob/master/doc/health-checking.md).
- * A known service is `SERVING` when the database answers `select 1` within `probeTimeoutMs`,
- * else `NOT_SERVING`; concurrent probes share one query, so a hung database holds at most one
- * connection for health checks. `Check` of an unknown service is `NOT_FOUND`; `Watch` sends the
+ * A known service is `SERVING` when the database answers `select 1` within `probeTimeoutMs`
+ * and the relay to the other replicas (`deps.relay`, Postgres only) is connected or, while it
+ * is not, its catch-up check still works (`relayCondition`: watchers then follow the table, at
+ * most about one `events.catch_up_ms` late); `NOT_SERVING` when the database does not answer,
+ * or when the relay is disconnected AND the catch-up check is failing, off or stuck (no success
+ * within `CATCH_UP_GRACE_INTERVALS` intervals). A change of the relay's condition is logged
+ * once (warn while degraded or failing, info when connected again). Concurrent probes share
+ * one query, so a hung database holds at most one connection for health checks. `Check` of an unknown service is `NOT_FOUND`; `Watch` sends the
  * current status, then each change (polling every `watchPollMs` while watched), and for an
  * unknown service `SERVICE_UNKNOWN` once; it ends when the client cancels (or the server shuts
  * down). Callable without the bearer token (see `auth.ts`).
@@ -27,10 +35,11 @@ export interface HealthOptions {
  * router.service(Health, createHealthHandlers(deps));
  * ```
  */
-export function createHealthHandlers(deps: Pick<LedgerDeps, "db">, options: HealthOptions = {}): ServiceImpl<typeof Health> {
+export function createHealthHandlers(deps: Pick<LedgerDeps, "db" | "relay">, options: HealthOptions = {}): ServiceImpl<typeof Health> {
   const probe = createProbe(deps, options.probeTimeoutMs ?? PROBE_TIMEOUT_MS);
   const pollMs = options.watchPollMs ?? WATCH_POLL_MS;
-  const status = async () => ((await probe()) ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
+  const relayServing = createRelayCheck(deps);
+  const status = async () => ((await probe()) && relayServing() ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
   return {
     async check(req) {
       if (!HEALTH_SERVICES.includes(req.service)) throw new ConnectError(`unknown service ${JSON.stringify(req.service)}`, Code.NotFound);
@@ -64,6 +73,28 @@ export function createHealthHandlers(deps: Pick<LedgerDeps, "db">, options: Heal
 const PROBE_TIMEOUT_MS = 1000;
 /** Default interval (ms) between probes of an open `Watch`. */
 const WATCH_POLL_MS = 3000;
+
+/**
+ * `() => boolean`: false only when the relay is disconnected and its catch-up check is failing;
+ * always true without a relay (PGlite). Logs each change of the relay's condition once.
+ */
+function createRelayCheck(deps: Pick<LedgerDeps, "relay">): () => boolean {
+  let last: ReturnType<typeof relayCondition> = "connected";
+  return () => {
+    if (!deps.relay) return true;
+    const stats = deps.relay.stats();
+    const condition = relayCondition(stats);
+    if (condition !== last) {
+      const fields = { relay: stats.kind, catch_up_failures: stats.catchUp.failures };
+      if (condition === "connected") logger.info("health: relay connected again", fields);
+      else if (condition === "catching-up")
+        logger.warn("health: relay disconnected; still SERVING, watchers follow the table through the catch-up check", fields);
+      else logger.warn("health: NOT_SERVING, relay disconnected and its catch-up check is failing", fields);
+      last = condition;
+    }
+    return condition !== "failing";
+  };
+}
 
 /** `() => Promise<boolean>`: true when `select 1` succeeded within `timeoutMs`. */
 function createProbe(deps: Pick<LedgerDeps, "db">, timeoutMs: number): () => Promise<boolean> {

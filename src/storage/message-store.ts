@@ -36,19 +36,27 @@ export async function insertMessage(trx: Transaction<DB>, entry: NewMessage): Pr
     .execute();
 }
 
-/** Replaces a stored message's data and `parent_id` (the position never changes); strings made storable in place. */
+/**
+ * Replaces a stored message's data and `parent_id` (the position never changes); strings made
+ * storable in place. Scoped by the message's own `session_id` (docs/scaling.md): a message of
+ * another session is left alone.
+ */
 export async function updateMessageRow(trx: Transaction<DB>, message: Message): Promise<void> {
-  const { id } = messageIds(message);
+  const { id, sessionId } = messageIds(message);
   await trx
     .updateTable("message")
     .set({ data: toJsonb(MessageSchema, message), parent_id: parentId(message) })
     .where("id", "=", id)
+    .where("session_id", "=", sessionId)
     .execute();
 }
 
-/** Reads one message row by id, or undefined. */
-export async function getMessageRow(db: Kysely<DB>, id: string): Promise<MessageRow | undefined> {
-  return db.selectFrom("message").selectAll().where("id", "=", id).executeTakeFirst();
+/**
+ * Reads message `id` of session `sessionId`, or undefined when there is none or it belongs to
+ * another session (scoped by session: docs/scaling.md).
+ */
+export async function getMessageRow(db: Kysely<DB>, sessionId: string, id: string): Promise<MessageRow | undefined> {
+  return db.selectFrom("message").selectAll().where("id", "=", id).where("session_id", "=", sessionId).executeTakeFirst();
 }
 
 /**
@@ -129,13 +137,28 @@ export async function listOpenAnswerRows(db: Kysely<DB>, sessionId: string): Pro
 }
 
 /**
- * Deletes the given messages and their parts; returns the removed messages' ids and the removed
- * parts (each in position order) so the caller can emit `message_removed`/`part_removed`.
+ * Deletes the given messages of session `sessionId` and their parts (ids of other sessions are
+ * left alone: scoped by session, docs/scaling.md); returns the removed messages' ids and the
+ * removed parts (each in position order) so the caller can emit `message_removed`/`part_removed`.
  */
-export async function deleteMessages(trx: Transaction<DB>, messageIds: string[]): Promise<{ messages: string[]; parts: RemovedPart[] }> {
+export async function deleteMessages(
+  trx: Transaction<DB>,
+  sessionId: string,
+  messageIds: string[],
+): Promise<{ messages: string[]; parts: RemovedPart[] }> {
   if (messageIds.length === 0) return { messages: [], parts: [] };
-  const parts = await trx.deleteFrom("part").where("message_id", "in", messageIds).returning(["id", "message_id", "position"]).execute();
-  const messages = await trx.deleteFrom("message").where("id", "in", messageIds).returning(["id", "position"]).execute();
+  const parts = await trx
+    .deleteFrom("part")
+    .where("session_id", "=", sessionId)
+    .where("message_id", "in", messageIds)
+    .returning(["id", "message_id", "position"])
+    .execute();
+  const messages = await trx
+    .deleteFrom("message")
+    .where("session_id", "=", sessionId)
+    .where("id", "in", messageIds)
+    .returning(["id", "position"])
+    .execute();
   return {
     messages: messages.sort((a, b) => Number(a.position) - Number(b.position)).map((m) => m.id),
     parts: parts.sort((a, b) => Number(a.position) - Number(b.position)).map(({ id, message_id }) => ({ id, message_id })),

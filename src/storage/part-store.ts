@@ -45,18 +45,26 @@ export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promi
   }
 }
 
-/** Replaces a stored part's data (kind and position never change); strings made storable in place. */
+/**
+ * Replaces a stored part's data (kind and position never change); strings made storable in
+ * place. Scoped by the part's own `session_id` (docs/scaling.md): a part of another session is
+ * left alone.
+ */
 export async function updatePartRow(trx: Transaction<DB>, part: Part): Promise<void> {
   await trx
     .updateTable("part")
     .set({ data: toJsonb(PartSchema, part) })
     .where("id", "=", part.id)
+    .where("session_id", "=", part.sessionId)
     .execute();
 }
 
-/** Reads one part row by id, or undefined. */
-export async function getPartRow(db: Kysely<DB>, id: string): Promise<PartRow | undefined> {
-  return db.selectFrom("part").selectAll().where("id", "=", id).executeTakeFirst();
+/**
+ * Reads part `id` of session `sessionId`, or undefined when there is none or it belongs to
+ * another session (scoped by session: docs/scaling.md).
+ */
+export async function getPartRow(db: Kysely<DB>, sessionId: string, id: string): Promise<PartRow | undefined> {
+  return db.selectFrom("part").selectAll().where("id", "=", id).where("session_id", "=", sessionId).executeTakeFirst();
 }
 
 /**
@@ -74,10 +82,18 @@ export async function listPartRows(db: Kysely<DB>, sessionId: string, messageIds
     .execute();
 }
 
-/** Deletes the given parts; returns the removed ones in position order. */
-export async function deleteParts(trx: Transaction<DB>, partIds: string[]): Promise<RemovedPart[]> {
+/**
+ * Deletes the given parts of session `sessionId` (ids of other sessions are left alone: scoped
+ * by session, docs/scaling.md); returns the removed ones in position order.
+ */
+export async function deleteParts(trx: Transaction<DB>, sessionId: string, partIds: string[]): Promise<RemovedPart[]> {
   if (partIds.length === 0) return [];
-  const rows = await trx.deleteFrom("part").where("id", "in", partIds).returning(["id", "message_id", "position"]).execute();
+  const rows = await trx
+    .deleteFrom("part")
+    .where("session_id", "=", sessionId)
+    .where("id", "in", partIds)
+    .returning(["id", "message_id", "position"])
+    .execute();
   return rows.sort((a, b) => Number(a.position) - Number(b.position)).map(({ id, message_id }) => ({ id, message_id }));
 }
 

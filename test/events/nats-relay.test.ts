@@ -62,11 +62,15 @@ describe.skipIf(!NATS)("NATS relay: two replicas on the real NATS server", () =>
   });
 
   it("a small write's hint arrives as its events (in order, '|' in the JSON included); a large one as a hint only", async () => {
-    expect(B.stats()).toEqual({ connected: true, messages: 0, subscribed: [X] });
+    expect(B.stats()).toMatchObject({ kind: "nats", connected: true, messages: 0, hints: 0, lastHintAt: undefined, subscribed: [X] });
     const small = [textUpdate(X, 2n, "a | b"), textUpdate(X, 3n, "c")];
+    const sent = Date.now();
     A.hint(X, 3n, small);
     await waitFor("the small write", () => got.length >= 2, 5_000);
     expect(got).toEqual(small);
+    expect(B.stats()).toMatchObject({ messages: 1, hints: 1 });
+    expect(B.stats().lastHintAt).toBeGreaterThanOrEqual(sent);
+    expect(A.stats()).toMatchObject({ messages: 0, hints: 0, lastHintAt: undefined });
 
     A.hint(X, 4n, [textUpdate(X, 4n, "x".repeat(MAX_NATS_HINT_EVENTS_BYTES))]);
     await waitFor("the large write's hint", () => got.length >= 3, 5_000);
@@ -166,7 +170,8 @@ describe.skipIf(TEST_ENGINE !== "postgres")("NATS relay: NATS unreachable", () =
   it("starts anyway, and the catch-up check still hints watched sessions from the table", async () => {
     const bus = new EventBus();
     relay = await startNatsRelay({ servers: [await closedNatsUrl()], db: database.db, bus, catchUpMs: 50 });
-    expect(relay.stats()).toEqual({ connected: false, messages: 0, subscribed: [] });
+    expect(relay.stats()).toMatchObject({ kind: "nats", connected: false, messages: 0, subscribed: [] });
+    expect(relay.stats().catchUp).toMatchObject({ intervalMs: 50, checks: 0, failures: 0, hints: 0 });
     const sessionId = await insertTestSession(database.db);
     const [row] = await listLastSeqs(database.db, [sessionId]);
     const got: BusItem[] = [];
@@ -174,11 +179,18 @@ describe.skipIf(TEST_ENGINE !== "postgres")("NATS relay: NATS unreachable", () =
     await waitFor("a catch-up hint", () => got.length >= 1, 5_000);
     stop();
     expect(got[0]).toEqual({ hint: true, sessionId, seq: row!.lastSeq });
+    // The check that found it is counted (the timer keeps ticking: at least one).
+    const { catchUp } = relay.stats();
+    expect(catchUp.checks).toBeGreaterThanOrEqual(1);
+    expect(catchUp.hints).toBeGreaterThanOrEqual(1);
+    expect(catchUp.failures).toBe(0);
+    expect(catchUp.lastFailureAt).toBeUndefined();
+    expect(catchUp.lastSuccessAt).toBeGreaterThanOrEqual(catchUp.startedAt);
     // Sending while down is a no-op, not an error.
     relay.hint(sessionId, 2n);
     relay.delta(delta(sessionId, 2n, "d", 0n));
     await relay.requestAbort(sessionId);
-    expect(relay.stats()).toEqual({ connected: false, messages: 0, subscribed: [] });
+    expect(relay.stats()).toMatchObject({ connected: false, messages: 0, hints: 0, subscribed: [] });
   });
 });
 
@@ -212,7 +224,7 @@ describe.skipIf(TEST_ENGINE !== "postgres" || !hasNatsServer())(
       const [row] = await listLastSeqs(database.db, [sessionId]);
       const got: BusItem[] = [];
       busB.subscribe(sessionId, (item) => got.push(item));
-      expect(B.stats()).toEqual({ connected: false, messages: 0, subscribed: [] });
+      expect(B.stats()).toMatchObject({ connected: false, messages: 0, subscribed: [] });
 
       server = await startNatsServer(port);
       await waitFor("B connected", () => B!.stats().connected, 10_000);

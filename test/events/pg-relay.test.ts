@@ -1,4 +1,5 @@
 import { create } from "@bufbuild/protobuf";
+import { sql } from "kysely";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SessionEventSchema } from "../../gen/ledger/v1/event_pb.js";
@@ -6,7 +7,7 @@ import { EventBus, type BusItem } from "../../src/events/bus.js";
 import { DELTAS_CHANNEL, EVENTS_CHANNEL, MAX_HINT_EVENTS_BYTES, startPgRelay } from "../../src/events/pg-relay.js";
 import type { Relay } from "../../src/events/relay.js";
 import { openDatabase, type Database } from "../../src/storage/db.js";
-import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { createTestDatabase, insertTestSession, TEST_ENGINE, type TestDatabase } from "../support/db.js";
 import { sleep, waitFor } from "../support/wait.js";
 
 // The relay's outgoing side on a real Postgres: what one replica sends, another's LISTEN gets.
@@ -121,5 +122,61 @@ describe.skipIf(TEST_ENGINE !== "postgres")("Postgres relay: commit hints carry 
     sender.hint("ses_B", 6n, [textUpdate(5n, "d")]);
     await waitFor("the hint past the events", () => got.length >= 4, 5_000);
     expect(got.slice(3)).toEqual([{ hint: true, sessionId: "ses_B", seq: 6n }]);
+  });
+});
+
+describe.skipIf(TEST_ENGINE !== "postgres")("Postgres relay: stats for /metrics and health", () => {
+  let test: TestDatabase;
+  let database: Database;
+  let sender: Relay;
+  let receiver: Relay;
+  const bus = new EventBus();
+
+  beforeAll(async () => {
+    test = await createTestDatabase();
+    database = await openDatabase(test.target);
+    sender = await startPgRelay({ url: test.url!, db: database.db, bus: new EventBus(), catchUpMs: 0 });
+    receiver = await startPgRelay({ url: test.url!, db: database.db, bus, catchUpMs: 50 });
+  });
+  afterAll(async () => {
+    await sender?.close();
+    await receiver?.close();
+    await database?.close();
+    await test?.drop();
+  });
+
+  it("counts hints from other replicas (not its own), and the catch-up checks with their failures while the query fails", async () => {
+    expect(receiver.stats()).toMatchObject({ kind: "postgres", connected: true, messages: 0, hints: 0, lastHintAt: undefined });
+    const sessionId = await insertTestSession(database.db);
+    const got: BusItem[] = [];
+    const stop = bus.subscribe(sessionId, (item) => got.push(item));
+    const sent = Date.now();
+    sender.hint(sessionId, 9n);
+    receiver.hint(sessionId, 10n); // its own: delivered back by Postgres, skipped
+    await waitFor("the other replica's hint", () => got.some((item) => "hint" in item && item.seq === 9n), 5_000);
+    await waitFor("both notifications", () => receiver.stats().messages >= 2, 5_000);
+    expect(receiver.stats()).toMatchObject({ messages: 2, hints: 1 });
+    expect(receiver.stats().lastHintAt).toBeGreaterThanOrEqual(sent);
+    await waitFor("a catch-up check", () => receiver.stats().catchUp.checks >= 1 && receiver.stats().catchUp.hints >= 1, 5_000);
+    expect(receiver.stats().catchUp).toMatchObject({ intervalMs: 50, failures: 0 });
+
+    // A real failure of the catch-up query (`select last_seq from session ...`): the table is gone.
+    await sql`alter table session rename to session_away`.execute(database.db);
+    try {
+      await waitFor("a failed check", () => receiver.stats().catchUp.failures >= 1, 5_000);
+      const failed = receiver.stats().catchUp;
+      expect(failed.lastFailureAt).toBeGreaterThan(failed.lastSuccessAt!);
+    } finally {
+      await sql`alter table session_away rename to session`.execute(database.db);
+    }
+    await waitFor(
+      "a check that succeeds again",
+      () => {
+        const { lastSuccessAt, lastFailureAt } = receiver.stats().catchUp;
+        return lastSuccessAt! > lastFailureAt!;
+      },
+      5_000,
+    );
+    stop();
   });
 });

@@ -227,6 +227,19 @@ describe("idempotency key (message_id)", () => {
     expect((await t.client.listMessages({ sessionId })).messages).toHaveLength(1);
   });
 
+  it("answers ALREADY_EXISTS for an id stored in another session, writing nothing", async () => {
+    const first = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const second = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const messageId = newId("msg");
+    await t.client.prompt({ sessionId: first, messageId, noReply: true, parts: [text("once")] });
+    const before = await tables(second);
+    const error = await rejection(t.client.prompt({ sessionId: second, messageId, noReply: true, parts: [text("once")] }));
+    expect(error.code).toBe(Code.AlreadyExists);
+    expect(error.findDetails(ErrorInfoSchema)[0]?.metadata).toMatchObject({ field: "message_id", id: messageId });
+    expect(await tables(second)).toEqual(before);
+    expect((await t.client.listMessages({ sessionId: first })).messages).toHaveLength(1);
+  });
+
   it("stores one message when the same prompt races itself", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     const messageId = newId("msg");

@@ -14,36 +14,11 @@ import { mockResolver, scriptedModel, textReply, usage, NO_RETRY } from "../supp
 import { text } from "../support/prompt.js";
 import { connectError as failure } from "../support/errors.js";
 import { waitFor } from "../support/wait.js";
+import { parseExposition, sample } from "../support/exposition.js";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const SERVICE = "/ledger.v1.SessionService";
 const TOKEN = "metrics-token-for-tests-0123456789";
-
-/** One sample of the exposition text: metric name, labels, value. */
-interface Sample {
-  name: string;
-  labels: Record<string, string>;
-  value: number;
-}
-
-function parseExposition(body: string): Sample[] {
-  const samples: Sample[] = [];
-  for (const line of body.split("\n")) {
-    const match = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    if (!match) continue;
-    const labels: Record<string, string> = {};
-    for (const [, key, value] of (match[2] ?? "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[key!] = value!;
-    samples.push({ name: match[1]!, labels, value: Number(match[3]) });
-  }
-  return samples;
-}
-
-/** The value of the one sample of `name` whose labels include `labels` (undefined when none). */
-function sample(samples: Sample[], name: string, labels: Record<string, string> = {}): number | undefined {
-  const found = samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
-  expect(found.length, `${name} ${JSON.stringify(labels)} matches ${found.length} samples`).toBeLessThanOrEqual(1);
-  return found[0]?.value;
-}
 
 /** The JSON log lines in `chunks` (anything written to stderr). */
 function jsonLines(chunks: string[]): Record<string, unknown>[] {

@@ -9,18 +9,14 @@ import { waitFor } from "../support/wait.js";
 // statement on `message`, `part`, `session_event` and `session_todo` should name the session it is about. This
 // test runs the hot paths (prompts with and without a reply, reads, watch, edits, revert, fork,
 // delete) against a real ledger on Postgres, captures every statement the ledger's `pg` clients
-// send, and fails on a statement on those tables that does not mention `session_id` and is not one
-// of the known ones listed in docs/scaling.md ("Queries not scoped by session yet").
+// send, and fails on a statement on those tables that does not mention `session_id` (the list of
+// known exceptions, KNOWN_UNSCOPED, is empty).
 
-/** Known statements not scoped by `session_id` yet (docs/scaling.md), by a distinctive fragment. */
-const KNOWN_UNSCOPED: RegExp[] = [
-  /^select \* from "message" where "id" = \$1$/, // getMessageRow
-  /^select \* from "part" where "id" = \$1$/, // getPartRow
-  /^update "part" set "data" = \$1 where "id" = \$2$/, // updatePartRow (UpdatePart)
-  /^delete from "part" where "id" in \(/, // deleteParts (DeletePart, Revert's cleanup)
-  /^delete from "part" where "message_id" in \(/, // deleteMessages' parts
-  /^delete from "message" where "id" in \(/, // deleteMessages
-];
+/**
+ * Known statements not scoped by `session_id` (docs/scaling.md): none any more. Add one here only
+ * with its reason in docs/scaling.md.
+ */
+const KNOWN_UNSCOPED: RegExp[] = [];
 
 const TABLES = /\b(?:from|into|update|join)\s+"?(message|part|session_event|session_todo)"?(?:\s|$|\))/i;
 
@@ -34,7 +30,7 @@ afterAll(async () => {
 });
 
 describe.skipIf(TEST_ENGINE !== "postgres")("statements on message, part and session_event name their session", () => {
-  it("every hot-path statement mentions session_id, or is a known one of docs/scaling.md", async () => {
+  it("every hot-path statement mentions session_id", async () => {
     const sent: SentStatement[] = await captureStatements(async () => {
       const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
       await t.client.prompt({ sessionId, noReply: true, parts: [text("stored only")] });
