@@ -1,15 +1,6 @@
-import { create, equals, fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
-import { timestampNow, ValueSchema } from "@bufbuild/protobuf/wkt";
-import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
-import {
-  AssistantTimeSchema,
-  MessageSchema,
-  type AssistantMessage,
-  type Message,
-  type UserMessage,
-  UserMessageSummarySchema,
-} from "../../gen/ledger/v1/message_pb.js";
-import { TokensSchema } from "../../gen/ledger/v1/model_pb.js";
+import { create, equals, type JsonObject } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { type AssistantMessage, type UserMessage, UserMessageSummarySchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { allowedRoots } from "../config/config.js";
 import { newId } from "../ids.js";
@@ -18,7 +9,8 @@ import type { LedgerDeps } from "../ledger/deps.js";
 import { withParts } from "../ledger/messages.js";
 import { getSession } from "../ledger/sessions.js";
 import { getMessageRow, listMessageRows } from "../storage/message-store.js";
-import { tokens, type LoopEvent, type StepUsage } from "./ai-sdk-events.js";
+import type { LoopEvent } from "./ai-sdk-events.js";
+import { finishAssistant, startAssistant } from "./assistant-message.js";
 import { nextWork, type Work } from "./conversation.js";
 import { toModelMessages } from "./history.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
@@ -173,7 +165,7 @@ async function answerStep(
   } catch (error) {
     const messageError = toMessageError(error, user.model?.providerId ?? "", false);
     await ledger.reportError({ case: "sessionError", value: { messageId: assistant.id, error: messageError } });
-    await finish(ledger, assistant, { error: messageError });
+    await finishAssistant(ledger, assistant, { error: messageError });
     return "stop";
   }
   const maxSteps = agent.steps ?? DEFAULT_MAX_STEPS;
@@ -269,7 +261,7 @@ async function answerStep(
   }
   // The last allowed step may still call tools: it ends the answer all the same.
   const finishReason = lastStep && result.finishReason === "tool-calls" ? STEP_LIMIT_FINISH : result.finishReason;
-  await finish(ledger, assistant, {
+  await finishAssistant(ledger, assistant, {
     error,
     finish: finishReason,
     usage: result.usage,
@@ -311,46 +303,6 @@ async function runSubtask(
   })();
   const result = await processStep({ ledger, sessionId, messageId: assistant.id, cost: () => 0 }, events);
   const error = signal.aborted ? toMessageError(undefined, "", true) : undefined;
-  await finish(ledger, assistant, { error, finish: "tool-calls" });
+  await finishAssistant(ledger, assistant, { error, finish: "tool-calls" });
   return error || result.error ? "stop" : "continue";
-}
-
-async function startAssistant(ledger: SessionLedger, directory: string, user: UserMessage): Promise<AssistantMessage> {
-  const message = create(MessageSchema, {
-    kind: {
-      case: "assistant",
-      value: {
-        id: newId("msg"),
-        sessionId: user.sessionId,
-        parentId: user.id,
-        agent: user.agent,
-        model: user.model,
-        variant: user.variant,
-        system: user.system,
-        path: { cwd: directory, root: directory },
-        time: { created: timestampNow() },
-      },
-    },
-  });
-  await ledger.addMessage(message);
-  return message.kind.value as AssistantMessage;
-}
-
-async function finish(
-  ledger: SessionLedger,
-  assistant: AssistantMessage,
-  outcome: { error?: MessageErrorInit; finish?: string; usage?: StepUsage; cost?: number; structured?: unknown },
-): Promise<void> {
-  const message: Message = create(MessageSchema, { kind: { case: "assistant", value: assistant } });
-  const value = message.kind.value as AssistantMessage;
-  if (outcome.error) value.error = create(MessageErrorSchema, outcome.error);
-  value.finish = outcome.finish ?? (outcome.error ? "error" : "");
-  value.cost = outcome.cost ?? 0;
-  if (outcome.structured !== undefined) value.structured = fromJson(ValueSchema, outcome.structured as JsonValue);
-  const u = outcome.usage;
-  if (u) {
-    value.tokens = create(TokensSchema, tokens(u));
-  }
-  value.time = create(AssistantTimeSchema, { created: assistant.time?.created, completed: timestampNow() });
-  await ledger.saveMessage(message);
 }
