@@ -1,7 +1,13 @@
 import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampNow, ValueSchema } from "@bufbuild/protobuf/wkt";
 import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
-import { AssistantTimeSchema, MessageSchema, type AssistantMessage, type Message, type UserMessage } from "../../gen/ledger/v1/message_pb.js";
+import {
+  AssistantTimeSchema,
+  MessageSchema,
+  type AssistantMessage,
+  type Message,
+  type UserMessage,
+} from "../../gen/ledger/v1/message_pb.js";
 import { TokensSchema } from "../../gen/ledger/v1/model_pb.js";
 import { newId } from "../ids.js";
 import type { SessionLedger } from "../ledger/session-ledger.js";

@@ -11,6 +11,8 @@ import { getSession } from "../ledger/sessions.js";
 import { getMessageRow, listMessageRows } from "../storage/message-store.js";
 import type { LoopEvent } from "./ai-sdk-events.js";
 import { finishAssistant, startAssistant } from "./assistant-message.js";
+import { isOverflow, modelHistory } from "./compacted-history.js";
+import { compactSession, pruneSession } from "./compaction.js";
 import { nextWork, type Work } from "./conversation.js";
 import { toModelMessages } from "./history.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
@@ -50,6 +52,11 @@ export interface LoopDeps extends LedgerDeps {
  * while the model calls tools, up to the agent's step limit (the last allowed step runs without
  * tools). Emits `session_status` busy at the start and idle at the end (only when there was
  * work). Errors end up on the assistant message; an unknown model also emits `session_error`.
+ * A step whose input plus the model's output reserve passes its context limit (`isOverflow`,
+ * with `compaction.auto` on) makes the loop compact the session (`compactSession`, OpenCode
+ * `SessionCompaction`): before the next step when the turn goes on (which then continues from
+ * the summary), else right after the turn. Before going idle it prunes old tool outputs
+ * (`pruneSession`, OpenCode `SessionCompaction.prune`).
  * Stops early when `signal` aborts: the current message gets an aborted error and
  * `time.completed`. `resume` (ResumeSession) continues that user message's interrupted answer.
  */
@@ -57,18 +64,35 @@ export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSi
   const ledger = sessionLedger(deps, sessionId);
   let busy = false;
   let turn: string | undefined;
+  // The user message whose last step passed its model's context limit: compact before going on.
+  let overflowed: UserMessage | undefined;
   try {
     while (!signal.aborted) {
       const work = await findWork(deps, sessionId, options.resume);
       if (turn && work?.user.id !== turn) await summarizeTurn(deps, ledger, sessionId, turn);
+      if (overflowed?.model) {
+        // OpenCode compacts before the next step when the turn goes on (then continues it), or once it ended.
+        await compactSession(deps, ledger, sessionId, {
+          model: overflowed.model,
+          agent: overflowed.agent,
+          variant: overflowed.variant,
+          auto: true,
+          signal,
+        });
+        overflowed = undefined;
+        if (work?.user.id !== turn) turn = undefined; // summarized above
+        continue;
+      }
       turn = work?.user.id;
       if (!work) break;
       if (!busy) await ledger.setStatus({ case: "busy", value: {} });
       busy = true;
       const outcome = await answerStep(deps, ledger, sessionId, work, signal);
+      if (outcome === "overflow") overflowed = work.user;
       if (outcome === "stop") break;
     }
     if (turn) await summarizeTurn(deps, ledger, sessionId, turn);
+    if (busy && !signal.aborted) await pruneSession(deps, ledger, sessionId);
   } finally {
     if (busy) await ledger.setStatus({ case: "idle", value: {} });
   }
@@ -151,7 +175,7 @@ async function answerStep(
   sessionId: string,
   work: Work,
   signal: AbortSignal,
-): Promise<"continue" | "stop"> {
+): Promise<"continue" | "overflow" | "stop"> {
   const session = await getSession(deps, sessionId);
   const user = work.user;
   const agent = deps.config.agents.get(user.agent) ?? deps.config.agents.get(deps.config.defaultAgent)!;
@@ -193,7 +217,7 @@ async function answerStep(
       model,
       variant: user.variant,
       system: base + hint,
-      messages: toModelMessages(work.conversation, {
+      messages: toModelMessages(modelHistory(work.conversation, { continuing: true }), {
         providerId: model.providerId,
         inputModalities: model.config.modalities?.input ?? ["text"],
       }),
@@ -269,7 +293,7 @@ async function answerStep(
     structured: result.structured,
   });
   if (error) return "stop";
-  return "continue";
+  return deps.config.compaction.auto && isOverflow(result.usage, model.config.limit) ? "overflow" : "continue";
 }
 
 /**

@@ -21,6 +21,7 @@ import { getStatus } from "../ledger/status.js";
 import { getDiff } from "../ledger/diff.js";
 import { listPermissions, replyPermission } from "../ledger/permissions.js";
 import { runShell } from "../ledger/shell.js";
+import { summarizeSession } from "../ledger/summarize.js";
 import { watchSession } from "../ledger/watch.js";
 import * as sessions from "../ledger/sessions.js";
 
@@ -123,6 +124,9 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     },
     async shell(req) {
       return { message: await runShell(deps, req) };
+    },
+    async summarize(req) {
+      return { message: await summarizeSession(deps, req) };
     },
   };
 }
