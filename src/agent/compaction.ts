@@ -47,9 +47,11 @@ export interface CompactionRequest {
   model: ModelRef;
   /** The agent the messages name. */
   agent: string;
+  /** The model option set of the step, when one applies (the turn's). */
   variant?: string;
   /** Started by the loop (an overflow) rather than by Summarize: the `compaction` part's `auto` and `overflow`. */
   auto: boolean;
+  /** Aborts the summary's step (the summary then gets an aborted error). */
   signal: AbortSignal;
 }
 
