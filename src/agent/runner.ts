@@ -143,8 +143,8 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     isRunning: (sessionId) => running.has(sessionId),
     async exclusive(sessionId, fn) {
       const current = running.get(sessionId);
-      // A run that has gone idle is only releasing the lock (a client may call right after its Prompt returned).
-      if (current && (current.finishing || !(await runningSomewhere(deps, sessionId)))) await current.done;
+      // A run that has stopped looking for work is only releasing the lock (a client may call right after its Prompt returned).
+      if (current?.finishing) await current.done;
       if (running.has(sessionId)) throw new SessionBusyError(sessionId);
       const release = await locks.tryAcquire(sessionId);
       if (!release) throw new SessionBusyError(sessionId);

@@ -56,8 +56,8 @@ export interface Replier {
    * Runs `fn` holding the session's loop lock as a loop would (Shell): no loop runs meanwhile on
    * any replica, `isRunning` is true and `abort` aborts `fn`'s signal. A prompt arriving meanwhile
    * is answered once `fn` is done. Throws `SessionBusyError` (FAILED_PRECONDITION) when a loop (or
-   * another `exclusive`) holds the session; a loop of this process that has already gone idle
-   * (its last status) and is only releasing the session is waited for instead.
+   * another `exclusive`) holds the session; a loop of this process that has finished and is only
+   * releasing the session is waited for instead.
    */
   exclusive<T>(sessionId: string, fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   /**
