@@ -170,6 +170,35 @@ describe("automatic compaction", () => {
     expect(sent(t.fake.requests[2]).slice(1)).toEqual([`user:${COMPACTION_QUESTION}`, "assistant:SUMMARY MID", `user:${CONTINUE_TEXT}`]);
   });
 
+  it("a turn interrupted after its compaction is resumed (ResumeSession picks the turn's prompt, not the compaction)", async () => {
+    const sessionId = await newSession();
+    t.fake.push(
+      {
+        kind: "stream",
+        chunks: [{ toolCall: { id: "c1", name: "read", arguments: JSON.stringify({ filePath: "notes.txt" }) } }],
+        usage: OVERFLOW,
+      },
+      { kind: "stream", chunks: [{ text: "SUMMARY R" }] },
+      { kind: "stream", chunks: [{ hang: true }] },
+    );
+    const stored = await t.client.promptAsync({ sessionId, parts: [text("read the notes")] });
+    await waitFor("the step after the compaction", () => t.fake.requests.length === 3);
+    await t.client.abort({ sessionId });
+    t.fake.push({ kind: "stream", chunks: [{ text: "resumed" }] });
+    for await (const _ of t.client.resumeSession({ sessionId })) void _;
+    expect(sent(t.fake.requests[3]).slice(1)).toEqual([`user:${COMPACTION_QUESTION}`, "assistant:SUMMARY R", `user:${CONTINUE_TEXT}`]);
+    const messages = await storedMessages(t.client, sessionId);
+    expect(shapes(messages).map((m) => ("parent" in m ? `${m.parent}:${m.finish}` : "user"))).toEqual([
+      "user",
+      "0:tool-calls",
+      "user",
+      "2:stop",
+      "0:error",
+      "0:stop",
+    ]);
+    expect(assistantOf(messages.at(-1))?.parentId).toBe(stored.message!.message!.kind.value!.id);
+  });
+
   it("a model without a known context limit is never compacted", async () => {
     const other = await startFakeModelLedger({ retry: NO_RETRY });
     try {
