@@ -1,4 +1,5 @@
 import type { AssistantMessage, MessageWithParts, UserMessage } from "../../gen/ledger/v1/message_pb.js";
+import { isCompaction } from "./compacted-history.js";
 
 /** The user message the loop should answer next, with the conversation to send for it. */
 export interface Work {
@@ -16,6 +17,11 @@ export interface Work {
  * messages that answer it (`parent_id`), in position order. Messages are stored by position, and
  * a prompt that arrives while the loop answers an earlier one is stored before that answer's
  * later steps; the model must still see each answer right after its question.
+ *
+ * A compaction (a user message holding a `compaction` part, with its summary) is written by the
+ * loop or Summarize, never queued: it stays where it was stored among the answers, right after
+ * the last assistant message stored before it (else after the last message before it), so a
+ * turn compacted half-way reads: its question, its first steps, the compaction, its later steps.
  */
 export function conversationOrder(history: MessageWithParts[]): MessageWithParts[] {
   const answers = new Map<string, MessageWithParts[]>();
@@ -26,8 +32,16 @@ export function conversationOrder(history: MessageWithParts[]): MessageWithParts
   const out: MessageWithParts[] = [];
   for (const entry of history) {
     const m = entry.message?.kind;
-    if (m?.case !== "user") continue;
+    if (m?.case !== "user" || isCompaction(entry)) continue;
     out.push(entry, ...(answers.get(m.value.id) ?? []));
+  }
+  for (let i = 0; i < history.length; i++) {
+    const entry = history[i]!;
+    if (!isCompaction(entry)) continue;
+    const before = history.slice(0, i);
+    const anchor = before.findLast((e) => e.message?.kind.case === "assistant") ?? before.at(-1);
+    const at = anchor ? out.indexOf(anchor) + 1 : 0;
+    out.splice(at, 0, entry, ...(answers.get(entry.message!.kind.value!.id) ?? []));
   }
   return out;
 }
@@ -39,7 +53,9 @@ export function conversationOrder(history: MessageWithParts[]): MessageWithParts
  * `tool-calls`; an assistant message left incomplete by a crash also counts as an answer (so the
  * loop never repeats a half-done step on its own), and so does one that used `maxSteps` steps.
  * `resume` names a user message whose interrupted or aborted answer should be continued
- * (ResumeSession). `no_reply` messages are context only.
+ * (ResumeSession). `no_reply` messages are context only, and so are compactions (their summary
+ * is written by the compaction, never by a step); a compaction made half-way through a turn is
+ * part of that turn's answers in the conversation (`conversationOrder`), and the turn goes on.
  */
 export function nextWork(
   history: MessageWithParts[],
@@ -48,11 +64,13 @@ export function nextWork(
   const ordered = conversationOrder(history);
   for (let i = 0; i < ordered.length; i++) {
     const m = ordered[i]!.message?.kind;
-    if (m?.case !== "user" || m.value.noReply) continue;
+    if (m?.case !== "user" || m.value.noReply || isCompaction(ordered[i]!)) continue;
     const answers: AssistantMessage[] = [];
     let j = i + 1;
-    for (; j < ordered.length && ordered[j]!.message?.kind.case === "assistant"; j++)
-      answers.push(ordered[j]!.message!.kind.value as AssistantMessage);
+    for (; j < ordered.length && (ordered[j]!.message?.kind.case === "assistant" || isCompaction(ordered[j]!)); j++) {
+      const answer = ordered[j]!.message!.kind;
+      if (answer.case === "assistant" && answer.value.parentId === m.value.id) answers.push(answer.value);
+    }
     const last = answers.at(-1);
     const resuming = options.resume === m.value.id && last !== undefined && (!last.time?.completed || isInterruption(last));
     if (!resuming && last && (last.error || !last.time?.completed || last.finish !== "tool-calls")) continue;

@@ -2,6 +2,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import type { AssistantContent, ModelMessage, ToolContent, UserContent } from "ai";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { FilePart, Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
+import { COMPACTION_QUESTION, PRUNED_OUTPUT } from "./compacted-history.js";
 
 /** What the model accepts, for deciding how attachments are sent. */
 export interface HistoryTarget {
@@ -17,9 +18,11 @@ export interface HistoryTarget {
  * - user: text parts (synthetic included, `ignored` left out); agent parts are replaced by the
  *   synthetic text that follows them; text/directory file parts are left out (their content is in
  *   the synthetic read output); images and PDFs go only to models whose modalities accept them,
- *   otherwise an explicit text notice; subtask parts are not sent (they run as tasks);
+ *   otherwise an explicit text notice; subtask parts are not sent (they run as tasks); a
+ *   `compaction` part is sent as the text {@link COMPACTION_QUESTION} (OpenCode: "What did we do so far?");
  * - assistant: text, reasoning and tool calls, each step's tool results as a `tool` message;
- *   interrupted tool calls get an error result;
+ *   interrupted tool calls get an error result; a pruned output (`time_compacted` set) is sent as
+ *   {@link PRUNED_OUTPUT} (OpenCode "[Old tool result content cleared]");
  * - provider metadata (`providerOptions`: Anthropic thinking signatures and redacted thinking,
  *   OpenAI Responses item ids and encrypted reasoning) goes back only to the provider that
  *   produced it (same `providerId`); for another provider it is dropped. A reasoning part with
@@ -57,6 +60,7 @@ function userContent(parts: Part[], target: HistoryTarget): Exclude<UserContent,
     if (part.kind.case === "text" && !part.kind.value.ignored && part.kind.value.text !== "")
       content.push({ type: "text", text: part.kind.value.text });
     if (part.kind.case === "file") content.push(...fileContent(part.kind.value, target));
+    if (part.kind.case === "compaction") content.push({ type: "text", text: COMPACTION_QUESTION });
   }
   return content;
 }
@@ -123,7 +127,7 @@ function toolInput(tool: ToolPart): unknown {
 
 function toolOutput(tool: ToolPart): { type: "text"; value: string } | { type: "error-text"; value: string } {
   const state = tool.state?.status;
-  if (state?.case === "completed") return { type: "text", value: state.value.output };
+  if (state?.case === "completed") return { type: "text", value: state.value.timeCompacted ? PRUNED_OUTPUT : state.value.output };
   if (state?.case === "error") return { type: "error-text", value: state.value.error };
   return { type: "error-text", value: "Tool execution was interrupted" };
 }

@@ -1,15 +1,6 @@
-import { create, equals, fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
-import { timestampNow, ValueSchema } from "@bufbuild/protobuf/wkt";
-import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
-import {
-  AssistantTimeSchema,
-  MessageSchema,
-  type AssistantMessage,
-  type Message,
-  type UserMessage,
-  UserMessageSummarySchema,
-} from "../../gen/ledger/v1/message_pb.js";
-import { TokensSchema } from "../../gen/ledger/v1/model_pb.js";
+import { create, equals, type JsonObject } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { type AssistantMessage, type UserMessage, UserMessageSummarySchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { allowedRoots } from "../config/config.js";
 import { newId } from "../ids.js";
@@ -18,7 +9,10 @@ import type { LedgerDeps } from "../ledger/deps.js";
 import { withParts } from "../ledger/messages.js";
 import { getSession } from "../ledger/sessions.js";
 import { getMessageRow, listMessageRows } from "../storage/message-store.js";
-import { tokens, type LoopEvent, type StepUsage } from "./ai-sdk-events.js";
+import type { LoopEvent } from "./ai-sdk-events.js";
+import { finishAssistant, startAssistant } from "./assistant-message.js";
+import { isOverflow, modelHistory } from "./compacted-history.js";
+import { compactSession, pruneSession } from "./compaction.js";
 import { nextWork, type Work } from "./conversation.js";
 import { toModelMessages } from "./history.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
@@ -59,6 +53,11 @@ export interface LoopDeps extends LedgerDeps {
  * while the model calls tools, up to the agent's step limit (the last allowed step runs without
  * tools). Emits `session_status` busy at the start and idle at the end (only when there was
  * work). Errors end up on the assistant message; an unknown model also emits `session_error`.
+ * A step whose input plus the model's output reserve passes its context limit (`isOverflow`,
+ * with `compaction.auto` on) makes the loop compact the session (`compactSession`, OpenCode
+ * `SessionCompaction`): before the next step when the turn goes on (which then continues from
+ * the summary), else right after the turn. Before going idle it prunes old tool outputs
+ * (`pruneSession`, OpenCode `SessionCompaction.prune`).
  * Stops early when `signal` aborts: the current message gets an aborted error and
  * `time.completed`. `resume` (ResumeSession) continues that user message's interrupted answer.
  */
@@ -66,18 +65,35 @@ export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSi
   const ledger = sessionLedger(deps, sessionId);
   let busy = false;
   let turn: string | undefined;
+  // The user message whose last step passed its model's context limit: compact before going on.
+  let overflowed: UserMessage | undefined;
   try {
     while (!signal.aborted) {
       const work = await findWork(deps, sessionId, options.resume);
       if (turn && work?.user.id !== turn) await summarizeTurn(deps, ledger, sessionId, turn);
+      if (overflowed?.model) {
+        // OpenCode compacts before the next step when the turn goes on (then continues it), or once it ended.
+        await compactSession(deps, ledger, sessionId, {
+          model: overflowed.model,
+          agent: overflowed.agent,
+          variant: overflowed.variant,
+          auto: true,
+          signal,
+        });
+        overflowed = undefined;
+        if (work?.user.id !== turn) turn = undefined; // summarized above
+        continue;
+      }
       turn = work?.user.id;
       if (!work) break;
       if (!busy) await ledger.setStatus({ case: "busy", value: {} });
       busy = true;
       const outcome = await answerStep(deps, ledger, sessionId, work, signal);
+      if (outcome === "overflow") overflowed = work.user;
       if (outcome === "stop") break;
     }
     if (turn) await summarizeTurn(deps, ledger, sessionId, turn);
+    if (busy && !signal.aborted) await pruneSession(deps, ledger, sessionId);
   } finally {
     if (busy) await ledger.setStatus({ case: "idle", value: {} });
   }
@@ -160,7 +176,7 @@ async function answerStep(
   sessionId: string,
   work: Work,
   signal: AbortSignal,
-): Promise<"continue" | "stop"> {
+): Promise<"continue" | "overflow" | "stop"> {
   const session = await getSession(deps, sessionId);
   const user = work.user;
   const agent = deps.config.agents.get(user.agent) ?? deps.config.agents.get(deps.config.defaultAgent)!;
@@ -174,7 +190,7 @@ async function answerStep(
   } catch (error) {
     const messageError = toMessageError(error, user.model?.providerId ?? "", false);
     await ledger.reportError({ case: "sessionError", value: { messageId: assistant.id, error: messageError } });
-    await finish(ledger, assistant, { error: messageError });
+    await finishAssistant(ledger, assistant, { error: messageError });
     return "stop";
   }
   const maxSteps = agent.steps ?? DEFAULT_MAX_STEPS;
@@ -202,7 +218,7 @@ async function answerStep(
       model,
       variant: user.variant,
       system: base + hint,
-      messages: toModelMessages(work.conversation, {
+      messages: toModelMessages(modelHistory(work.conversation, { continuing: true }), {
         providerId: model.providerId,
         inputModalities: model.config.modalities?.input ?? ["text"],
       }),
@@ -271,7 +287,7 @@ async function answerStep(
   }
   // The last allowed step may still call tools: it ends the answer all the same.
   const finishReason = lastStep && result.finishReason === "tool-calls" ? STEP_LIMIT_FINISH : result.finishReason;
-  await finish(ledger, assistant, {
+  await finishAssistant(ledger, assistant, {
     error,
     finish: finishReason,
     usage: result.usage,
@@ -279,7 +295,7 @@ async function answerStep(
     structured: result.structured,
   });
   if (error) return "stop";
-  return "continue";
+  return deps.config.compaction.auto && isOverflow(result.usage, model.config.limit) ? "overflow" : "continue";
 }
 
 /**
@@ -313,46 +329,6 @@ async function runSubtask(
   })();
   const result = await processStep({ ledger, sessionId, messageId: assistant.id, cost: () => 0 }, events);
   const error = signal.aborted ? toMessageError(undefined, "", true) : undefined;
-  await finish(ledger, assistant, { error, finish: "tool-calls" });
+  await finishAssistant(ledger, assistant, { error, finish: "tool-calls" });
   return error || result.error ? "stop" : "continue";
-}
-
-async function startAssistant(ledger: SessionLedger, directory: string, user: UserMessage): Promise<AssistantMessage> {
-  const message = create(MessageSchema, {
-    kind: {
-      case: "assistant",
-      value: {
-        id: newId("msg"),
-        sessionId: user.sessionId,
-        parentId: user.id,
-        agent: user.agent,
-        model: user.model,
-        variant: user.variant,
-        system: user.system,
-        path: { cwd: directory, root: directory },
-        time: { created: timestampNow() },
-      },
-    },
-  });
-  await ledger.addMessage(message);
-  return message.kind.value as AssistantMessage;
-}
-
-async function finish(
-  ledger: SessionLedger,
-  assistant: AssistantMessage,
-  outcome: { error?: MessageErrorInit; finish?: string; usage?: StepUsage; cost?: number; structured?: unknown },
-): Promise<void> {
-  const message: Message = create(MessageSchema, { kind: { case: "assistant", value: assistant } });
-  const value = message.kind.value as AssistantMessage;
-  if (outcome.error) value.error = create(MessageErrorSchema, outcome.error);
-  value.finish = outcome.finish ?? (outcome.error ? "error" : "");
-  value.cost = outcome.cost ?? 0;
-  if (outcome.structured !== undefined) value.structured = fromJson(ValueSchema, outcome.structured as JsonValue);
-  const u = outcome.usage;
-  if (u) {
-    value.tokens = create(TokensSchema, tokens(u));
-  }
-  value.time = create(AssistantTimeSchema, { created: assistant.time?.created, completed: timestampNow() });
-  await ledger.saveMessage(message);
 }

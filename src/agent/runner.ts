@@ -3,11 +3,14 @@ import { CreateSessionRequestSchema, PromptRequestSchema } from "../../gen/ledge
 import { isHint, type BusItem } from "../events/bus.js";
 import type { LedgerDeps, Replier } from "../ledger/deps.js";
 import { finalAnswer } from "../ledger/answer.js";
+import { applyRevert } from "../ledger/revert.js";
+import { sessionLedger } from "../ledger/session-ledger.js";
 import { storePrompt } from "../ledger/store-prompt.js";
+import { writeSession } from "../ledger/writer.js";
 import { createSession } from "../ledger/sessions.js";
 import { SessionBusyError, SessionNotFoundError } from "../errors.js";
 import { lastStatusEvents } from "../storage/event-store.js";
-import { getSessionRow, sessionExists as sessionRowExists } from "../storage/session-store.js";
+import { getSessionRow, rowToSession, sessionExists as sessionRowExists } from "../storage/session-store.js";
 import type { ToolOutput } from "../tools/tool-context.js";
 import type { LoopDeps } from "./loop.js";
 import type { ModelResolver } from "./providers.js";
@@ -127,7 +130,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     return entry.done;
   };
 
-  return {
+  const replier: Replier = {
     available: models.configured,
     run,
     async abort(sessionId) {
@@ -139,6 +142,9 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     },
     isRunning: (sessionId) => running.has(sessionId),
     async exclusive(sessionId, fn) {
+      const current = running.get(sessionId);
+      // A run that has stopped looking for work is only releasing the lock (a client may call right after its Prompt returned).
+      if (current?.finishing) await current.done;
       if (running.has(sessionId)) throw new SessionBusyError(sessionId);
       const release = await locks.tryAcquire(sessionId);
       if (!release) throw new SessionBusyError(sessionId);
@@ -166,12 +172,27 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         else settle();
       }
     },
+    summarize: (sessionId, request) =>
+      replier.exclusive(sessionId, async (signal) => {
+        const { compactSession } = await import("./compaction.js");
+        const session = await getSessionRow(deps.db, sessionId);
+        // A pending revert is carried out first, as a prompt or Shell does: the summary must not land past it.
+        if (session && rowToSession(session).revert) await writeSession(deps, sessionId, (w) => applyRevert(w));
+        const ledger = sessionLedger(deps, sessionId);
+        await ledger.setStatus({ case: "busy", value: {} });
+        try {
+          return await compactSession(loopDeps, ledger, sessionId, { ...request, auto: false, signal });
+        } finally {
+          await ledger.setStatus({ case: "idle", value: {} });
+        }
+      }),
     async stopAll() {
       const entries = [...running.values()];
       for (const entry of entries) entry.controller.abort();
       await Promise.all(entries.map((e) => e.done));
     },
   };
+  return replier;
 }
 
 /** True for a `session_deleted` event. */

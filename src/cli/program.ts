@@ -214,6 +214,27 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     });
 
   program
+    .command("summarize")
+    .description("compact a session: the model writes a summary that replaces the earlier history in what it is sent")
+    .argument("<session>", "session id")
+    .addOption(
+      new Option("--model <provider/model>", "the model that writes the summary (default: the session's)").argParser(parseModelOption),
+    )
+    .option("--url <url>", "talk to a running server instead of starting one")
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file")
+    .option("--json", "print the summary message as one line of JSON")
+    .action(async (sessionId: string, opts: ClientOptions & { json?: boolean; model?: string }) => {
+      const model = opts.model ? parseModelRef(opts.model) : undefined;
+      exitCode = await withClient(opts, io, async (client) => {
+        const { message } = await client.summarize({ sessionId, model });
+        if (opts.json) print(toJsonString(MessageWithPartsSchema, message!));
+        else print(formatMessage(message!));
+        return message?.message?.kind.case === "assistant" && message.message.kind.value.error ? EXIT_FAILED : EXIT_OK;
+      });
+    });
+
+  program
     .command("permissions")
     .description("list the pending permission requests (tool calls waiting for an answer) with their diffs")
     .argument("[session]", "session id (default: every session whose loop runs)")

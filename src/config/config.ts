@@ -12,6 +12,10 @@ export const DEFAULT_SNAPSHOT_MAX_BYTES = 100 * 1024 * 1024;
 export const DEFAULT_SNAPSHOT_MAX_FILES = 20_000;
 /** Where snapshot git directories go by default, relative to the config file's directory. */
 export const DEFAULT_SNAPSHOT_DIR = ".ledger/snapshot";
+/** Estimated tokens of the newest tool outputs that pruning never clears (OpenCode `PRUNE_PROTECT`). */
+export const DEFAULT_PRUNE_PROTECT_TOKENS = 40_000;
+/** Pruning clears nothing unless at least this many estimated tokens would go (OpenCode `PRUNE_MINIMUM`). */
+export const DEFAULT_PRUNE_MINIMUM_TOKENS = 20_000;
 
 const modelRef = z.string().regex(/^[^/\s]+\/\S+$/, 'expected "provider/model"');
 const permissionAction = z.enum(["allow", "deny", "ask"]);
@@ -128,6 +132,19 @@ export const configFileSchema = z.object({
       max_files: z.number().int().positive().default(DEFAULT_SNAPSHOT_MAX_FILES),
     })
     .default({ max_bytes: DEFAULT_SNAPSHOT_MAX_BYTES, max_files: DEFAULT_SNAPSHOT_MAX_FILES }),
+  compaction: z
+    .object({
+      auto: z.boolean().default(true),
+      prune: z.boolean().default(true),
+      prune_protect_tokens: z.number().int().min(0).default(DEFAULT_PRUNE_PROTECT_TOKENS),
+      prune_minimum_tokens: z.number().int().min(0).default(DEFAULT_PRUNE_MINIMUM_TOKENS),
+    })
+    .default({
+      auto: true,
+      prune: true,
+      prune_protect_tokens: DEFAULT_PRUNE_PROTECT_TOKENS,
+      prune_minimum_tokens: DEFAULT_PRUNE_MINIMUM_TOKENS,
+    }),
 });
 
 /** A parsed `ledger.json` before defaults are merged. */
@@ -200,6 +217,23 @@ export interface LedgerConfig {
    * the connection name. Undefined: the Postgres relay. Needs a Postgres database.
    */
   nats?: NatsConfig;
+  /** How long sessions are kept within the model's context (`compaction` in ledger.json; docs/compaction.md). */
+  compaction: CompactionConfig;
+}
+
+/**
+ * Compaction and pruning (`compaction` in ledger.json, as in opencode.json). Token counts are
+ * estimates (characters / 4, OpenCode `Token.estimate`).
+ */
+export interface CompactionConfig {
+  /** Summarize the session on its own when a step's input plus the output reserve pass the model's context limit. */
+  auto: boolean;
+  /** Stop sending old tool outputs to the model (they stay stored, with `time_compacted`). */
+  prune: boolean;
+  /** The newest tool outputs, up to this many tokens, are never pruned. */
+  protectTokens: number;
+  /** Pruning happens only when more than this many tokens of output would be cleared. */
+  minimumTokens: number;
 }
 
 /** Where the NATS relay connects; see `LedgerConfig.nats`. */
@@ -419,6 +453,12 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
       dir: path.resolve(baseDir, file.snapshot.dir ?? DEFAULT_SNAPSHOT_DIR),
       maxBytes: file.snapshot.max_bytes,
       maxFiles: file.snapshot.max_files,
+    },
+    compaction: {
+      auto: file.compaction.auto,
+      prune: file.compaction.prune,
+      protectTokens: file.compaction.prune_protect_tokens,
+      minimumTokens: file.compaction.prune_minimum_tokens,
     },
   };
 }

@@ -1,4 +1,6 @@
 import type { Kysely } from "kysely";
+import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import type { ModelRef } from "../../gen/ledger/v1/model_pb.js";
 import type { LedgerConfig } from "../config/config.js";
 import type { EventBus } from "../events/bus.js";
 import type { Relay } from "../events/relay.js";
@@ -54,9 +56,18 @@ export interface Replier {
    * Runs `fn` holding the session's loop lock as a loop would (Shell): no loop runs meanwhile on
    * any replica, `isRunning` is true and `abort` aborts `fn`'s signal. A prompt arriving meanwhile
    * is answered once `fn` is done. Throws `SessionBusyError` (FAILED_PRECONDITION) when a loop (or
-   * another `exclusive`) holds the session.
+   * another `exclusive`) holds the session; a loop of this process that has finished and is only
+   * releasing the session is waited for instead.
    */
   exclusive<T>(sessionId: string, fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
+  /**
+   * Compacts the session (the `Summarize` RPC) holding it as `exclusive` does: carries out a
+   * pending revert point first, records `busy` then `idle`, and stores the compaction and its
+   * summary (`compactSession` in src/agent/compaction.ts) written by `request.model`; `abort`
+   * aborts the summary's step. Returns the summary message with its parts. Throws
+   * `SessionBusyError` (FAILED_PRECONDITION) when a loop or another `exclusive` holds the session.
+   */
+  summarize(sessionId: string, request: { model: ModelRef; agent: string }): Promise<MessageWithParts>;
   /** Cancels every running loop and waits for them (shutdown). */
   stopAll(): Promise<void>;
 }

@@ -22,6 +22,7 @@ import { getDiff } from "../ledger/diff.js";
 import { listPermissions, replyPermission } from "../ledger/permissions.js";
 import { runShell } from "../ledger/shell.js";
 import { getTodos } from "../ledger/todo.js";
+import { summarizeSession } from "../ledger/summarize.js";
 import { watchSession } from "../ledger/watch.js";
 import * as sessions from "../ledger/sessions.js";
 
@@ -127,6 +128,9 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     },
     async getTodo(req) {
       return { todos: await getTodos(deps, req.sessionId) };
+    },
+    async summarize(req) {
+      return { message: await summarizeSession(deps, req) };
     },
   };
 }

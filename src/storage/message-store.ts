@@ -104,7 +104,10 @@ export async function getLastAnswerRow(db: Kysely<DB>, sessionId: string, userMe
     .executeTakeFirst();
 }
 
-/** The id of the session's last user message that asks for an answer (`no_reply` not set), or undefined. */
+/**
+ * The id of the session's last user message that asks for an answer (`no_reply` not set, and not
+ * a compaction: one holding a `compaction` part, answered by its summary), or undefined.
+ */
 export async function getLastPromptId(db: Kysely<DB>, sessionId: string): Promise<string | undefined> {
   const row = await db
     .selectFrom("message")
@@ -112,6 +115,17 @@ export async function getLastPromptId(db: Kysely<DB>, sessionId: string): Promis
     .where("session_id", "=", sessionId)
     .where("role", "=", "user")
     .where(sql<boolean>`not (data @> ${NO_REPLY_JSON}::jsonb)`)
+    .where(({ not, exists, selectFrom }) =>
+      not(
+        exists(
+          selectFrom("part")
+            .select("part.id")
+            .whereRef("part.session_id", "=", "message.session_id")
+            .whereRef("part.message_id", "=", "message.id")
+            .where("part.kind", "=", "compaction"),
+        ),
+      ),
+    )
     .orderBy("position", "desc")
     .limit(1)
     .executeTakeFirst();

@@ -79,17 +79,18 @@ export interface FakeModelLedger extends TestLedger {
 /**
  * Starts a fake OpenAI server (./openai-server.ts) and a test ledger whose default model is that
  * server's model "m", configured as provider `provider` (default "fake", API key "test"), with
- * the rest of `config` and `options` as {@link startTestLedger} takes them. `close()` closes the
- * ledger, then the server.
+ * the rest of `config` and `options` as {@link startTestLedger} takes them; `options.modelConfig`
+ * is the model's entry in the provider's `models` (e.g. `{ limit: { context, output } }`).
+ * `close()` closes the ledger, then the server.
  */
 export async function startFakeModelLedger(
   config: Record<string, unknown> = {},
-  options: TestLedgerOptions & { provider?: string } = {},
+  options: TestLedgerOptions & { provider?: string; modelConfig?: Record<string, unknown> } = {},
 ): Promise<FakeModelLedger> {
   const provider = options.provider ?? "fake";
   const fake = await startFakeOpenAI();
   const t = await startTestLedger(
-    { model: `${provider}/m`, provider: { [provider]: compatibleProvider(fake.url, { m: {} }, "test") }, ...config },
+    { model: `${provider}/m`, provider: { [provider]: compatibleProvider(fake.url, { m: options.modelConfig ?? {} }, "test") }, ...config },
     options,
   ).catch(async (error: unknown) => {
     await fake.close();
