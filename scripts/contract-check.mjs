@@ -1,7 +1,8 @@
 // `npm run lint` runs this: `buf breaking` with the WIRE_JSON rules (buf.yaml) between proto/ as
 // it is now and proto/ as last released, the commit named in proto/CONTRACT_BASE. That commit is
 // exported with `git archive` into a temp dir (works in a worktree, where .git is a file, and in
-// a fresh clone without tags; a shallow clone that lacks the commit fails, saying how to fetch it).
+// a fresh clone without tags; a shallow clone fetches that one commit from origin, and fails
+// saying how to fetch it when it cannot).
 //
 //   node scripts/contract-check.mjs [--workspace DIR]
 //
@@ -68,7 +69,13 @@ function readBase() {
 function resolveCommit(commit, tag) {
   const verify = (ref) =>
     spawnSync("git", ["-C", root, "rev-parse", "-q", "--verify", `${ref}^{commit}`], { encoding: "utf8" }).stdout.trim() || undefined;
-  const found = verify(commit);
+  let found = verify(commit);
+  // A shallow clone (CI) lacks history: fetch the one commit needed (servers such as GitHub allow it).
+  const shallow = spawnSync("git", ["-C", root, "rev-parse", "--is-shallow-repository"], { encoding: "utf8" }).stdout.trim() === "true";
+  if (!found && shallow && /^[0-9a-f]{40}$/.test(commit)) {
+    spawnSync("git", ["-C", root, "fetch", "--quiet", "--depth=1", "origin", commit], { stdio: ["ignore", "ignore", "inherit"] });
+    found = verify(commit);
+  }
   const tagged = tag ? verify(`refs/tags/${tag}`) : undefined;
   if (found && tagged && tagged !== found) {
     process.stderr.write(`warning: tag ${tag} is ${tagged}, not ${found} as proto/CONTRACT_BASE says; comparing with the file's commit\n`);
