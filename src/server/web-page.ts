@@ -93,7 +93,7 @@ export async function loadWebPage(dir: string): Promise<WebPage | undefined> {
         return true;
       }
       const headers = { "content-type": file.type, "cache-control": file.cacheControl, etag: file.etag };
-      if (req.headers["if-none-match"] === file.etag) {
+      if (matches(req.headers["if-none-match"], file.etag)) {
         send(res, 304, headers, undefined, req.method);
         return true;
       }
@@ -140,6 +140,15 @@ const CONTENT_TYPES: Record<string, string> = {
   ".txt": "text/plain; charset=utf-8",
   ".wasm": "application/wasm",
 };
+
+/** Whether an `If-None-Match` header (`*`, or a list of tags, weak or strong) names `etag`. */
+function matches(header: string | undefined, etag: string): boolean {
+  if (!header) return false;
+  return header.split(",").some((tag) => {
+    const t = tag.trim();
+    return t === "*" || t === etag || t === `W/${etag}`;
+  });
+}
 
 /** Writes a page response with the headers every page response carries (CSP, nosniff, ...). */
 function send(

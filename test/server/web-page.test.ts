@@ -92,6 +92,9 @@ describe("the page at /", () => {
     const again = await request(t.ledger.url, "/", { headers: { "if-none-match": first.headers.etag! } });
     expect(again.status).toBe(304);
     expect(again.body).toBe("");
+    const listed = await request(t.ledger.url, "/", { headers: { "if-none-match": `"other", W/${first.headers.etag!}` } });
+    expect(listed.status).toBe(304);
+    expect((await request(t.ledger.url, "/", { headers: { "if-none-match": '"other"' } })).status).toBe(200);
   });
 
   it("serves hashed assets as immutable with their content types; HEAD has no body", async () => {
