@@ -5,14 +5,15 @@ import path from "node:path";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { build } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadWebPage, PAGE_CSP } from "../../src/server/web-page.js";
+import { PAGE_CSP } from "../../src/server/web-page.js";
 import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { spawnServe, type ServeProcess } from "../support/serve-process.js";
 import { compatibleProvider } from "../support/mock-models.js";
 import { text } from "../support/prompt.js";
 
-// The browser client (web/) end to end: built with Vite, served by the ledger itself at / (as
-// `ledger serve` does, under its Content-Security-Policy, talking to its own origin), driven in
+// The browser client (web/) end to end: built with Vite, served at / by a real `ledger serve`
+// process (LEDGER_WEB_DIR names the fresh build; the page runs under the server's
+// Content-Security-Policy and talks to its own origin), driven in
 // headless Chromium (Debian's /usr/bin/chromium; playwright-core never downloads a browser)
 // against a real ledger whose model is the scripted fake OpenAI server. The screenshot is
 // saved to test/web/artifacts/browser.png.
@@ -46,7 +47,7 @@ const ANSWER = ANSWER_CHUNKS.join("");
 let outDir: string;
 let profileDir: string;
 let fake: FakeOpenAI;
-let t: TestLedger;
+let t: ServeProcess;
 let context: BrowserContext;
 let page: Page;
 const pageErrors: string[] = [];
@@ -56,11 +57,9 @@ beforeAll(async () => {
   if (MISSING) return;
   outDir = await mkdtemp(path.join(os.tmpdir(), "ledger-web-dist-"));
   await build({ root: WEB, configFile: path.join(WEB, "vite.config.ts"), logLevel: "warn", build: { outDir, emptyOutDir: true } });
-  const web = await loadWebPage(outDir);
-  if (!web) throw new Error(`vite build wrote no ${outDir}/index.html`);
 
   fake = await startFakeOpenAI();
-  t = await startTestLedger(
+  t = await spawnServe(
     {
       model: "local/qwen",
       provider: {
@@ -69,8 +68,9 @@ beforeAll(async () => {
       // The second test's writes wait for an answer from the page; the first test only reads.
       agent: { build: { permission: { write: "ask" } } },
     },
-    { transport: "http", web },
+    { LEDGER_WEB_DIR: outDir },
   );
+  expect(t.stderr()).toContain(`browser page: ${t.ledger.url}/\n`);
   await writeFile(path.join(t.dir, "notes.txt"), "The launch code is 0000.\n");
 
   profileDir = await mkdtemp(path.join(os.tmpdir(), "ledger-web-chromium-"));
