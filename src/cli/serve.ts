@@ -3,9 +3,13 @@ import type { CliIo } from "./io.js";
 
 /** What `ledger serve` and `ledger web` (without `--url`) were given. */
 export interface ServeOptions {
+  /** Interface to bind (`--host`, default 127.0.0.1; another needs a token). */
   host: string;
+  /** TCP port (`--port`, default 7411; 0 picks a free one). */
   port: number;
+  /** Embedded database directory or `:memory:` (`--db`; ignored with DATABASE_URL). */
   db?: string;
+  /** Config file (`--config`; default LEDGER_CONFIG, else ./ledger.json). */
   config?: string;
   /** False with `--no-web`: no page at `/`. */
   web: boolean;
