@@ -13,6 +13,7 @@ import { startMcp } from "./mcp/client.js";
 import { loadPlugins } from "./plugins/plugins.js";
 import { isLoopback } from "./server/auth.js";
 import { createServer } from "./server/server.js";
+import type { WebPage } from "./server/web-page.js";
 import { openDatabase, type Database, type DatabaseTarget } from "./storage/db.js";
 import { Snapshots } from "./snapshot/snapshot.js";
 
@@ -26,6 +27,8 @@ export interface StartOptions {
   port?: number;
   /** Where models come from; default: the providers in `config` (tests may pass scripted models). */
   models?: ModelResolver;
+  /** The browser page to serve at `/` (see `loadWebPage`); absent: none. */
+  web?: WebPage;
 }
 
 /** A running ledger: its URL, its database, and a graceful `close`. */
@@ -81,7 +84,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       );
     }
     const retention = startRetention(database.db, options.config.eventRetentionMs);
-    const server = createServer(deps);
+    const server = createServer(deps, { web: options.web });
     const address = await server.listen(options.port ?? 0, host);
     const openRelay = relay;
     return {

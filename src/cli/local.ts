@@ -2,6 +2,7 @@ import path from "node:path";
 import lockfile from "proper-lockfile";
 import { startLedger, type RunningLedger } from "../app.js";
 import { loadConfig, type LedgerConfig } from "../config/config.js";
+import type { WebPage } from "../server/web-page.js";
 import { targetFromEnv, type DatabaseTarget } from "../storage/db.js";
 
 /** The default embedded database directory, relative to the working directory. */
@@ -29,6 +30,8 @@ export async function startLocal(options: {
   host?: string;
   port?: number;
   forServe?: boolean;
+  /** The browser page to serve at `/`; absent: none. */
+  web?: WebPage;
   /** Default: this process's working directory and environment. */
   cwd?: string;
   env?: NodeJS.ProcessEnv;
@@ -37,7 +40,7 @@ export async function startLocal(options: {
   const release =
     database.kind === "pglite" && database.dir !== ":memory:" ? await lockDir(database.dir, options.forServe === true) : async () => {};
   try {
-    const ledger = await startLedger({ config: options.config, database, host: options.host, port: options.port }).catch(
+    const ledger = await startLedger({ config: options.config, database, host: options.host, port: options.port, web: options.web }).catch(
       (error: unknown) => {
         throw listenError(error, options.host ?? "127.0.0.1", options.port ?? 0) ?? error;
       },
@@ -95,12 +98,12 @@ function listenError(error: unknown, host: string, port: number): Error | undefi
  * {@link startLocal} as a CLI command starts it: the config found the CLI's way (`--config`,
  * else `LEDGER_CONFIG`, else ./ledger.json, from `io.cwd` and `io.env`; throws `ConfigError`),
  * the `--db` directory, and with `serve` the address to listen on (for `ledger serve`, which
- * also takes the embedded database's lock as the serving process).
+ * also takes the embedded database's lock as the serving process, and serves `serve.web` if given).
  */
 export function startLocalForCli(
   opts: { config?: string; db?: string },
   io: { cwd: string; env: NodeJS.ProcessEnv },
-  serve?: { host: string; port: number },
+  serve?: { host: string; port: number; web?: WebPage },
 ): Promise<RunningLedger> {
   return startLocal({
     config: loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env }),

@@ -12,6 +12,7 @@ import { processIo, type CliIo } from "./io.js";
 import { answerWhileRunning } from "./permissions.js";
 import { formatDiff, formatMessage, formatSession, formatTodos } from "./print.js";
 import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
+import type { ServeOptions } from "./serve.js";
 import {
   pendingPermissions,
   printPermissions,
@@ -55,34 +56,34 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
 
   program
     .command("serve")
-    .description("run the service (Connect, gRPC and gRPC-Web on one port)")
+    .description("run the service (Connect, gRPC and gRPC-Web on one port) and the browser page at /")
     .option("--host <host>", "interface to bind", "127.0.0.1")
     .addOption(new Option("--port <port>", "port (0 = random)").default(7411).argParser(parsePort))
     .option("--db <dir>", "embedded database directory, or :memory: (ignored when DATABASE_URL is set)")
     .option("--config <path>", "config file (default ./ledger.json, or LEDGER_CONFIG)")
-    .action(async (opts: { host: string; port: number; db?: string; config?: string }) => {
-      // Loaded on use: the server stack (database, AI SDK, ...) is not needed for --help or --url.
-      const { startLocalForCli } = await import("./local.js");
-      const ledger = await startLocalForCli(opts, io, { host: opts.host, port: opts.port });
-      io.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
-      if (ledger.database.kind === "pglite") {
-        io.stderr.write(
-          "note: the embedded database serves one process; to run several replicas, point them all at Postgres with DATABASE_URL\n",
-        );
-      }
-      io.stdout.write(`session-ledger listening on ${ledger.url}\n`);
-      let stopping = false;
-      const stop = (signal: string) => {
-        if (stopping) return;
-        stopping = true;
-        io.stderr.write(`${signal}: finishing in-flight requests\n`);
-        ledger.close().then(
-          () => io.exit(0),
-          (error: unknown) => fail(error),
-        );
-      };
-      io.onSignal("SIGINT", () => stop("SIGINT"));
-      io.onSignal("SIGTERM", () => stop("SIGTERM"));
+    .option("--no-web", "do not serve the browser page at /")
+    .addHelpText(
+      "after",
+      '\nPrints "session-ledger listening on URL" on stdout and "browser page: URL/" on stderr (the page is\nweb/dist, or LEDGER_WEB_DIR; without it a note on stderr says the RPCs are served alone).',
+    )
+    .action(async (opts: ServeOptions) => (await import("./serve.js")).runServe(opts, io, "serve"));
+
+  program
+    .command("web")
+    .description("print the address of the browser page: of a running server (--url), or of one started here")
+    .option("--url <url>", "a running server: check it serves the page and print its address")
+    .option("--host <host>", "interface to bind (without --url)", "127.0.0.1")
+    .addOption(new Option("--port <port>", "port (0 = random; without --url)").default(7411).argParser(parsePort))
+    .option("--db <dir>", "embedded database directory when no --url, or :memory:")
+    .option("--config <path>", "config file")
+    .addHelpText(
+      "after",
+      '\nPrints the page\'s address ("http://127.0.0.1:7411/") on stdout. Without --url the server runs until\nCtrl-C, like "ledger serve"; with --url nothing is started.',
+    )
+    .action(async (opts: Omit<ServeOptions, "web"> & { url?: string }) => {
+      const { pageAt, runServe } = await import("./serve.js");
+      if (opts.url) return print(await pageAt(opts.url));
+      await runServe({ ...opts, web: true }, io, "web");
     });
 
   program

@@ -18,6 +18,7 @@ import { errorInterceptor } from "./errors.js";
 import { failPendingWritesOnClose } from "./pending-writes.js";
 import { withProtocolErrors } from "./protocol-errors.js";
 import { createRoutes } from "./routes.js";
+import type { WebPage } from "./web-page.js";
 
 /** A started or startable server on one plaintext port. */
 export interface LedgerServer {
@@ -31,6 +32,12 @@ export interface LedgerServer {
   close(graceMs?: number, beforeForce?: () => Promise<void>): Promise<void>;
   /** Number of requests being served right now. */
   readonly inFlight: number;
+}
+
+/** What a server serves besides its RPCs and `/metrics`. */
+export interface ServerOptions {
+  /** The browser page, served at `/` (GET/HEAD of paths that are no procedure); absent: none. */
+  web?: WebPage;
 }
 
 /**
@@ -49,8 +56,11 @@ export interface LedgerServer {
  * ULID); every RPC is logged as one JSON line on stderr and counted in `deps.metrics` (a fresh
  * registry when absent); `GET /metrics` serves them in the Prometheus text format (behind the
  * bearer token when one is configured).
+ *
+ * With `options.web`, GET and HEAD of any path that is no procedure (nor `/metrics`) are the
+ * page's: its files, else 404 (see `WebPage.serve`). The page needs no token; its RPCs do.
  */
-export function createServer(deps: LedgerDeps): LedgerServer {
+export function createServer(deps: LedgerDeps, options: ServerOptions = {}): LedgerServer {
   const shutdown = new AbortController();
   // connect-node adds one abort listener per request to this signal.
   setMaxListeners(0, shutdown.signal);
@@ -113,8 +123,9 @@ export function createServer(deps: LedgerDeps): LedgerServer {
       void serveMetrics(req, res, requestId);
       return;
     }
-    observer.track(req, res, requestId);
     const procedure = handlers.get(path);
+    if (!procedure && options.web?.serve(req, res, path)) return;
+    observer.track(req, res, requestId);
     // connect-es answers an unsupported content type with a bare 415; say what to send instead.
     const unsupported = procedure && checkContentType(procedure, req.method, req.headers["content-type"]);
     if (unsupported) {

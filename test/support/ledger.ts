@@ -10,6 +10,7 @@ import { startLedger, type RunningLedger } from "../../src/app.js";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { errorInterceptor } from "../../src/server/errors.js";
 import { createRoutes } from "../../src/server/routes.js";
+import type { WebPage } from "../../src/server/web-page.js";
 import { createTestDatabase, type TestDatabase } from "./db.js";
 import { compatibleProvider } from "./mock-models.js";
 import { startFakeOpenAI, type FakeOpenAI } from "./openai-server.js";
@@ -38,6 +39,8 @@ export interface TestLedgerOptions {
    * protocols, limits, shutdown of open streams). `ledger.url` serves either way.
    */
   transport?: "memory" | "http";
+  /** The browser page the server serves at `/` (see `loadWebPage`); absent: none. */
+  web?: WebPage;
 }
 
 /**
@@ -51,6 +54,7 @@ export async function startTestLedger(config: Record<string, unknown> = {}, opti
     config: buildConfig(configFileSchema.parse(config), undefined, dir),
     database: database.target,
     models: options.models,
+    web: options.web,
   });
   const transport: Transport =
     options.transport === "http"

@@ -1,18 +1,19 @@
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { build } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PAGE_CSP } from "../../src/server/web-page.js";
 import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { spawnServe, type ServeProcess } from "../support/serve-process.js";
 import { compatibleProvider } from "../support/mock-models.js";
 import { text } from "../support/prompt.js";
 
-// The browser client (web/) end to end: built with Vite, served by a static server, driven in
+// The browser client (web/) end to end: built with Vite, served at / by a real `ledger serve`
+// process (LEDGER_WEB_DIR names the fresh build; the page runs under the server's
+// Content-Security-Policy and talks to its own origin), driven in
 // headless Chromium (Debian's /usr/bin/chromium; playwright-core never downloads a browser)
 // against a real ledger whose model is the scripted fake OpenAI server. The screenshot is
 // saved to test/web/artifacts/browser.png.
@@ -45,51 +46,20 @@ const ANSWER = ANSWER_CHUNKS.join("");
 
 let outDir: string;
 let profileDir: string;
-let site: Server;
-let siteUrl: string;
 let fake: FakeOpenAI;
-let t: TestLedger;
+let t: ServeProcess;
 let context: BrowserContext;
 let page: Page;
 const pageErrors: string[] = [];
-
-const CONTENT_TYPES: Record<string, string> = {
-  ".html": "text/html; charset=utf-8",
-  ".js": "text/javascript; charset=utf-8",
-  ".css": "text/css; charset=utf-8",
-  ".svg": "image/svg+xml",
-  ".png": "image/png",
-  ".ico": "image/x-icon",
-  ".json": "application/json",
-};
-
-/** Serves the files of `root` on 127.0.0.1 (GET only, `/` is index.html, nothing outside root). */
-async function serveStatic(root: string): Promise<{ server: Server; url: string }> {
-  const server = createServer((req, res) => {
-    const pathname = decodeURIComponent(new URL(req.url ?? "/", "http://x").pathname);
-    const file = path.resolve(root, `.${pathname === "/" ? "/index.html" : pathname}`);
-    if (req.method !== "GET" || !file.startsWith(root + path.sep)) {
-      res.writeHead(404).end();
-      return;
-    }
-    readFile(file).then(
-      (body) => res.writeHead(200, { "content-type": CONTENT_TYPES[path.extname(file)] ?? "application/octet-stream" }).end(body),
-      () => res.writeHead(404).end(),
-    );
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
-}
 
 beforeAll(async () => {
   if (MISSING && REQUIRED) throw new Error(MISSING.replace("; skipping the browser test", " (LEDGER_BROWSER_TEST_REQUIRED=1)"));
   if (MISSING) return;
   outDir = await mkdtemp(path.join(os.tmpdir(), "ledger-web-dist-"));
   await build({ root: WEB, configFile: path.join(WEB, "vite.config.ts"), logLevel: "warn", build: { outDir, emptyOutDir: true } });
-  ({ server: site, url: siteUrl } = await serveStatic(outDir));
 
   fake = await startFakeOpenAI();
-  t = await startTestLedger(
+  t = await spawnServe(
     {
       model: "local/qwen",
       provider: {
@@ -98,8 +68,9 @@ beforeAll(async () => {
       // The second test's writes wait for an answer from the page; the first test only reads.
       agent: { build: { permission: { write: "ask" } } },
     },
-    { transport: "http" },
+    { LEDGER_WEB_DIR: outDir },
   );
+  expect(t.stderr()).toContain(`browser page: ${t.ledger.url}/\n`);
   await writeFile(path.join(t.dir, "notes.txt"), "The launch code is 0000.\n");
 
   profileDir = await mkdtemp(path.join(os.tmpdir(), "ledger-web-chromium-"));
@@ -133,7 +104,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await context?.close();
-  await new Promise<void>((resolve) => (site ? site.close(() => resolve()) : resolve()));
   await t?.close();
   await fake?.close();
   for (const dir of [outDir, profileDir]) if (dir) await rm(dir, { recursive: true, force: true });
@@ -158,7 +128,9 @@ describe("browser client", () => {
       },
     );
 
-    await page.goto(`${siteUrl}/?server=${encodeURIComponent(t.ledger.url)}`);
+    const loaded = await page.goto(`${t.ledger.url}/`);
+    expect(loaded?.status()).toBe(200);
+    expect(await loaded?.headerValue("content-security-policy")).toBe(PAGE_CSP);
     await page.locator("body[data-ready=true]").waitFor();
     expect(await page.locator("#server-url").textContent()).toBe(t.ledger.url);
 
@@ -332,7 +304,7 @@ describe("browser client", () => {
     try {
       const { session } = await t.client.createSession({ directory: dir, title: "followed" });
       const sessionId = session!.id;
-      await page.goto(`${siteUrl}/?server=${encodeURIComponent(t.ledger.url)}#${sessionId}`);
+      await page.goto(`${t.ledger.url}/#${sessionId}`);
       await page.locator("body[data-ready=true]").waitFor();
       await page.locator("#session-head", { hasText: "followed" }).waitFor();
       await page.locator("#prompt-text").fill("draft the page user is typing");
@@ -379,7 +351,7 @@ describe("browser client", () => {
     if (MISSING) ctx.skip(MISSING);
     const { session } = await t.client.createSession({ directory: t.dir, title: "todos" });
     const sessionId = session!.id;
-    await page.goto(`${siteUrl}/?server=${encodeURIComponent(t.ledger.url)}#${sessionId}`);
+    await page.goto(`${t.ledger.url}/#${sessionId}`);
     await page.locator("body[data-ready=true]").waitFor();
     await page.locator("#session-head", { hasText: "todos" }).waitFor();
     expect(await page.locator("#todos").isHidden()).toBe(true);

@@ -1,0 +1,86 @@
+import { defaultWebDir, loadWebPage, type WebPage } from "../server/web-page.js";
+import type { CliIo } from "./io.js";
+
+/** What `ledger serve` and `ledger web` (without `--url`) were given. */
+export interface ServeOptions {
+  /** Interface to bind (`--host`, default 127.0.0.1; another needs a token). */
+  host: string;
+  /** TCP port (`--port`, default 7411; 0 picks a free one). */
+  port: number;
+  /** Embedded database directory or `:memory:` (`--db`; ignored with DATABASE_URL). */
+  db?: string;
+  /** Config file (`--config`; default LEDGER_CONFIG, else ./ledger.json). */
+  config?: string;
+  /** False with `--no-web`: no page at `/`. */
+  web: boolean;
+}
+
+/**
+ * Runs a server until SIGINT/SIGTERM (then finishes in-flight requests and calls `io.exit(0)`);
+ * resolves once it listens. `serve` prints "session-ledger listening on URL" on stdout and, when
+ * the page is served, "browser page: URL/" on stderr; `web` prints only the page's address
+ * ("URL/") on stdout. The page is web/dist (or `LEDGER_WEB_DIR`): when it is missing, `serve`
+ * says so on stderr and serves the RPCs alone, `web` fails. Throws what starting throws (a
+ * busy port, a locked database, a bad config).
+ */
+export async function runServe(opts: ServeOptions, io: CliIo, mode: "serve" | "web"): Promise<void> {
+  const page = opts.web ? await findPage(io, mode) : undefined;
+  // Loaded on use: the server stack (database, AI SDK, ...) is not needed for --help or --url.
+  const { startLocalForCli } = await import("./local.js");
+  const ledger = await startLocalForCli(opts, io, { host: opts.host, port: opts.port, web: page });
+  io.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
+  if (ledger.database.kind === "pglite") {
+    io.stderr.write(
+      "note: the embedded database serves one process; to run several replicas, point them all at Postgres with DATABASE_URL\n",
+    );
+  }
+  if (mode === "web") {
+    io.stdout.write(`${ledger.url}/\n`);
+  } else {
+    io.stdout.write(`session-ledger listening on ${ledger.url}\n`);
+    if (page) io.stderr.write(`browser page: ${ledger.url}/\n`);
+  }
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    io.stderr.write(`${signal}: finishing in-flight requests\n`);
+    ledger.close().then(
+      () => io.exit(0),
+      (error: unknown) => {
+        io.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
+        io.exit(1);
+      },
+    );
+  };
+  io.onSignal("SIGINT", () => stop("SIGINT"));
+  io.onSignal("SIGTERM", () => stop("SIGTERM"));
+}
+
+/**
+ * `ledger web --url URL`: checks that the server at `url` serves the page (GET `/` answers 200
+ * with HTML) and returns its address ("URL/"). Throws when it does not (a server started with
+ * `--no-web` or without web/dist, or no ledger there) or cannot be reached.
+ */
+export async function pageAt(url: string): Promise<string> {
+  const address = `${url.replace(/\/+$/, "")}/`;
+  const res = await fetch(address, { headers: { accept: "text/html" } });
+  await res.body?.cancel();
+  if (res.status !== 200 || !(res.headers.get("content-type") ?? "").startsWith("text/html")) {
+    throw new Error(
+      `${address} serves no browser page (HTTP ${res.status}): that server runs with --no-web or without web/dist (npm run build:web)`,
+    );
+  }
+  return address;
+}
+
+/** The page to serve, or undefined (with a note on stderr for `serve`; an error for `web`). */
+async function findPage(io: CliIo, mode: "serve" | "web"): Promise<WebPage | undefined> {
+  const dir = defaultWebDir(io.env, io.cwd);
+  const page = await loadWebPage(dir);
+  if (page) return page;
+  const missing = `${dir}/index.html is missing (build the page with "npm run build:web")`;
+  if (mode === "web") throw new Error(`no browser page to serve: ${missing}`);
+  io.stderr.write(`note: no browser page at /: ${missing}; serving the RPCs only\n`);
+  return undefined;
+}
