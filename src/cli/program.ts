@@ -131,13 +131,9 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       exitCode = await withClient(opts, io, (client) => runPrompt(client, text, opts, io));
     });
 
-  program
-    .command("abort")
+  clientCommand(program, "abort", "the server running the loop (without it a fresh in-process server is asked, where nothing runs)")
     .description("abort the agent loop running for a session")
     .argument("<session>", "session id")
-    .option("--url <url>", "the server running the loop (without it a fresh in-process server is asked, where nothing runs)")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .addHelpText(
       "after",
       '\nPrints "aborted" or "no loop was running". Abort only reaches loops of the server it talks to:\npass the --url of the "ledger serve" that runs the prompt.',
@@ -146,14 +142,10 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       withClient(opts, io, async (client) => print((await client.abort({ sessionId })).aborted ? "aborted" : "no loop was running")),
     );
 
-  program
-    .command("diff")
+  clientCommand(program, "diff")
     .description("print the files the agent changed in a session (or one turn of it) as a unified diff")
     .argument("<session>", "session id")
     .option("--message <id>", "only the turn of this user message")
-    .option("--url <url>", "talk to a running server instead of starting one")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .option("--json", "print JSON Lines: one FileDiff per line")
     .action(async (sessionId: string, opts: ClientOptions & { json?: boolean; message?: string }) =>
       withClient(opts, io, async (client) => {
@@ -175,15 +167,11 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       }),
     );
 
-  program
-    .command("shell")
+  clientCommand(program, "shell")
     .description("run a shell command in the session directory, recorded in the session as a bash tool call")
     .argument("<session>", "session id")
     .argument("<command>", "the command (run with /bin/sh -c)")
     .option("--agent <name>", "agent whose bash permission applies", "build")
-    .option("--url <url>", "talk to a running server instead of starting one")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .option("--json", "print the assistant message as one line of JSON")
     .option("--yes", "allow a permission request once without asking (otherwise asked on a terminal, rejected elsewhere)")
     .addHelpText("after", "\nPrints the command's output; the exit code is the command's (1 when the call failed).")
@@ -214,16 +202,12 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       });
     });
 
-  program
-    .command("summarize")
+  clientCommand(program, "summarize")
     .description("compact a session: the model writes a summary that replaces the earlier history in what it is sent")
     .argument("<session>", "session id")
     .addOption(
       new Option("--model <provider/model>", "the model that writes the summary (default: the session's)").argParser(parseModelOption),
     )
-    .option("--url <url>", "talk to a running server instead of starting one")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .option("--json", "print the summary message as one line of JSON")
     .action(async (sessionId: string, opts: ClientOptions & { json?: boolean; model?: string }) => {
       const model = opts.model ? parseModelRef(opts.model) : undefined;
@@ -235,13 +219,9 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       });
     });
 
-  program
-    .command("permissions")
+  clientCommand(program, "permissions", "the server running the loop")
     .description("list the pending permission requests (tool calls waiting for an answer) with their diffs")
     .argument("[session]", "session id (default: every session whose loop runs)")
-    .option("--url <url>", "the server running the loop")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .option("--json", "print JSON Lines: one PermissionRequest per line (nothing when none is pending)")
     .addHelpText(
       "after",
@@ -251,8 +231,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       withClient(opts, io, async (client) => printPermissions(await pendingPermissions(client, sessionId), opts.json === true, print)),
     );
 
-  program
-    .command("reply")
+  clientCommand(program, "reply", "the server running the loop")
     .description("answer a pending permission request: run the call once, always (for the rest of the session), or reject it")
     .argument("<session>", "session id")
     .argument("<permission>", "permission request id (per_...)")
@@ -260,9 +239,6 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       new Argument("<reply>", "the answer (o, a, r also work)").choices([...Object.keys(REPLY_WORDS), ...Object.keys(REPLY_LETTERS)]),
     )
     .option("--message <text>", "with reject: feedback the model sees in the tool error")
-    .option("--url <url>", "the server running the loop")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .option("--json", "print the ReplyPermission request sent as one line of JSON")
     .addHelpText(
       "after",
@@ -278,40 +254,28 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       );
     });
 
-  program
-    .command("revert")
+  clientCommand(program, "revert")
     .description("hide a message and everything after it, and restore the files they changed")
     .argument("<session>", "session id")
     .argument("<message>", "the first message to hide (msg_...)")
     .option("--part <id>", "keep the message's parts before this one (prt_...)")
-    .option("--url <url>", "talk to a running server instead of starting one")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .option("--json", "print the session (with its revert point) as one line of JSON")
     .addHelpText("after", '\nThe next prompt removes the hidden messages; "ledger unrevert SESSION_ID" undoes the revert.')
     .action(async (sessionId: string, messageId: string, opts: ClientOptions & { json?: boolean; part?: string }) =>
       withClient(opts, io, (client) => revert(client, { sessionId, messageId, partId: opts.part }, opts.json === true, print)),
     );
 
-  program
-    .command("unrevert")
+  clientCommand(program, "unrevert")
     .description("undo a revert: show the hidden messages again and put their file changes back")
     .argument("<session>", "session id")
-    .option("--url <url>", "talk to a running server instead of starting one")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .option("--json", "print the session as one line of JSON")
     .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
       withClient(opts, io, (client) => unrevert(client, sessionId, opts.json === true, print)),
     );
 
-  program
-    .command("todo")
+  clientCommand(program, "todo")
     .description("print a session's todo list, as the model last wrote it (todowrite)")
     .argument("<session>", "session id")
-    .option("--url <url>", "talk to a running server instead of starting one")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .option("--json", "print JSON Lines: one Todo per line, in order (nothing when the list is empty)")
     .addHelpText(
       "after",
@@ -324,12 +288,8 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       }),
     );
 
-  program
-    .command("sessions")
+  clientCommand(program, "sessions")
     .description("list sessions, most recently updated first")
-    .option("--url <url>", "talk to a running server instead of starting one")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .option("--json", "print JSON Lines: one session per line (nothing when there is none)")
     .action(async (opts: ClientOptions & { json?: boolean }) =>
       withClient(opts, io, async (client) => {
@@ -343,13 +303,9 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       }),
     );
 
-  program
-    .command("messages")
+  clientCommand(program, "messages")
     .description("print every message of a session with its parts")
     .argument("<session>", "session id")
-    .option("--url <url>", "talk to a running server instead of starting one")
-    .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file")
     .option("--json", "print JSON Lines: one message with its parts per line, oldest first")
     .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
       withClient(opts, io, async (client) => {
@@ -414,4 +370,17 @@ function parsePort(value: string): number {
   const port = Number(value);
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port: ${value} is not a port number (0-65535)`);
   return port;
+}
+
+/**
+ * `program.command(name)` with the options of every command that talks to a ledger: `--url` (a
+ * running server; `urlHelp` says what it is for), `--db` (the embedded database when no `--url`)
+ * and `--config`, as `ClientOptions` reads them (`withClient`).
+ */
+function clientCommand(program: Command, name: string, urlHelp = "talk to a running server instead of starting one"): Command {
+  return program
+    .command(name)
+    .option("--url <url>", urlHelp)
+    .option("--db <dir>", "embedded database directory when no --url")
+    .option("--config <path>", "config file");
 }
