@@ -99,8 +99,10 @@ describe(`message store on ${TEST_ENGINE}`, () => {
     const migrator = new Migrator({ db: database.db, provider: { getMigrations: async () => migrations } });
     const down = await migrator.migrateTo("2026-11-30T2200-event-data-bytes");
     expect(down.error).toBeUndefined();
-    // Later migrations go down first (the permission requests' and the message count's since 2026-12-05).
+    // Later migrations go down first (the permission requests' and the message count's since
+    // 2026-12-05, the todo list's since 2026-12-06).
     expect(down.results?.map((r) => r.migrationName)).toEqual([
+      "2026-12-06T0900-session-todo",
       "2026-12-05T0900-session-message-count",
       "2026-12-05T0900-permission-request",
       "2026-12-02T0900-message-parent-id",

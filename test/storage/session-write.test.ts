@@ -178,8 +178,10 @@ describe(`one-statement session write on ${TEST_ENGINE}`, () => {
 
   it("the message-count migration fills the column from the session's messages", async () => {
     const migrator = new Migrator({ db: database.db, provider: { getMigrations: async () => migrations } });
-    const down = await migrator.migrateDown();
-    expect(down.results?.map((r) => r.migrationName)).toEqual(["2026-12-05T0900-session-message-count"]);
+    // Down to the migration before it (later ones go down first).
+    const down = await migrator.migrateTo("2026-12-05T0900-permission-request");
+    expect(down.error).toBeUndefined();
+    expect(down.results?.map((r) => r.migrationName)).toEqual(["2026-12-06T0900-session-todo", "2026-12-05T0900-session-message-count"]);
     const sessionId = await newSession();
     for (let i = 1; i <= 3; i++) {
       const message = create(MessageSchema, { kind: { case: "user", value: { id: newId("msg"), sessionId } } });

@@ -17,6 +17,12 @@ export interface ServeProcess {
   dir: string;
   /** What the process wrote on stderr so far. */
   stderr(): string;
+  /**
+   * Resolves with the first match of `pattern` in stderr, waiting for it (stderr and stdout are
+   * separate pipes: a line written to stderr before or right after the listening line may arrive
+   * later). Rejects when the process exits without it or after `timeoutMs` (ms, default 10000).
+   */
+  waitForStderr(pattern: RegExp, timeoutMs?: number): Promise<RegExpExecArray>;
   /** SIGTERM, then waits for the exit; drops the database and removes `dir`. Resolves with how it ended. */
   close(): Promise<CliRun>;
 }
@@ -39,7 +45,11 @@ export async function spawnServe(config: Record<string, unknown>, env: NodeJS.Pr
   if (database.url) childEnv.DATABASE_URL = database.url;
   const child = spawnCli(["serve", "--port", "0", "--db", ":memory:", "--config", configFile], { cwd: dir, env: childEnv });
   let stderr = "";
-  child.stderr!.on("data", (chunk: Buffer | string) => (stderr += String(chunk)));
+  const stderrWaiters = new Set<() => void>();
+  child.stderr!.on("data", (chunk: Buffer | string) => {
+    stderr += String(chunk);
+    for (const wake of stderrWaiters) wake();
+  });
   const exited = finished(child);
   const cleanUp = async () => {
     await database.drop();
@@ -58,6 +68,25 @@ export async function spawnServe(config: Record<string, unknown>, env: NodeJS.Pr
     client: createClient(SessionService, createConnectTransport({ baseUrl: url, httpVersion: "1.1", useBinaryFormat: false })),
     dir,
     stderr: () => stderr,
+    waitForStderr: (pattern, timeoutMs = 10_000) =>
+      new Promise<RegExpExecArray>((resolve, reject) => {
+        const done = (settle: () => void) => {
+          stderrWaiters.delete(check);
+          clearTimeout(timer);
+          settle();
+        };
+        const check = () => {
+          const match = pattern.exec(stderr);
+          if (match) done(() => resolve(match));
+        };
+        const timer = setTimeout(
+          () => done(() => reject(new Error(`no ${pattern} on stderr within ${timeoutMs} ms; stderr so far:\n${stderr}`))),
+          timeoutMs,
+        );
+        stderrWaiters.add(check);
+        void exited.then(() => done(() => reject(new Error(`exited without ${pattern} on stderr; stderr:\n${stderr}`))));
+        check();
+      }),
     async close() {
       if (child.exitCode === null) child.kill("SIGTERM");
       const run = await exited;

@@ -70,7 +70,9 @@ beforeAll(async () => {
     },
     { LEDGER_WEB_DIR: outDir },
   );
-  expect(t.stderr()).toContain(`browser page: ${t.ledger.url}/\n`);
+  // The page's line follows the listening line on the other pipe: wait for it rather than race it.
+  const [pageLine] = await t.waitForStderr(/^browser page: \S+\n/m);
+  expect(pageLine).toBe(`browser page: ${t.ledger.url}/\n`);
   await writeFile(path.join(t.dir, "notes.txt"), "The launch code is 0000.\n");
 
   profileDir = await mkdtemp(path.join(os.tmpdir(), "ledger-web-chromium-"));
