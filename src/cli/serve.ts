@@ -1,4 +1,5 @@
 import { defaultWebDir, loadWebPage, type WebPage } from "../server/web-page.js";
+import type { RunningLedger } from "../app.js";
 import type { CliIo } from "./io.js";
 
 /** What `ledger serve` and `ledger web` (without `--url`) were given. */
@@ -29,6 +30,7 @@ export async function runServe(opts: ServeOptions, io: CliIo, mode: "serve" | "w
   const { startLocalForCli } = await import("./local.js");
   const ledger = await startLocalForCli(opts, io, { host: opts.host, port: opts.port, web: page });
   io.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
+  io.stderr.write(`${relayLine(ledger)}\n`);
   if (ledger.database.kind === "pglite") {
     io.stderr.write(
       "note: the embedded database serves one process; to run several replicas, point them all at Postgres with DATABASE_URL\n",
@@ -83,4 +85,20 @@ async function findPage(io: CliIo, mode: "serve" | "web"): Promise<WebPage | und
   if (mode === "web") throw new Error(`no browser page to serve: ${missing}`);
   io.stderr.write(`note: no browser page at /: ${missing}; serving the RPCs only\n`);
   return undefined;
+}
+
+/**
+ * The stderr line saying how this replica hears the others' writes: "relay: none (one process)"
+ * on PGlite, "relay: postgres (LISTEN/NOTIFY)", or "relay: nats URL[,URL] (connected)" /
+ * "relay: nats URL (not connected yet; ...)". The `ledger_relay_*` metrics say the same later
+ * (docs/operations.md, "Running a fleet").
+ */
+function relayLine(ledger: RunningLedger): string {
+  const relay = ledger.deps.relay;
+  if (!relay) return "relay: none (one process)";
+  const stats = relay.stats();
+  if (stats.kind !== "nats") return "relay: postgres (LISTEN/NOTIFY)";
+  const servers = ledger.deps.config.nats?.servers.join(",") ?? "";
+  const state = stats.connected ? "connected" : "not connected yet; watchers catch up from the table meanwhile";
+  return `relay: nats ${servers} (${state})`;
 }

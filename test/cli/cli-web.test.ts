@@ -48,6 +48,7 @@ describe("ledger serve and the page", () => {
     await whileRunning(serve, LISTENING, async (url) => {
       expect(serve.stdout()).toBe(`session-ledger listening on ${url}\n`);
       expect(serve.stderr()).toContain(`\nbrowser page: ${url}/\n`);
+      expect(serve.stderr()).toContain("\nrelay: none (one process)\n");
       const res = await fetch(`${url}/`);
       expect(res.status).toBe(200);
       expect(res.headers.get("content-security-policy")).toBe(PAGE_CSP);

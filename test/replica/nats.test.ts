@@ -173,6 +173,9 @@ describe.skipIf(!NATS)("two `ledger serve` processes with LEDGER_NATS_URL", () =
       "select count(*)::text as n from pg_stat_activity where datname = current_database() and application_name = 'ledger-relay'",
     );
     expect(rows[0]!.n).toBe("0");
+    // Each replica says on stderr which relay it uses (the line arrives on its own pipe: wait for it).
+    for (const replica of [A, B]) await waitFor(`${replica.name}: the relay line`, () => /^relay: /m.test(replica.stderr()), 10_000);
+    for (const replica of [A, B]) expect(replica.stderr()).toMatch(new RegExp(`^relay: nats ${NATS_URL} \\(connected\\)$`, "m"));
     const sessionId = (await A.connect.createSession({ directory: pair!.dir })).session!.id;
     const watcher = collectEvents((signal) => B.grpc.watchSession({ sessionId, afterSeq: 0n }, { signal }));
     await watcher.reach(1n);
