@@ -61,7 +61,7 @@ function loadLoop(): Promise<(typeof import("./loop.js"))["runLoop"]> {
  * instead of an error, and releases its lock. A run that cannot start because every
  * session-lock connection is taken (`limits.lock_connections`) logs a `warn` line and its
  * `run()` promise rejects with `LockPoolExhaustedError`, so the caller's client is told
- * (Prompt, PromptStream, ResumeSession); the prompt stays stored for ResumeSession.
+ * (Prompt, PromptStream, Command, ResumeSession); the prompt stays stored for ResumeSession.
  */
 export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: SessionLocks): Replier {
   const running = new Map<string, Running>();

@@ -35,8 +35,8 @@ export interface Limits {
    */
   symbol_lookups: number;
   /**
-   * Most events waiting, unread, for one stream (`WatchSession`, `PromptStream`, `Command`'s and
-   * `ResumeSession`'s streams) while its client does not read (events, deltas included). A stream
+   * Most events waiting, unread, for one stream (`WatchSession`, `PromptStream`,
+   * `ResumeSession`) while its client does not read (events, deltas included). A stream
    * past it ends with `RESOURCE_EXHAUSTED` (reason `WATCHER_TOO_SLOW`, metadata `last_seq`): its
    * client resumes with `WatchSession(after_seq = last_seq)`. Must exceed the events of the
    * largest single write (a revert's removals, a prompt's parts). Default 10 000.

@@ -2,6 +2,7 @@ import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { LockPoolExhaustedError, PreconditionError, StoppedWaitingError, WatcherTooSlowError } from "../errors.js";
 import { bufferCaps, followSession } from "../events/feed.js";
+import type { BufferCaps } from "../events/subscription.js";
 import { getLastAnswerRow } from "../storage/message-store.js";
 import type { LedgerDeps, Replier } from "./deps.js";
 import { withParts } from "./messages.js";
@@ -31,15 +32,20 @@ export function isFinalAnswer(event: SessionEvent, userId: string): boolean {
 
 /**
  * Starts (or joins) the loop for a stored prompt and yields the session's events after it until
- * the final answer to it and the next `idle`. Ends at once for a replayed, already answered
- * prompt. Throws like `startAnswer` and `untilAnswered`.
+ * the final answer to it and the next `idle`, to a reader in this process (the unary `Prompt`
+ * waiting for its answer), which takes each event as it comes: no buffer cap applies (a burst is
+ * at most one write). Ends at once for a replayed, already answered prompt. Throws like
+ * `startAnswer` and `untilAnswered`.
  */
 export async function* answerEvents(deps: LedgerDeps, stored: StoredPrompt, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const answer = await startAnswer(deps, stored);
   if ("error" in answer) throw answer.error;
-  if (answer.ran)
-    yield* untilAnswered(deps, stored.message.message!.kind.value!.sessionId, answer.userId, answer.after, answer.ran, signal);
+  const sessionId = stored.message.message!.kind.value!.sessionId;
+  if (answer.ran) yield* untilAnswered(deps, sessionId, answer.userId, answer.after, answer.ran, signal, UNCAPPED);
 }
+
+/** No buffer cap: for readers in this process that never stall. */
+const UNCAPPED: BufferCaps = { events: Infinity, bytes: Infinity };
 
 /**
  * Starts (or joins) the loop for a stored prompt. `after` is the seq of the prompt's last event;
@@ -70,7 +76,7 @@ export async function startAnswer(
  * `StoppedWaitingError` (RUN_CONTINUES) naming the message and the last seq yielded: the run goes on.
  * When the run could not start (every session-lock connection taken), throws its
  * `LockPoolExhaustedError` (RESOURCE_EXHAUSTED, metadata `message_id`): the prompt stays stored.
- * When the caller reads too slowly (`limits.watch_buffer_events`/`watch_buffer_bytes`), throws
+ * When the caller reads too slowly (`caps`, default `limits.watch_buffer_events`/`watch_buffer_bytes`), throws
  * `WatcherTooSlowError` (RESOURCE_EXHAUSTED, metadata `last_seq` and `message_id`): the run goes
  * on too, and `WatchSession(after_seq = last_seq)` follows it from there.
  */
@@ -81,6 +87,7 @@ export async function* untilAnswered(
   after: bigint,
   ran: Promise<void>,
   signal?: AbortSignal,
+  caps: BufferCaps = bufferCaps(deps.config.limits),
 ): AsyncGenerator<SessionEvent> {
   const stop = new AbortController();
   let answered = false;
@@ -99,7 +106,7 @@ export async function* untilAnswered(
   const feedSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;
   let last = after;
   try {
-    for await (const event of followSession(deps, sessionId, after, feedSignal, { caps: bufferCaps(deps.config.limits) })) {
+    for await (const event of followSession(deps, sessionId, after, feedSignal, { caps })) {
       yield event;
       last = event.seq;
       if (isFinalAnswer(event, userId)) answered = true;
