@@ -263,10 +263,11 @@ export class WatcherTooSlowError extends LedgerError {
 }
 
 /**
- * An agent loop could not start: every connection of the session-lock pool (`limit`
- * `lock_connections`, `max` connections) holds a running or waiting loop. Maps to
- * `RESOURCE_EXHAUSTED`. Nothing stored is lost: the prompt stays stored (metadata
- * `message_id` when known) and `ResumeSession` answers it once a loop ends.
+ * An agent loop (or a Shell/Summarize run, `waiting: false`) could not take the session's lock:
+ * every connection of the session-lock pool (`limit` `lock_connections`, `max` connections)
+ * holds a running or waiting loop. Maps to `RESOURCE_EXHAUSTED`. Nothing stored is lost: a
+ * prompt stays stored (metadata `message_id` when known) and `ResumeSession` answers it once a
+ * loop ends; a Shell or Summarize call wrote nothing and can be retried.
  */
 export class LockPoolExhaustedError extends LedgerError {
   readonly reason = "LOCK_CONNECTIONS_EXHAUSTED";
@@ -274,9 +275,13 @@ export class LockPoolExhaustedError extends LedgerError {
   constructor(
     readonly sessionId: string,
     readonly max: number,
+    options: { forLoop: boolean } = { forLoop: true },
   ) {
+    const limit = `all ${max} session-lock connections are in use (limit lock_connections; raise limits.lock_connections in ledger.json, within Postgres's max_connections)`;
     super(
-      `session ${sessionId}: no agent loop could start, all ${max} session-lock connections are in use (limit lock_connections; raise limits.lock_connections in ledger.json, within Postgres's max_connections); the prompt is stored: answer it with ResumeSession(session_id=${sessionId}) once a loop has ended`,
+      options.forLoop
+        ? `session ${sessionId}: no agent loop could start, ${limit}; the prompt is stored: answer it with ResumeSession(session_id=${sessionId}) once a loop has ended`
+        : `session ${sessionId}: cannot take the session's lock now, ${limit}; nothing was written: retry once a loop has ended`,
       { session_id: sessionId, limit: "lock_connections", max: String(max) },
     );
   }

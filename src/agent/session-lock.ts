@@ -14,8 +14,8 @@ export interface SessionLocks {
    */
   acquire(sessionId: string, signal: AbortSignal, onLost?: () => void): Promise<Release>;
   /**
-   * Takes the lock only if it is free right now; undefined when another run holds it. Rejects
-   * with `LockPoolExhaustedError` when no lock connection is free.
+   * Takes the lock only if it is free right now (Shell, Summarize, recovery); undefined when
+   * another run holds it. Rejects with `LockPoolExhaustedError` when no lock connection is free.
    */
   tryAcquire(sessionId: string): Promise<Release | undefined>;
   /** Closes the idle lock connections (shutdown, after every loop ended). */
@@ -49,8 +49,8 @@ export function postgresLocks(url: string, options: PostgresLockOptions): Sessio
    * A connection of the pool, counted from the moment it is asked for; throws when none is free.
    * While checked out, its errors are listened to here (the pool listens only to idle ones).
    */
-  async function checkOut(sessionId: string): Promise<{ client: pg.PoolClient; giveBack: (destroy: boolean) => void }> {
-    if (inUse >= options.max) throw new LockPoolExhaustedError(sessionId, options.max);
+  async function checkOut(sessionId: string, forLoop: boolean): Promise<{ client: pg.PoolClient; giveBack: (destroy: boolean) => void }> {
+    if (inUse >= options.max) throw new LockPoolExhaustedError(sessionId, options.max, { forLoop });
     inUse++;
     let client: pg.PoolClient;
     try {
@@ -87,7 +87,7 @@ export function postgresLocks(url: string, options: PostgresLockOptions): Sessio
   return {
     async acquire(sessionId, signal, onLost) {
       signal.throwIfAborted();
-      const { client, giveBack } = await checkOut(sessionId);
+      const { client, giveBack } = await checkOut(sessionId, true);
       let held = false;
       let released = false;
       const lost = () => {
@@ -119,7 +119,7 @@ export function postgresLocks(url: string, options: PostgresLockOptions): Sessio
       return unlocker(client, giveBack, detach);
     },
     async tryAcquire(sessionId) {
-      const { client, giveBack } = await checkOut(sessionId);
+      const { client, giveBack } = await checkOut(sessionId, false);
       try {
         const { rows } = await client.query<{ locked: boolean }>("select pg_try_advisory_lock(hashtextextended($1, 0)) as locked", [
           sessionId,

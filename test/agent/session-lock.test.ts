@@ -105,6 +105,16 @@ describe.skipIf(TEST_ENGINE !== "postgres")("session locks from a pool of lock_c
       ["user", firstId],
       ["user", secondId],
     ]);
+    // Shell holds the session like a loop: it takes no lock either, and wrote nothing.
+    const shell = ConnectError.from(
+      await t.client.shell({ sessionId: b, agent: "build", command: "echo hi" }).then(
+        () => undefined,
+        (error: unknown) => error,
+      ),
+    );
+    expect([shell.code, shell.findDetails(ErrorInfoSchema)[0]?.reason]).toEqual([Code.ResourceExhausted, "LOCK_CONNECTIONS_EXHAUSTED"]);
+    expect(shell.rawMessage).toContain("cannot take the session's lock now, all 1 session-lock connections are in use");
+    expect((await storedMessages(t.client, b)).length).toBe(2);
     expect(await lockConnections()).toBe(1);
 
     // A ends and gives its connection back; B's last prompt is answered through ResumeSession.
