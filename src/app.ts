@@ -1,7 +1,7 @@
 import { createModelResolver, type ModelResolver } from "./agent/providers.js";
 import { recoverInterrupted } from "./agent/recovery.js";
 import { createRunner } from "./agent/runner.js";
-import { postgresLocks, processLocks } from "./agent/session-lock.js";
+import { postgresLocks, processLocks, type SessionLocks } from "./agent/session-lock.js";
 import { startPgRelay } from "./events/pg-relay.js";
 import type { Relay } from "./events/relay.js";
 import { pruneEvents } from "./storage/event-store.js";
@@ -67,6 +67,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
   const database = await openDatabase(options.database);
   const bus = new EventBus();
   let relay: Relay | undefined;
+  let locks: SessionLocks | undefined;
   try {
     const plugins = await loadPlugins(options.config.plugins);
     relay = await startRelay(options.config, target, database, bus);
@@ -75,7 +76,8 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     const snapshots = new Snapshots(options.config.snapshot);
     const deps: LedgerDeps = { db: database.db, bus, relay, config: options.config, plugins, metrics, snapshots };
     deps.mcp = await startMcp(options.config);
-    const locks = target.kind === "postgres" ? postgresLocks(target.url) : processLocks();
+    // Session locks on connections of their own, at most limits.lock_connections of them.
+    locks = target.kind === "postgres" ? postgresLocks(target.url, { max: options.config.limits.lock_connections }) : processLocks();
     deps.replier = createRunner(deps, options.models ?? createModelResolver(options.config), locks);
     const recovered = await recoverInterrupted(deps, locks);
     if (recovered.messages > 0 || recovered.sessions > 0) {
@@ -87,6 +89,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     const server = createServer(deps, { web: options.web });
     const address = await server.listen(options.port ?? 0, host);
     const openRelay = relay;
+    const openLocks = locks;
     return {
       ...address,
       database,
@@ -95,6 +98,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
         const stopLoops = async () => deps.replier?.stopAll();
         await server.close(graceMs, stopLoops);
         await stopLoops();
+        await openLocks.close();
         await deps.mcp?.close();
         clearInterval(retention);
         await openRelay?.close();
@@ -103,6 +107,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     };
   } catch (error) {
     await relay?.close();
+    await locks?.close();
     await database.close();
     throw error;
   }

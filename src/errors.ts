@@ -239,3 +239,50 @@ export class CommandNotFoundError extends LedgerError {
     );
   }
 }
+
+/**
+ * A stream's client fell behind: the events waiting for it passed `limit` (`watch_buffer_events`
+ * or `watch_buffer_bytes`, `max` events or bytes), so the server stopped buffering for it. Maps
+ * to `RESOURCE_EXHAUSTED`; every event up to `lastSeq` was delivered before the error, and
+ * `WatchSession(after_seq = last_seq)` resumes without a gap (metadata `last_seq`,
+ * `session_id`, `limit`, `max`).
+ */
+export class WatcherTooSlowError extends LedgerError {
+  readonly reason = "WATCHER_TOO_SLOW";
+  constructor(
+    readonly sessionId: string,
+    readonly lastSeq: bigint,
+    readonly limit: string,
+    readonly max: number,
+  ) {
+    super(
+      `the stream of session ${sessionId} fell behind: more than ${max} ${limit === "watch_buffer_bytes" ? "bytes" : "events"} waited for it (limit ${limit}); the events up to seq ${lastSeq} were delivered: continue with WatchSession(session_id=${sessionId}, after_seq=${lastSeq})`,
+      { session_id: sessionId, last_seq: String(lastSeq), limit, max: String(max) },
+    );
+  }
+}
+
+/**
+ * An agent loop (or a Shell/Summarize run, `waiting: false`) could not take the session's lock:
+ * every connection of the session-lock pool (`limit` `lock_connections`, `max` connections)
+ * holds a running or waiting loop. Maps to `RESOURCE_EXHAUSTED`. Nothing stored is lost: a
+ * prompt stays stored (metadata `message_id` when known) and `ResumeSession` answers it once a
+ * loop ends; a Shell or Summarize call wrote nothing and can be retried.
+ */
+export class LockPoolExhaustedError extends LedgerError {
+  readonly reason = "LOCK_CONNECTIONS_EXHAUSTED";
+  readonly limit = "lock_connections";
+  constructor(
+    readonly sessionId: string,
+    readonly max: number,
+    options: { forLoop: boolean } = { forLoop: true },
+  ) {
+    const limit = `all ${max} session-lock connections are in use (limit lock_connections; raise limits.lock_connections in ledger.json, within Postgres's max_connections)`;
+    super(
+      options.forLoop
+        ? `session ${sessionId}: no agent loop could start, ${limit}; the prompt is stored: answer it with ResumeSession(session_id=${sessionId}) once a loop has ended`
+        : `session ${sessionId}: cannot take the session's lock now, ${limit}; nothing was written: retry once a loop has ended`,
+      { session_id: sessionId, limit: "lock_connections", max: String(max) },
+    );
+  }
+}

@@ -8,7 +8,7 @@ import { sessionLedger } from "../ledger/session-ledger.js";
 import { storePrompt } from "../ledger/store-prompt.js";
 import { writeSession } from "../ledger/writer.js";
 import { createSession } from "../ledger/sessions.js";
-import { SessionBusyError, SessionNotFoundError } from "../errors.js";
+import { LockPoolExhaustedError, SessionBusyError, SessionNotFoundError } from "../errors.js";
 import { lastStatusEvents } from "../storage/event-store.js";
 import { getSessionRow, rowToSession, sessionExists as sessionRowExists } from "../storage/session-store.js";
 import type { ToolOutput } from "../tools/tool-context.js";
@@ -29,6 +29,8 @@ interface Running {
   finishing: boolean;
   /** The session was deleted (a `session_deleted` on the bus, or its row found missing). */
   deleted: boolean;
+  /** Why the run could not start: no session-lock connection was free. */
+  failure?: LockPoolExhaustedError;
   done: Promise<void>;
 }
 
@@ -56,7 +58,10 @@ function loadLoop(): Promise<(typeof import("./loop.js"))["runLoop"]> {
  * relay, which subscribes only to watched sessions, delivers the session's abort requests and
  * deletion notices to the replica that runs it. A loop whose session is gone (deleted, or its row found
  * missing after a failed write) ends with one `info` line "agent loop stopped: session deleted"
- * instead of an error, and releases its lock.
+ * instead of an error, and releases its lock. A run that cannot start because every
+ * session-lock connection is taken (`limits.lock_connections`) logs a `warn` line and its
+ * `run()` promise rejects with `LockPoolExhaustedError`, so the caller's client is told
+ * (Prompt, PromptStream, Command, ResumeSession); the prompt stays stored for ResumeSession.
  */
 export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: SessionLocks): Replier {
   const running = new Map<string, Running>();
@@ -94,6 +99,15 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         } while (entry.wake && !signal.aborted);
         entry.finishing = true;
       } catch (error) {
+        if (error instanceof LockPoolExhaustedError) {
+          entry.failure = error;
+          logger.warn("agent loop not started: no session-lock connection free", {
+            session_id: sessionId,
+            limit: error.limit,
+            max: error.max,
+          });
+          return;
+        }
         // Its writes fail once the row is gone, possibly before the deletion notice arrives.
         if (!entry.deleted && !signal.aborted && !(await sessionExists(deps, sessionId))) entry.deleted = true;
         if (entry.deleted) {
@@ -120,14 +134,20 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
   };
   deps.relay?.onAbort((sessionId) => void abortHere(sessionId));
 
+  /** Resolves when `entry`'s run ended; rejects with its `failure` when it could not start. */
+  const ended = (entry: Running): Promise<void> =>
+    entry.done.then(() => {
+      if (entry.failure) throw entry.failure;
+    });
+
   const run = (sessionId: string, options: { resume?: string } = {}): Promise<void> => {
     const entry = running.get(sessionId);
-    if (!entry) return start(sessionId, options.resume).done;
+    if (!entry) return ended(start(sessionId, options.resume));
     // A loop that stopped looking (or is being aborted) would miss this prompt: run again once it has let go.
     if (entry.finishing || entry.controller.signal.aborted) return entry.done.then(() => run(sessionId, options));
     entry.wake = true;
     entry.resume ??= options.resume;
-    return entry.done;
+    return ended(entry);
   };
 
   const replier: Replier = {

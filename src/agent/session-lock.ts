@@ -1,4 +1,5 @@
 import pg from "pg";
+import { LockPoolExhaustedError } from "../errors.js";
 
 /** Releases a held session lock. */
 export type Release = () => Promise<void>;
@@ -7,25 +8,86 @@ export type Release = () => Promise<void>;
 export interface SessionLocks {
   /**
    * Waits until this process holds the session's lock and returns its release. Rejects with the
-   * signal's reason when `signal` aborts while waiting. `onLost` is called if the lock is lost
-   * while held (its connection dropped: another replica may take the session over).
+   * signal's reason when `signal` aborts while waiting, and with `LockPoolExhaustedError`
+   * (RESOURCE_EXHAUSTED) at once when no lock connection is free. `onLost` is called if the
+   * lock is lost while held (its connection dropped: another replica may take the session over).
    */
   acquire(sessionId: string, signal: AbortSignal, onLost?: () => void): Promise<Release>;
-  /** Takes the lock only if it is free right now; undefined when another run holds it. */
+  /**
+   * Takes the lock only if it is free right now (Shell, Summarize, recovery); undefined when
+   * another run holds it. Rejects with `LockPoolExhaustedError` when no lock connection is free.
+   */
   tryAcquire(sessionId: string): Promise<Release | undefined>;
+  /** Closes the idle lock connections (shutdown, after every loop ended). */
+  close(): Promise<void>;
+}
+
+/** Options of {@link postgresLocks}. */
+export interface PostgresLockOptions {
+  /** Most connections holding (or waiting for) session locks at once (`limits.lock_connections`). */
+  max: number;
 }
 
 /**
  * Postgres advisory locks (`pg_advisory_lock(hashtextextended(session_id, 0))`), each held on a
- * dedicated connection for as long as the loop runs: if the holder dies, Postgres ends its
- * session and the lock goes to the next waiter (another replica). Waiting is cancelled by
- * closing the waiting connection.
+ * connection of its own for as long as the loop runs: if the holder dies, Postgres ends its
+ * session and the lock goes to the next waiter (another replica). The connections come from a
+ * pool of their own, apart from the query pool, bounded by `options.max`: a lock asked for
+ * while all of them hold or wait for a lock fails at once with `LockPoolExhaustedError` instead
+ * of opening one more connection (or queueing behind loops that may run for minutes). A released
+ * lock's connection drops every advisory lock it holds (`pg_advisory_unlock_all`) and goes back
+ * to the pool; one that failed or was cancelled is closed. Waiting is cancelled by closing the
+ * waiting connection.
  */
-export function postgresLocks(url: string): SessionLocks {
+export function postgresLocks(url: string, options: PostgresLockOptions): SessionLocks {
+  const pool = new pg.Pool({ connectionString: url, max: options.max, application_name: "ledger-loop-lock", idleTimeoutMillis: 60_000 });
+  // An idle lock connection that loses its server must not crash the process.
+  pool.on("error", () => {});
+  let inUse = 0;
+
+  /**
+   * A connection of the pool, counted from the moment it is asked for; throws when none is free.
+   * While checked out, its errors are listened to here (the pool listens only to idle ones).
+   */
+  async function checkOut(sessionId: string, forLoop: boolean): Promise<{ client: pg.PoolClient; giveBack: (destroy: boolean) => void }> {
+    if (inUse >= options.max) throw new LockPoolExhaustedError(sessionId, options.max, { forLoop });
+    inUse++;
+    let client: pg.PoolClient;
+    try {
+      client = await pool.connect();
+    } catch (error) {
+      inUse--;
+      throw error;
+    }
+    const ignore = () => {};
+    client.on("error", ignore);
+    let returned = false;
+    const giveBack = (destroy: boolean) => {
+      if (returned) return;
+      returned = true;
+      inUse--;
+      client.off("error", ignore);
+      client.release(destroy);
+    };
+    return { client, giveBack };
+  }
+
+  /** Unlocks everything the connection holds and returns it to the pool (or closes it if that fails). */
+  function unlocker(client: pg.PoolClient, giveBack: (destroy: boolean) => void, onRelease = () => {}): Release {
+    return async () => {
+      onRelease();
+      const ok = await client.query("select pg_advisory_unlock_all()").then(
+        () => true,
+        () => false,
+      );
+      giveBack(!ok);
+    };
+  }
+
   return {
     async acquire(sessionId, signal, onLost) {
       signal.throwIfAborted();
-      const client = new pg.Client({ connectionString: url, application_name: "ledger-loop-lock" });
+      const { client, giveBack } = await checkOut(sessionId, true);
       let held = false;
       let released = false;
       const lost = () => {
@@ -33,8 +95,13 @@ export function postgresLocks(url: string): SessionLocks {
       };
       client.on("error", lost);
       client.on("end", lost);
-      await client.connect();
-      const cancel = () => void client.end().catch(() => {});
+      const detach = () => {
+        released = true;
+        client.off("error", lost);
+        client.off("end", lost);
+      };
+      // Closing the connection ends a wait for the lock (the server drops the session's query).
+      const cancel = () => giveBack(true);
       signal.addEventListener("abort", cancel, { once: true });
       try {
         // An abort that came while connecting must not leave us waiting for the lock.
@@ -42,35 +109,30 @@ export function postgresLocks(url: string): SessionLocks {
         await client.query("select pg_advisory_lock(hashtextextended($1, 0))", [sessionId]);
         held = true;
       } catch (error) {
-        await client.end().catch(() => {});
+        detach();
+        giveBack(true);
         signal.throwIfAborted();
         throw error;
       } finally {
         signal.removeEventListener("abort", cancel);
       }
-      return async () => {
-        released = true;
-        await unlock(client, sessionId)();
-      };
+      return unlocker(client, giveBack, detach);
     },
     async tryAcquire(sessionId) {
-      const client = new pg.Client({ connectionString: url, application_name: "ledger-loop-lock" });
-      client.on("error", () => {});
-      await client.connect();
-      const { rows } = await client.query<{ locked: boolean }>("select pg_try_advisory_lock(hashtextextended($1, 0)) as locked", [
-        sessionId,
-      ]);
-      if (rows[0]?.locked) return unlock(client, sessionId);
-      await client.end().catch(() => {});
-      return undefined;
+      const { client, giveBack } = await checkOut(sessionId, false);
+      try {
+        const { rows } = await client.query<{ locked: boolean }>("select pg_try_advisory_lock(hashtextextended($1, 0)) as locked", [
+          sessionId,
+        ]);
+        if (rows[0]?.locked) return unlocker(client, giveBack);
+        giveBack(false);
+        return undefined;
+      } catch (error) {
+        giveBack(true);
+        throw error;
+      }
     },
-  };
-}
-
-function unlock(client: pg.Client, sessionId: string): Release {
-  return async () => {
-    await client.query("select pg_advisory_unlock(hashtextextended($1, 0))", [sessionId]).catch(() => {});
-    await client.end().catch(() => {});
+    close: () => pool.end(),
   };
 }
 
@@ -95,5 +157,6 @@ export function processLocks(): SessionLocks {
       if (tails.has(sessionId)) return undefined;
       return this.acquire(sessionId, new AbortController().signal);
     },
+    close: async () => {},
   };
 }

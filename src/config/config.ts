@@ -62,6 +62,9 @@ const limitsSchema = z
     image_pixels: z.number().int().positive(),
     symbol_source_bytes: z.number().int().positive(),
     symbol_lookups: z.number().int().nonnegative(),
+    watch_buffer_events: z.number().int().positive(),
+    watch_buffer_bytes: z.number().int().positive(),
+    lock_connections: z.number().int().positive(),
   })
   .partial();
 

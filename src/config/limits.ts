@@ -1,6 +1,9 @@
 /**
- * Size and count limits, all enforced before anything is persisted. Over a limit the request
- * fails with `RESOURCE_EXHAUSTED` naming the limit and the value (docs/design.md §2).
+ * Size and count limits. The request limits are enforced before anything is persisted: over one
+ * the request fails with `RESOURCE_EXHAUSTED` naming the limit and the value (docs/design.md §2).
+ * The stream and connection limits (`watch_buffer_*`, `lock_connections`) bound what the server
+ * holds for a client or a loop; passing one also answers `RESOURCE_EXHAUSTED` naming it
+ * (docs/operations.md "The limits and how to size them").
  * Configure them under `limits` in ledger.json (snake_case keys, same names).
  */
 export interface Limits {
@@ -31,6 +34,28 @@ export interface Limits {
    * `symbol_source_bytes` bound the work one prompt can ask for. Default 16.
    */
   symbol_lookups: number;
+  /**
+   * Most events waiting, unread, for one stream (`WatchSession`, `PromptStream`,
+   * `ResumeSession`) while its client does not read (events, deltas included). A stream
+   * past it ends with `RESOURCE_EXHAUSTED` (reason `WATCHER_TOO_SLOW`, metadata `last_seq`): its
+   * client resumes with `WatchSession(after_seq = last_seq)`. Must exceed the events of the
+   * largest single write (a revert's removals, a prompt's parts). Default 10 000.
+   */
+  watch_buffer_events: number;
+  /**
+   * Most bytes (the events' protobuf size) waiting, unread, for one stream; same outcome as
+   * `watch_buffer_events`. Must exceed the largest single write (about `request_bytes` plus the
+   * files a prompt reads). Default 64 MiB.
+   */
+  watch_buffer_bytes: number;
+  /**
+   * Most Postgres connections that hold session locks (one per running or waiting agent loop,
+   * subagent runs included), outside the query pool. A loop that cannot get one does not start:
+   * its caller gets `RESOURCE_EXHAUSTED` (reason `LOCK_CONNECTIONS_EXHAUSTED`); the prompt stays
+   * stored for `ResumeSession`. Keep it, plus the query pool, within Postgres's
+   * `max_connections` for every replica. Unused with the embedded database. Default 50.
+   */
+  lock_connections: number;
 }
 
 /** The defaults of every limit. */
@@ -43,4 +68,7 @@ export const DEFAULT_LIMITS: Limits = {
   image_pixels: 50_000_000,
   symbol_source_bytes: 1024 * 1024,
   symbol_lookups: 16,
+  watch_buffer_events: 10_000,
+  watch_buffer_bytes: 64 * 1024 * 1024,
+  lock_connections: 50,
 };

@@ -2,12 +2,13 @@ import { clone, create } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { Kysely } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import { CursorOutOfRangeError } from "../errors.js";
+import { DEFAULT_LIMITS, type Limits } from "../config/limits.js";
+import { CursorOutOfRangeError, WatcherTooSlowError } from "../errors.js";
 import { readEventPage, readEventPageWithBounds, type EventPage, type PageLimits } from "../storage/event-store.js";
 import type { DB } from "../storage/schema.js";
 import { getLogBounds, type LogBounds } from "../storage/session-store.js";
 import { isHint, type EventBus } from "./bus.js";
-import { subscribe } from "./subscription.js";
+import { subscribe, type BufferCaps } from "./subscription.js";
 
 /**
  * One query's worth while replaying or filling a gap: at most 500 events, and no further event
@@ -44,17 +45,24 @@ export const REPLAY_PAGE: PageLimits = { rows: 500, bytes: 256 << 10 };
  * here when the session was already gone once subscribed); its `seq` is one past the last
  * event yielded unless it carries a higher one. Ends when `signal` aborts. Throws
  * `CursorOutOfRangeError` (CURSOR_EXPIRED) when retention removed events the reader has not
- * seen yet, and what the database throws.
+ * seen yet, `WatcherTooSlowError` (WATCHER_TOO_SLOW, naming the last seq yielded) when the live
+ * events waiting for the reader passed `options.caps` (default: the default limits'
+ * `watch_buffer_events` and `watch_buffer_bytes`; see `subscribe`), and what the database throws.
  */
 export async function* followSession(
   deps: { db: Kysely<DB>; bus: EventBus },
   sessionId: string,
   afterSeq: bigint,
   signal?: AbortSignal,
-  options: { checkBounds?: (bounds: LogBounds | undefined) => void } = {},
+  options: { checkBounds?: (bounds: LogBounds | undefined) => void; caps?: BufferCaps } = {},
 ): AsyncGenerator<SessionEvent> {
-  const live = subscribe(deps.bus, sessionId, signal);
+  const live = subscribe(deps.bus, sessionId, signal, options.caps ?? bufferCaps(DEFAULT_LIMITS));
   let last = afterSeq;
+  // Checked after every event yielded (the reader came back) and when the live feed ends.
+  const tooSlow = () => {
+    const overflow = live.overflow();
+    if (overflow) throw new WatcherTooSlowError(sessionId, last, overflow.limit, overflow.max);
+  };
   const snapshots = new Map<string, bigint>();
   // The first page comes with the log's bounds, in the same statement (one round trip to start).
   let first = true;
@@ -78,6 +86,7 @@ export async function* followSession(
         last = event.seq;
         if (event.kind.case === "partUpdated" && event.kind.value.part) snapshots.set(event.kind.value.part.id, event.seq);
         yield event;
+        tooSlow();
       }
       if (!more) return;
     }
@@ -114,9 +123,15 @@ export async function* followSession(
       if (item.kind.case === "partUpdated" && item.kind.value.part) snapshots.set(item.kind.value.part.id, item.seq);
       yield item;
     }
+    tooSlow();
   } finally {
     live.close();
   }
+}
+
+/** The stream buffer caps of `limits`, as `followSession` and `subscribe` take them. */
+export function bufferCaps(limits: Pick<Limits, "watch_buffer_events" | "watch_buffer_bytes">): BufferCaps {
+  return { events: limits.watch_buffer_events, bytes: limits.watch_buffer_bytes };
 }
 
 /**

@@ -1,7 +1,8 @@
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
-import { PreconditionError, StoppedWaitingError } from "../errors.js";
-import { followSession } from "../events/feed.js";
+import { LockPoolExhaustedError, PreconditionError, StoppedWaitingError, WatcherTooSlowError } from "../errors.js";
+import { bufferCaps, followSession } from "../events/feed.js";
+import type { BufferCaps } from "../events/subscription.js";
 import { getLastAnswerRow } from "../storage/message-store.js";
 import type { LedgerDeps, Replier } from "./deps.js";
 import { withParts } from "./messages.js";
@@ -31,15 +32,20 @@ export function isFinalAnswer(event: SessionEvent, userId: string): boolean {
 
 /**
  * Starts (or joins) the loop for a stored prompt and yields the session's events after it until
- * the final answer to it and the next `idle`. Ends at once for a replayed, already answered
- * prompt. Throws like `startAnswer` and `untilAnswered`.
+ * the final answer to it and the next `idle`, to a reader in this process (the unary `Prompt`
+ * waiting for its answer), which takes each event as it comes: no buffer cap applies (a burst is
+ * at most one write). Ends at once for a replayed, already answered prompt. Throws like
+ * `startAnswer` and `untilAnswered`.
  */
 export async function* answerEvents(deps: LedgerDeps, stored: StoredPrompt, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const answer = await startAnswer(deps, stored);
   if ("error" in answer) throw answer.error;
-  if (answer.ran)
-    yield* untilAnswered(deps, stored.message.message!.kind.value!.sessionId, answer.userId, answer.after, answer.ran, signal);
+  const sessionId = stored.message.message!.kind.value!.sessionId;
+  if (answer.ran) yield* untilAnswered(deps, sessionId, answer.userId, answer.after, answer.ran, signal, UNCAPPED);
 }
+
+/** No buffer cap: for readers in this process that never stall. */
+const UNCAPPED: BufferCaps = { events: Infinity, bytes: Infinity };
 
 /**
  * Starts (or joins) the loop for a stored prompt. `after` is the seq of the prompt's last event;
@@ -68,6 +74,11 @@ export async function startAnswer(
  * (e.g. aborted before its first step), nothing will answer it and this throws
  * `PreconditionError` NOT_ANSWERED. When `signal` fires first (deadline, client gone), throws
  * `StoppedWaitingError` (RUN_CONTINUES) naming the message and the last seq yielded: the run goes on.
+ * When the run could not start (every session-lock connection taken), throws its
+ * `LockPoolExhaustedError` (RESOURCE_EXHAUSTED, metadata `message_id`): the prompt stays stored.
+ * When the caller reads too slowly (`caps`, default `limits.watch_buffer_events`/`watch_buffer_bytes`), throws
+ * `WatcherTooSlowError` (RESOURCE_EXHAUSTED, metadata `last_seq` and `message_id`): the run goes
+ * on too, and `WatchSession(after_seq = last_seq)` follows it from there.
  */
 export async function* untilAnswered(
   deps: LedgerDeps,
@@ -76,30 +87,43 @@ export async function* untilAnswered(
   after: bigint,
   ran: Promise<void>,
   signal?: AbortSignal,
+  caps: BufferCaps = bufferCaps(deps.config.limits),
 ): AsyncGenerator<SessionEvent> {
   const stop = new AbortController();
   let answered = false;
   let grace: NodeJS.Timeout | undefined;
+  /** Why the run could not start (no session-lock connection free): told to the caller as is. */
+  let notStarted: LockPoolExhaustedError | undefined;
   void ran
     .then(async () => {
       await new Promise((resolve) => (grace = setTimeout(resolve, RUN_END_GRACE_MS)));
       if (!answered && !(await finalAnswer(deps, sessionId, userId))) stop.abort();
     })
-    .catch(() => stop.abort());
+    .catch((error: unknown) => {
+      if (error instanceof LockPoolExhaustedError) notStarted = error;
+      stop.abort();
+    });
   const feedSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;
   let last = after;
   try {
-    for await (const event of followSession(deps, sessionId, after, feedSignal)) {
+    for await (const event of followSession(deps, sessionId, after, feedSignal, { caps })) {
       yield event;
       last = event.seq;
       if (isFinalAnswer(event, userId)) answered = true;
       if (answered && event.kind.case === "sessionStatus" && event.kind.value.status.case === "idle") return;
     }
+  } catch (error) {
+    if (error instanceof WatcherTooSlowError) error.metadata.message_id = userId;
+    throw error;
   } finally {
     clearTimeout(grace);
   }
   if (signal?.aborted) throw runContinues(sessionId, userId, last, signal.reason);
   if (!answered && stop.signal.aborted) {
+    if (notStarted) {
+      notStarted.metadata.message_id = userId;
+      throw notStarted;
+    }
     throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });
   }
 }

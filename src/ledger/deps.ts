@@ -40,8 +40,10 @@ export interface Replier {
   readonly available: boolean;
   /**
    * Makes sure the session's loop runs (starting it, or telling the running one to look again
-   * for new user messages) and resolves when it has gone idle. Never rejects: loop failures end
-   * up on assistant messages.
+   * for new user messages) and resolves when it has gone idle. Loop failures end up on
+   * assistant messages; it rejects only with `LockPoolExhaustedError` (RESOURCE_EXHAUSTED) when
+   * the loop could not start because no session-lock connection was free (`limits.lock_connections`):
+   * nothing ran, the prompts stay stored for ResumeSession.
    */
   run(sessionId: string, options?: { resume?: string }): Promise<void>;
   /**

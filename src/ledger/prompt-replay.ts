@@ -11,7 +11,7 @@ import { AlreadyExistsError } from "../errors.js";
 /** A stored user message, the events its write appended, and whether it was a replay. */
 export interface StoredPrompt {
   message: MessageWithParts;
-  /** The events of the write that stored it, in seq order. */
+  /** The events of the write that stored it, in seq order (a replay returns the same list: `readPromptEvents`). */
   events: SessionEvent[];
   /** True when `message_id` was already stored with the same content and nothing was written. */
   replayed: boolean;
@@ -23,8 +23,9 @@ export interface StoredPrompt {
  * session then fails the insert (`message_pkey`), which `storePrompt` answers with
  * `AlreadyExistsError` too. Throws `AlreadyExistsError` (ALREADY_EXISTS) when the id is stored
  * in this session with a different request fingerprint. On a match returns the stored message
- * with its parts and the events of its original write (from its `message_updated` to its
- * `prompted` event).
+ * with its parts and every event of its original write, exactly as the original call returned
+ * them (`readPromptEvents`: agent/model switches and a revert's removals included, through its
+ * `session_updated`).
  */
 export async function findStoredPrompt(
   db: Kysely<DB>,

@@ -64,6 +64,11 @@ export async function* promptStream(deps: LedgerDeps, request: PromptRequest, si
  */
 export async function promptAsync(deps: LedgerDeps, request: PromptRequest): Promise<MessageWithParts> {
   const stored = await storePrompt(deps, request);
-  if (!request.noReply) void requireReplier(deps, stored).run(request.sessionId);
+  // A loop that cannot start (no session-lock connection free) is logged by the runner; this
+  // call has answered already, and ResumeSession answers the stored prompt later.
+  if (!request.noReply)
+    void requireReplier(deps, stored)
+      .run(request.sessionId)
+      .catch(() => {});
   return stored.message;
 }

@@ -1,6 +1,6 @@
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { CursorOutOfRangeError, SessionNotFoundError, StoppedWaitingError } from "../errors.js";
-import { followSession } from "../events/feed.js";
+import { bufferCaps, followSession } from "../events/feed.js";
 import type { LogBounds } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 
@@ -12,7 +12,10 @@ import type { LedgerDeps } from "./deps.js";
  * yielded), so a deadline ends the stream with DEADLINE_EXCEEDED, never a success.
  * Throws `SessionNotFoundError` (NOT_FOUND), and `CursorOutOfRangeError` (OUT_OF_RANGE) when
  * `afterSeq` is below what retention kept (`CURSOR_EXPIRED`: reload with ListMessages) or
- * ahead of the log (`CURSOR_AHEAD`).
+ * ahead of the log (`CURSOR_AHEAD`), and `WatcherTooSlowError` (RESOURCE_EXHAUSTED,
+ * WATCHER_TOO_SLOW, metadata `last_seq`) when its client falls behind by more than
+ * `limits.watch_buffer_events` or `limits.watch_buffer_bytes`: it resumes with
+ * `WatchSession(after_seq = last_seq)`.
  */
 export async function* watchSession(
   deps: LedgerDeps,
@@ -27,7 +30,7 @@ export async function* watchSession(
     if (afterSeq > bounds.lastSeq) throw new CursorOutOfRangeError("CURSOR_AHEAD", afterSeq, bounds);
   };
   let last = afterSeq;
-  for await (const event of followSession(deps, sessionId, afterSeq, signal, { checkBounds })) {
+  for await (const event of followSession(deps, sessionId, afterSeq, signal, { checkBounds, caps: bufferCaps(deps.config.limits) })) {
     yield event;
     if (event.kind.case === "sessionDeleted") return;
     last = event.seq;

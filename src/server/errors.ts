@@ -22,6 +22,8 @@ import {
   SessionBusyError,
   SessionNotFoundError,
   StoppedWaitingError,
+  WatcherTooSlowError,
+  LockPoolExhaustedError,
 } from "../errors.js";
 
 /** `google.rpc.ErrorInfo.domain` of every error this service raises. */
@@ -41,6 +43,8 @@ const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code
   [CommandNotFoundError, Code.NotFound],
   [AlreadyExistsError, Code.AlreadyExists],
   [LimitExceededError, Code.ResourceExhausted],
+  [WatcherTooSlowError, Code.ResourceExhausted],
+  [LockPoolExhaustedError, Code.ResourceExhausted],
   [PathNotAllowedError, Code.PermissionDenied],
   [PreconditionError, Code.FailedPrecondition],
   [SessionBusyError, Code.FailedPrecondition],

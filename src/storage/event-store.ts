@@ -171,11 +171,30 @@ export async function lastStatusEvents(db: Kysely<DB>, sessionId?: string): Prom
   return rows.rows.map(rowToEvent);
 }
 
+/** The kinds a prompt's write emits before its `message_updated`, in this order: switches, then a revert's removals. */
+const BEFORE_PROMPT = {
+  agent: protoCaseName(SessionEventSchema, "agentSwitched"),
+  model: protoCaseName(SessionEventSchema, "modelSwitched"),
+  removals: [protoCaseName(SessionEventSchema, "messageRemoved"), protoCaseName(SessionEventSchema, "partRemoved")],
+};
+const SESSION_UPDATED = protoCaseName(SessionEventSchema, "sessionUpdated");
+
 /**
- * The events of the write that stored the user message `messageId` (a prompt), in seq order:
- * from its `message_updated` to its `prompted` event. Empty when either is missing (e.g. removed
- * by retention). One query; the two bounds are found by JSON containment on the stored events,
- * whose JSON is made from the proto (so it follows a rename of any field on the way).
+ * The events of the write that stored the user message `messageId` (a prompt), in seq order,
+ * exactly as that write appended them: its `agent_switched` and `model_switched`, the
+ * `message_removed`/`part_removed` of the revert it carried out, its `message_updated` …
+ * `prompted` (parts, `session_error`, `synthetic`, `command`), and the `session_updated` that
+ * ends it. Empty when the `message_updated` or `prompted` is missing (e.g. removed by retention).
+ *
+ * The write's events are told apart by what every write stores: one commit time (`time`, the
+ * same for all its events) and a fixed order. The `message_updated` and `prompted` are found by
+ * JSON containment (the stored JSON is made from the proto, so it follows a rename of any
+ * field); before the `message_updated`, the contiguous events of the same `time` that a prompt
+ * writes there (removals, preceded by at most a `model_switched`, preceded by at most an
+ * `agent_switched`, which only prompts emit); after the `prompted`, the `session_updated` of
+ * the same `time`. Two queries. The one case it cannot tell apart: a DeleteMessage/DeletePart
+ * committed in the same millisecond just before a prompt without switches, whose removals
+ * would be counted as the prompt's.
  */
 export async function readPromptEvents(db: Kysely<DB>, sessionId: string, messageId: string): Promise<SessionEvent[]> {
   const stored = create(SessionEventSchema, {
@@ -183,19 +202,28 @@ export async function readPromptEvents(db: Kysely<DB>, sessionId: string, messag
   });
   const prompted = create(SessionEventSchema, { kind: { case: "prompted", value: { messageId } } });
   const seqOf = (event: SessionEvent) =>
-    db
-      .selectFrom("session_event")
-      .select((eb) => eb.fn.min("seq").as("seq"))
-      .where("session_id", "=", sessionId)
-      .where("kind", "=", protoCaseName(SessionEventSchema, event.kind.case ?? ""))
-      .where(sql<boolean>`data @> ${JSON.stringify(toJson(SessionEventSchema, event))}::jsonb`);
-  const rows = await db
-    .selectFrom("session_event")
-    .select("data")
-    .where("session_id", "=", sessionId)
-    .where("seq", ">=", seqOf(stored))
-    .where("seq", "<=", seqOf(prompted))
-    .orderBy("seq", "asc")
-    .execute();
-  return rows.map(rowToEvent);
+    sql<number>`(select min(seq) from session_event where session_id = ${sessionId}
+      and kind = ${protoCaseName(SessionEventSchema, event.kind.case ?? "")}
+      and data @> ${JSON.stringify(toJson(SessionEventSchema, event))}::jsonb)`;
+  const candidates = [BEFORE_PROMPT.agent, BEFORE_PROMPT.model, ...BEFORE_PROMPT.removals];
+  // The write starts after the last event before its message_updated that it cannot have emitted.
+  const rows = await sql<{ seq: string | number; kind: string; data: SessionEventRow["data"]; same_time: boolean; at: string }>`
+    with m as (select seq, time from session_event where session_id = ${sessionId} and seq = ${seqOf(stored)}),
+    p as (select ${seqOf(prompted)} as seq),
+    b as (
+      select coalesce(max(e.seq), 0) as seq from session_event e, m
+      where e.session_id = ${sessionId} and e.seq < m.seq and (e.time <> m.time or e.kind not in (${sql.join(candidates)}))
+    )
+    select e.seq, e.kind, e.data, e.time = m.time as same_time, case when e.seq < m.seq then 'before' when e.seq > p.seq then 'after' else 'in' end as at
+    from session_event e, m, p, b
+    where e.session_id = ${sessionId} and e.seq > b.seq and e.seq <= p.seq + 1 and p.seq >= m.seq
+    order by e.seq`.execute(db);
+  const before = rows.rows.filter((row) => row.at === "before");
+  // Walking back from the message_updated: removals, then at most a model switch, then at most an agent switch.
+  let start = before.length;
+  while (start > 0 && BEFORE_PROMPT.removals.includes(before[start - 1]!.kind)) start--;
+  if (start > 0 && before[start - 1]!.kind === BEFORE_PROMPT.model) start--;
+  if (start > 0 && before[start - 1]!.kind === BEFORE_PROMPT.agent) start--;
+  const after = rows.rows.filter((row) => row.at === "after" && row.kind === SESSION_UPDATED && row.same_time);
+  return [...before.slice(start), ...rows.rows.filter((row) => row.at === "in"), ...after].map(rowToEvent);
 }
