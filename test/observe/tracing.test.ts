@@ -15,6 +15,8 @@ import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js
 import { NO_RETRY } from "../support/mock-models.js";
 import type { ScriptedReply } from "../support/openai-server.js";
 import { file, text } from "../support/prompt.js";
+import { listenLoopback, readJsonObject, sendJson } from "../support/fake-http.js";
+import { spawnServe } from "../support/serve-process.js";
 import { waitFor } from "../support/wait.js";
 
 const call = (id: string, name: string, args: unknown): ScriptedReply => ({
@@ -262,4 +264,54 @@ describe("tracing not configured", () => {
       }
     });
   }
+});
+
+describe("ledger serve with OTEL_EXPORTER_OTLP_ENDPOINT", () => {
+  it("loads the SDK, exports the spans over OTLP/HTTP with the configured service name and headers, and flushes them on SIGTERM", async () => {
+    const exports: { path: string; headers: Record<string, unknown>; body: Record<string, unknown> }[] = [];
+    const collector = await listenLoopback(async (req, res) => {
+      exports.push({ path: req.url ?? "", headers: req.headers, body: await readJsonObject(req) });
+      sendJson(res, 200, {});
+    });
+    try {
+      const serve = await spawnServe(
+        { telemetry: { service_name: "ledger-e2e", headers: { "x-collector-key": "secret-key" } } },
+        { OTEL_EXPORTER_OTLP_ENDPOINT: collector.origin },
+      );
+      let run;
+      try {
+        const { session } = await serve.client.createSession({ directory: serve.dir });
+        await serve.client.prompt(
+          { sessionId: session!.id, noReply: true, parts: [text("hello")] },
+          { headers: { traceparent: TRACEPARENT } },
+        );
+      } finally {
+        // The batch processor waits 5 s between exports: what arrives now is the flush on close.
+        run = await serve.close();
+      }
+      expect(run.code, run.stderr).toBe(0);
+      expect(exports.length).toBeGreaterThan(0);
+      expect(exports.map((e) => [e.path, e.headers["content-type"], e.headers["x-collector-key"]])).toEqual(
+        exports.map(() => ["/v1/traces", "application/json", "secret-key"]),
+      );
+      type OtlpSpan = { name: string; traceId: string; parentSpanId?: string };
+      type ResourceSpans = {
+        resource: { attributes: { key: string; value: { stringValue?: string } }[] };
+        scopeSpans: { scope: { name: string }; spans: OtlpSpan[] }[];
+      };
+      const resourceSpans = exports.flatMap((e) => e.body.resourceSpans as ResourceSpans[]);
+      const serviceNames = new Set(
+        resourceSpans.map((r) => r.resource.attributes.find((a) => a.key === "service.name")?.value.stringValue),
+      );
+      expect(serviceNames).toEqual(new Set(["ledger-e2e"]));
+      const spans = resourceSpans.flatMap((r) => r.scopeSpans.flatMap((s) => s.spans));
+      const prompt = spans.find((s) => s.name === "ledger.v1.SessionService/Prompt");
+      expect(prompt).toMatchObject({ traceId: CALLER_TRACE, parentSpanId: CALLER_SPAN });
+      expect(spans.filter((s) => s.traceId === CALLER_TRACE).map((s) => s.name)).toEqual(
+        expect.arrayContaining(["ledger.resolve_drafts", "ledger.write", "ledger.v1.SessionService/Prompt"]),
+      );
+    } finally {
+      await collector.close();
+    }
+  });
 });
