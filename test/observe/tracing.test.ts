@@ -7,6 +7,7 @@ import { context, trace } from "@opentelemetry/api";
 import { TracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { parseConfigText } from "../../src/config/config.js";
 import { telemetryConfig, telemetrySchema } from "../../src/config/telemetry.js";
 import { createLogger, logger, type LogLevel } from "../../src/observe/log.js";
 import { inSpan, tracingEnabled } from "../../src/observe/spans.js";
@@ -233,8 +234,18 @@ describe("tracing not configured", () => {
     expect(parse({ enabled: false }, { OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:4318" }).enabled).toBe(false);
     expect(parse({ enabled: true }, { OTEL_SDK_DISABLED: "true" }).enabled).toBe(false);
     expect(parse({}, { OTEL_SERVICE_NAME: "ledger-eu" }).serviceName).toBe("ledger-eu");
-    expect(() => parse({ sample_ratio: 2 })).toThrow();
-    expect(() => parse({ endpoint: "grpc://collector:4317" })).toThrow();
+    const refused = (telemetry: unknown) => {
+      try {
+        parseConfigText(JSON.stringify({ telemetry }), "ledger.json");
+      } catch (error) {
+        return (error as Error).message;
+      }
+      return "accepted";
+    };
+    expect(refused({ sample_ratio: 2 })).toBe("ledger.json: telemetry.sample_ratio: Too big: expected number to be <=1");
+    expect(refused({ endpoint: "grpc://collector:4317" })).toBe(
+      "ledger.json: telemetry.endpoint: expected an http(s) URL of an OTLP/HTTP collector",
+    );
   });
 
   for (const [label, config] of [
