@@ -4,12 +4,14 @@
  * SDK, the exporter or the pg instrumentation.
  */
 import { createRequire } from "node:module";
-import { context, propagation, trace } from "@opentelemetry/api";
+import { setTimeout as sleep } from "node:timers/promises";
+import { context, diag, DiagLogLevel, propagation, trace, type DiagLogger } from "@opentelemetry/api";
 import { NodeSDK } from "@opentelemetry/sdk-node";
 import { BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, type SpanProcessor } from "@opentelemetry/sdk-trace";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { PgInstrumentation } from "@opentelemetry/instrumentation-pg";
 import type { TelemetryConfig } from "../config/telemetry.js";
+import { logger } from "./log.js";
 import { setTracingEnabled } from "./spans.js";
 
 /** Extra options of {@link startTracing} (tests). */
@@ -26,9 +28,10 @@ export interface Tracing {
   /** Exports the spans ended so far (waits for the exporter). */
   flush(): Promise<void>;
   /**
-   * Flushes, then stops: the SDK's providers shut down, the pg instrumentation is removed and the
-   * API's globals (tracer provider, context manager, propagator) are released, so the API is a
-   * no-op again and tracing may start anew.
+   * Flushes (waiting at most 3 s: a collector that does not answer loses the last spans, with a
+   * `warn` line), then stops: the SDK's providers shut down, the pg instrumentation is removed and
+   * the API's globals (tracer provider, context manager, propagator) are released, so the API is
+   * a no-op again and tracing may start anew. Never throws.
    */
   shutdown(): Promise<void>;
 }
@@ -65,6 +68,9 @@ export async function startTracing(config: TelemetryConfig, options: TracingOpti
     metricReaders: [],
     logRecordProcessors: [],
   });
+  // The SDK reports failed exports through the API's diagnostics logger: to the log (unless OTEL_LOG_LEVEL asks for the SDK's own).
+  const ownDiag = !process.env.OTEL_LOG_LEVEL;
+  if (ownDiag) diag.setLogger(diagToLog(), DiagLogLevel.ERROR);
   sdk.start();
   await patchLoadedPg(pgInstrumentation);
   running = true;
@@ -78,14 +84,23 @@ export async function startTracing(config: TelemetryConfig, options: TracingOpti
     shutdown() {
       stopped ??= (async () => {
         setTracingEnabled(false);
-        try {
+        const exported = (async () => {
           await flush();
           await sdk.shutdown();
+        })();
+        try {
+          // An unreachable collector must not hold the exit: the exporter retries for up to 10 s.
+          const timedOut = await Promise.race([exported.then(() => false), sleep(SHUTDOWN_EXPORT_MS, true, { ref: false })]);
+          if (timedOut) logger.warn("tracing: the last spans were not exported in time; dropped", { timeout_ms: SHUTDOWN_EXPORT_MS });
+        } catch (error) {
+          logger.warn("tracing: the last spans could not be exported", { error: error instanceof Error ? error.message : String(error) });
         } finally {
+          exported.catch(() => undefined);
           pgInstrumentation.disable();
           trace.disable();
           context.disable();
           propagation.disable();
+          if (ownDiag) diag.disable();
           running = false;
         }
       })();
@@ -96,6 +111,27 @@ export async function startTracing(config: TelemetryConfig, options: TracingOpti
 
 /** True between a `startTracing` and its `shutdown`. */
 let running = false;
+
+/** How long (ms) `shutdown` waits for the last spans to be exported. */
+const SHUTDOWN_EXPORT_MS = 3000;
+
+/** Between two log lines of the SDK's errors (a collector that is down fails every batch), at least this long (ms). */
+const DIAG_LOG_INTERVAL_MS = 60_000;
+
+/**
+ * The SDK's diagnostics (errors only: failed exports) as `warn` lines of the JSON log,
+ * `{"msg":"tracing: <message>"}`, at most one a minute.
+ */
+function diagToLog(): DiagLogger {
+  let last = -Infinity;
+  const write = (message: string, ...args: unknown[]) => {
+    if (Date.now() - last < DIAG_LOG_INTERVAL_MS) return;
+    last = Date.now();
+    const detail = args.map((arg) => (arg instanceof Error ? arg.message : typeof arg === "string" ? arg : JSON.stringify(arg)));
+    logger.warn(`tracing: ${message}`, detail.length > 0 ? { detail: detail.join(" ") } : undefined);
+  };
+  return { error: write, warn: write, info: () => {}, debug: () => {}, verbose: () => {} };
+}
 
 /**
  * Applies the pg instrumentation to the `pg` the ledger already loaded: src/storage imports it
