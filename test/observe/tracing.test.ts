@@ -325,4 +325,24 @@ describe("ledger serve with OTEL_EXPORTER_OTLP_ENDPOINT", () => {
       await collector.close();
     }
   });
+
+  it("an unreachable collector costs only the spans: the server answers and exits 0 after at most 3 s of export", async () => {
+    const gone = await listenLoopback(async () => {});
+    await gone.close();
+    const serve = await spawnServe({}, { OTEL_EXPORTER_OTLP_ENDPOINT: gone.origin });
+    const { session } = await serve.client.createSession({ directory: serve.dir });
+    expect(session!.id).toMatch(/^ses_/);
+    const closing = Date.now();
+    const run = await serve.close();
+    expect(run.code, run.stderr).toBe(0);
+    expect(Date.now() - closing).toBeLessThan(10_000);
+    const warnings = run.stderr
+      .split("\n")
+      .filter((line) => line.startsWith("{"))
+      .map((line) => JSON.parse(line) as Record<string, unknown>)
+      .filter((line) => line.level === "warn");
+    expect(warnings).toEqual([
+      expect.objectContaining({ msg: "tracing: the last spans were not exported in time; dropped", timeout_ms: 3000 }),
+    ]);
+  });
 });
