@@ -25,6 +25,7 @@ export type TelemetryFile = z.infer<typeof telemetrySchema>;
  * `OTEL_SDK_DISABLED=true` turns them off whatever the file says.
  */
 export interface TelemetryConfig {
+  /** Whether `startLedger` starts tracing (resolved as above). */
   enabled: boolean;
   /**
    * The OTLP/HTTP collector's base URL (`/v1/traces` is appended), e.g. `http://127.0.0.1:4318`;

@@ -14,6 +14,7 @@ import { TRACER_NAME, tracingEnabled } from "./spans.js";
 
 /** The server span of one RPC; see {@link startRpcSpan}. */
 export interface RpcSpan {
+  /** The span itself (its ids go on the RPC's log line). */
   readonly span: Span;
   /** The caller's context (from its `traceparent`) with this span active: run the handler in it. */
   readonly context: Context;
