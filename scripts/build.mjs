@@ -18,6 +18,12 @@ const EXTERNAL = [
   "zod", // shared with ai and the MCP SDK (one copy of its classes)
   "pg", // CommonJS, two files
   "pg-native", // pg's optional native driver, never installed
+  // Tracing's SDK, exporter and pg instrumentation (CommonJS; loaded only with telemetry configured;
+  // the instrumentation patches pg from node_modules). @opentelemetry/api stays bundled: its copies share one global.
+  "@opentelemetry/sdk-node",
+  "@opentelemetry/sdk-trace",
+  "@opentelemetry/exporter-trace-otlp-http",
+  "@opentelemetry/instrumentation-pg",
 ];
 
 await rm(path.join(root, "dist"), { recursive: true, force: true });

@@ -9,6 +9,7 @@ import { ConfigError, type LedgerConfig } from "./config/config.js";
 import { EventBus } from "./events/bus.js";
 import type { LedgerDeps } from "./ledger/deps.js";
 import { createMetrics } from "./observe/metrics.js";
+import type { Tracing, TracingOptions } from "./observe/tracing.js";
 import { startMcp } from "./mcp/client.js";
 import { loadPlugins } from "./plugins/plugins.js";
 import { isLoopback } from "./server/auth.js";
@@ -29,6 +30,8 @@ export interface StartOptions {
   models?: ModelResolver;
   /** The browser page to serve at `/` (see `loadWebPage`); absent: none. */
   web?: WebPage;
+  /** Options of the tracing started when `config.telemetry.enabled` (tests: in-memory span processors). */
+  tracing?: TracingOptions;
 }
 
 /** A running ledger: its URL, its database, and a graceful `close`. */
@@ -40,7 +43,8 @@ export interface RunningLedger {
   deps: LedgerDeps;
   /**
    * Stops accepting, waits for in-flight requests (up to `graceMs`), aborts agent loops still
-   * running (their messages end with an aborted error), closes the database.
+   * running (their messages end with an aborted error), closes the database, then flushes and
+   * stops tracing (when it runs).
    */
   close(graceMs?: number): Promise<void>;
 }
@@ -49,7 +53,8 @@ export interface RunningLedger {
  * Opens the database (running migrations), loads plugins, recovers interrupted answers, and
  * starts the server on one plaintext port. Throws `ConfigError` when a non-loopback `host` has
  * no token, when NATS is configured with the embedded PGlite database, and when the database cannot be opened or a plugin cannot be loaded (closing what
- * was opened).
+ * was opened). With `config.telemetry.enabled`, first starts OpenTelemetry tracing
+ * (./observe/tracing.ts, imported only then; docs/operations.md#tracing).
  */
 export async function startLedger(options: StartOptions): Promise<RunningLedger> {
   const host = options.host ?? "127.0.0.1";
@@ -64,7 +69,11 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       "bus.nats (or LEDGER_NATS_URL) needs a Postgres database (DATABASE_URL): the embedded PGlite database serves one process only, so there is no other replica to fan out to",
     );
   }
-  const database = await openDatabase(options.database);
+  const tracing = options.config.telemetry.enabled ? await startTracing(options) : undefined;
+  const database = await openDatabase(options.database).catch(async (error: unknown) => {
+    await tracing?.shutdown();
+    throw error;
+  });
   const bus = new EventBus();
   let relay: Relay | undefined;
   let locks: SessionLocks | undefined;
@@ -103,14 +112,22 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
         clearInterval(retention);
         await openRelay?.close();
         await database.close();
+        await tracing?.shutdown();
       },
     };
   } catch (error) {
     await relay?.close();
     await locks?.close();
     await database.close();
+    await tracing?.shutdown();
     throw error;
   }
+}
+
+/** Loads the OpenTelemetry SDK (only now: a ledger without telemetry never loads it) and starts tracing. */
+async function startTracing(options: StartOptions): Promise<Tracing> {
+  const tracing = await import("./observe/tracing.js");
+  return tracing.startTracing(options.config.telemetry, options.tracing);
 }
 
 /**

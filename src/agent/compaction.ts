@@ -158,6 +158,7 @@ async function writeSummary(
     model,
     variant: request.variant,
     system: SUMMARY_SYSTEM,
+    recordContent: deps.config.telemetry.recordContent,
     messages: [...messages, { role: "user", content: [{ type: "text", text: SUMMARY_REQUEST }] }],
     signal: request.signal,
     retry: deps.config.retry,

@@ -218,6 +218,7 @@ async function answerStep(
       model,
       variant: user.variant,
       system: base + hint,
+      recordContent: deps.config.telemetry.recordContent,
       messages: toModelMessages(modelHistory(work.conversation, { continuing: true }), {
         providerId: model.providerId,
         inputModalities: model.config.modalities?.input ?? ["text"],

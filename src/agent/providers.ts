@@ -1,6 +1,7 @@
 import type { LanguageModelV3 } from "@ai-sdk/provider";
 import type { LedgerConfig, ModelConfig, ProviderConfig } from "../config/config.js";
 import { loadOncePerKey } from "../load-once.js";
+import { tracedFetch } from "../observe/spans.js";
 
 /** A model as the loop uses it: the AI SDK model, its config entry and the provider-options key. */
 export interface ResolvedModel {
@@ -45,7 +46,8 @@ export const PROVIDER_PACKAGES = ["@ai-sdk/openai-compatible", "@ai-sdk/openai",
  * `@ai-sdk/openai` and `@ai-sdk/anthropic`. API keys come from `options.apiKey` or the usual
  * environment variables (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `<PROVIDER_ID>_API_KEY` for
  * openai-compatible). Providers are created once, on first use, and each provider package is
- * imported then (`import()`), not when the ledger starts.
+ * imported then (`import()`), not when the ledger starts. Their HTTP requests carry the W3C
+ * trace context (`traceparent`) of the model step while tracing runs (`tracedFetch`).
  */
 export function createModelResolver(config: LedgerConfig, env: NodeJS.ProcessEnv = process.env): ModelResolver {
   // Created on first use; a failed import is tried again on the next prompt, not cached for the process.
@@ -84,7 +86,12 @@ async function createProvider(providerId: string, entry: ProviderConfig, env: No
   switch (npm) {
     case "@ai-sdk/openai": {
       const { createOpenAI } = await import("@ai-sdk/openai");
-      const openai = createOpenAI({ baseURL: options.baseURL, apiKey: options.apiKey || env.OPENAI_API_KEY, headers: options.headers });
+      const openai = createOpenAI({
+        baseURL: options.baseURL,
+        apiKey: options.apiKey || env.OPENAI_API_KEY,
+        headers: options.headers,
+        fetch: tracedFetch,
+      });
       return { make: (id: string) => openai(id), optionsKey: "openai" };
     }
     case "@ai-sdk/anthropic": {
@@ -93,6 +100,7 @@ async function createProvider(providerId: string, entry: ProviderConfig, env: No
         baseURL: options.baseURL,
         apiKey: options.apiKey || env.ANTHROPIC_API_KEY,
         headers: options.headers,
+        fetch: tracedFetch,
       });
       return { make: (id: string) => anthropic(id), optionsKey: "anthropic" };
     }
@@ -105,6 +113,7 @@ async function createProvider(providerId: string, entry: ProviderConfig, env: No
         apiKey: key,
         headers: options.headers,
         includeUsage: true,
+        fetch: tracedFetch,
       });
       return { make: (id: string) => compatible.chatModel(id), optionsKey: providerId };
     }

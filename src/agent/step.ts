@@ -4,6 +4,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { jsonSchema, Output, stepCountIs, streamText, type JSONSchema7, type ModelMessage, type ToolSet } from "ai";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../ids.js";
+import { tracingEnabled } from "../observe/spans.js";
 import type { RetryConfig } from "../config/config.js";
 import type { SessionLedger } from "../ledger/session-ledger.js";
 import { toLoopEvents, type LoopEvent } from "./ai-sdk-events.js";
@@ -30,6 +31,8 @@ export interface StepRequest {
   progress?: ToolProgress;
   /** The step's lazy snapshot (`step_start.snapshot`, `patch`). */
   snapshot?: StepSnapshot;
+  /** Whether the AI SDK's spans carry prompts and answers (`telemetry.record_content`); default false. */
+  recordContent?: boolean;
 }
 
 /**
@@ -99,6 +102,16 @@ async function* modelEvents(request: StepRequest): AsyncIterable<LoopEvent> {
     providerOptions: Object.keys(options).length > 0 ? { [request.model.optionsKey]: options as never } : undefined,
     output: request.schema ? Output.object({ schema: jsonSchema(request.schema as JSONSchema7) }) : undefined,
     onError: () => {},
+    // The AI SDK's own spans (ai.streamText, ai.streamText.doStream, ai.toolCall) while tracing runs (docs/operations.md#tracing).
+    experimental_telemetry: tracingEnabled()
+      ? {
+          isEnabled: true,
+          functionId: "ledger.step",
+          metadata: { sessionId: request.sessionId, messageId: request.messageId },
+          recordInputs: request.recordContent ?? false,
+          recordOutputs: request.recordContent ?? false,
+        }
+      : undefined,
   });
   let finish: string | undefined;
   for await (const part of stream.fullStream) {

@@ -5,6 +5,7 @@ import { z } from "zod";
 import { InvalidArgumentError } from "../errors.js";
 import { BUILT_IN_AGENTS, type AgentInfo } from "./agents.js";
 import { DEFAULT_LIMITS, type Limits } from "./limits.js";
+import { telemetryConfig, telemetrySchema, type TelemetryConfig } from "./telemetry.js";
 
 /** A session directory with more bytes than this (in files git would track) gets no snapshot. */
 export const DEFAULT_SNAPSHOT_MAX_BYTES = 100 * 1024 * 1024;
@@ -148,6 +149,7 @@ export const configFileSchema = z.object({
       prune_protect_tokens: DEFAULT_PRUNE_PROTECT_TOKENS,
       prune_minimum_tokens: DEFAULT_PRUNE_MINIMUM_TOKENS,
     }),
+  telemetry: telemetrySchema,
 });
 
 /** A parsed `ledger.json` before defaults are merged. */
@@ -222,6 +224,8 @@ export interface LedgerConfig {
   nats?: NatsConfig;
   /** How long sessions are kept within the model's context (`compaction` in ledger.json; docs/compaction.md). */
   compaction: CompactionConfig;
+  /** OpenTelemetry traces (`telemetry` in ledger.json, `OTEL_*` variables; docs/operations.md#tracing). */
+  telemetry: TelemetryConfig;
 }
 
 /**
@@ -286,9 +290,9 @@ export function loadConfig(options: { explicitPath?: string; cwd?: string; env?:
   const wanted = options.explicitPath ?? env.LEDGER_CONFIG;
   const file = wanted ? path.resolve(cwd, wanted) : CONFIG_FILE_NAMES.map((n) => path.join(cwd, n)).find((p) => existsSync(p));
   const config = !file
-    ? buildConfig(configFileSchema.parse({}), undefined, cwd)
+    ? buildConfig(configFileSchema.parse({}), undefined, cwd, env)
     : existsSync(file)
-      ? buildConfig(parseConfigText(readFileSync(file, "utf8"), file, env), file, path.dirname(file))
+      ? buildConfig(parseConfigText(readFileSync(file, "utf8"), file, env), file, path.dirname(file), env)
       : undefined;
   if (!config) throw new ConfigError(`config file ${file} does not exist`);
   if (env.LEDGER_TOKEN) {
@@ -380,10 +384,10 @@ export function parseModelRef(value: string, field = "model"): { providerId: str
 /**
  * Merges a parsed config file with the built-in defaults: built-in agents overridden or
  * extended by `agent`, default model (`model`, else the first configured model), limits,
- * roots and plugin paths resolved against `baseDir`. Throws `ConfigError` when
- * `default_agent` names no agent.
+ * roots and plugin paths resolved against `baseDir`, telemetry with the `OTEL_*` variables of
+ * `env` (none by default). Throws `ConfigError` when `default_agent` names no agent.
  */
-export function buildConfig(file: ConfigFile, source: string | undefined, baseDir: string): LedgerConfig {
+export function buildConfig(file: ConfigFile, source: string | undefined, baseDir: string, env: NodeJS.ProcessEnv = {}): LedgerConfig {
   const agents = new Map<string, AgentInfo>(BUILT_IN_AGENTS.map((a) => [a.name, { ...a, permission: { ...a.permission } }]));
   for (const [name, override] of Object.entries(file.agent)) {
     if (override.disable) {
@@ -463,6 +467,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
       protectTokens: file.compaction.prune_protect_tokens,
       minimumTokens: file.compaction.prune_minimum_tokens,
     },
+    telemetry: telemetryConfig(file.telemetry, env),
   };
 }
 

@@ -4,10 +4,12 @@ import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { ModelRefSchema } from "../../gen/ledger/v1/model_pb.js";
 import { MessageSchema, MessageWithPartsSchema, type Message, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
+import type { Span } from "@opentelemetry/api";
 import { PermissionAction, PermissionRuleSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
 import { allowedRoots } from "../config/config.js";
 import { newId } from "../ids.js";
+import { annotateActiveSpan, inSpan } from "../observe/spans.js";
 import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
 import { makeStorable } from "../storage/jsonb.js";
 import { insertMessage } from "../storage/message-store.js";
@@ -51,6 +53,10 @@ export interface StorePromptOptions {
  * `message_id` is an idempotency key: the same id with the same content returns the stored
  * message (`replayed: true`, no new rows); with other content → `AlreadyExistsError`.
  *
+ * While tracing runs (docs/operations.md#tracing), the draft resolution and the write are the
+ * spans `ledger.resolve_drafts` and `ledger.write` (attributes `ledger.session_id`,
+ * `ledger.message_id`), and the active span gets the same two attributes.
+ *
  * Throws `SessionNotFoundError`, `AgentNotFoundError` (NOT_FOUND), `InvalidArgumentError`,
  * `LimitExceededError`, `PathNotAllowedError`, `AlreadyExistsError`, `PluginError`; on any of
  * them nothing is written.
@@ -88,19 +94,24 @@ async function storeResolved(
   const model = resolveModel(deps.config, agent, request.model, session.model);
   const variant = resolveVariant(deps.config, agent, model, request.variant);
   const messageId = request.messageId || newId("msg");
-  const drafts = await resolveDrafts(
-    {
-      sessionId: session.id,
-      messageId,
-      directory: session.directory,
-      roots: allowedRoots(deps.config),
-      references: deps.config.references,
-      limits: deps.config.limits,
-      agent,
-      agents: deps.config.agents,
-      mcp: deps.mcp,
-    },
-    request.parts,
+  // Tracing: the call storing the prompt (e.g. the Prompt RPC's span) names the message it stored.
+  const spanAttributes = { "ledger.session_id": session.id, "ledger.message_id": messageId };
+  annotateActiveSpan(spanAttributes);
+  const drafts = await inSpan("ledger.resolve_drafts", { ...spanAttributes, "ledger.parts": request.parts.length }, () =>
+    resolveDrafts(
+      {
+        sessionId: session.id,
+        messageId,
+        directory: session.directory,
+        roots: allowedRoots(deps.config),
+        references: deps.config.references,
+        limits: deps.config.limits,
+        agent,
+        agents: deps.config.agents,
+        mcp: deps.mcp,
+      },
+      request.parts,
+    ),
   );
   const draftMessage = create(MessageSchema, {
     kind: {
@@ -122,6 +133,25 @@ async function storeResolved(
   const hooked = await deps.plugins.chatMessage(draftMessage, drafts.parts);
   const input: PromptWrite = { request, options, agentName: agent.name, model, hooked, drafts, messageId, fingerprint };
 
+  const written = await inSpan("ledger.write", spanAttributes, (span) => writePrompt(deps, session, known, input, span, retried));
+  if (written !== "resolve again") return written;
+  return await storeResolved(deps, request, options, sessionCache(deps.db).get(session.id), true);
+}
+
+/**
+ * The write of a resolved prompt (see `storeResolved`); "resolve again" when the session's agent
+ * or model changed since it was resolved (first attempt only). Sets `ledger.write_path` on
+ * `span`: "statement" (`writeSessionOnce`) or "transaction" (`writeSession`).
+ */
+async function writePrompt(
+  deps: LedgerDeps,
+  session: Session,
+  known: KnownSession,
+  input: PromptWrite,
+  span: Span | undefined,
+  retried: boolean,
+): Promise<StoredPrompt | "resolve again"> {
+  const { request, hooked, fingerprint, messageId } = input;
   try {
     // One prompt at a time per session in this process: each is planned against the state the
     // previous one left in the cache, so concurrent prompts are not refused as stale.
@@ -139,9 +169,12 @@ async function storeResolved(
       }
       return undefined;
     });
-    if (fast === "resolve again" && !retried)
-      return await storeResolved(deps, request, options, sessionCache(deps.db).get(session.id), true);
-    if (Array.isArray(fast)) return { message: storedMessage(hooked), events: fast, replayed: false };
+    if (fast === "resolve again" && !retried) return "resolve again";
+    if (Array.isArray(fast)) {
+      span?.setAttribute("ledger.write_path", "statement");
+      return { message: storedMessage(hooked), events: fast, replayed: false };
+    }
+    span?.setAttribute("ledger.write_path", "transaction");
     const { result, events } = await writeSession(deps, session.id, async (w) => {
       // A concurrent request with the same message_id may have committed while we resolved.
       if (request.messageId) {

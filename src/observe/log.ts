@@ -1,3 +1,5 @@
+import { activeTraceIds } from "./spans.js";
+
 /** Severity of a log line, lowest first. */
 export type LogLevel = "debug" | "info" | "warn" | "error";
 
@@ -19,7 +21,7 @@ export interface Logger {
 
 const LEVELS: Readonly<Record<LogLevel, number>> = { debug: 10, info: 20, warn: 30, error: 40 };
 
-/** Field names every line sets itself; a field with one of these names is written as `field_<name>`. */
+/** Field names every line sets itself; a field with one of these names is written as `field_<name>` (`trace_id` and `span_id` are not reserved). */
 const RESERVED = new Set(["time", "level", "msg"]);
 
 /** Reads `LEDGER_LOG_LEVEL` (debug|info|warn|error, case-insensitive); anything else → info. */
@@ -60,9 +62,13 @@ export function createLogger(options: { level?: LogLevel; write?: (line: string)
 /** The process-wide logger (level from `LEDGER_LOG_LEVEL` when this module is first loaded). */
 export const logger: Logger = createLogger();
 
-/** One log line (without the newline). Exported for tests. */
+/**
+ * One log line (without the newline). Exported for tests. Written inside a span while tracing
+ * runs (docs/operations.md#tracing), it carries the span's `trace_id` and `span_id` after `msg`
+ * (fields of those names replace them).
+ */
 export function formatLine(level: LogLevel, msg: string, fields?: LogFields): string {
-  const line: Record<string, unknown> = { time: new Date().toISOString(), level, msg };
+  const line: Record<string, unknown> = { time: new Date().toISOString(), level, msg, ...activeTraceIds() };
   if (fields) {
     for (const [key, value] of Object.entries(fields)) {
       if (value === undefined) continue;

@@ -1,10 +1,12 @@
 import type http from "node:http";
 import type http2 from "node:http2";
 import { performance } from "node:perf_hooks";
+import { context as otelContext } from "@opentelemetry/api";
 import { Code, ConnectError, createContextKey, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { newUlid } from "../ids.js";
 import { logger as defaultLogger, type LogFields, type Logger } from "./log.js";
 import type { LedgerMetrics } from "./metrics.js";
+import { inContext, startRpcSpan } from "./rpc-span.js";
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
 type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
@@ -81,7 +83,9 @@ export interface RpcObserver {
  * message's `session_id` when it has one; a server stream ends when its last message is written,
  * it fails, or the client cancels) and records `ledger_rpc_requests_total` /
  * `ledger_rpc_duration_seconds` in `metrics`. Durations are measured from the interceptor's start:
- * reading a unary request body is not included.
+ * reading a unary request body is not included. While tracing runs (docs/operations.md#tracing),
+ * each RPC is also a SERVER span (`startRpcSpan`, a child of the caller's `traceparent`) in
+ * which the handler runs, and its log line carries the span's `trace_id` and `span_id`.
  */
 export function createRpcObserver(options: { logger?: Logger; metrics?: LedgerMetrics } = {}): RpcObserver {
   const logger = options.logger ?? defaultLogger;
@@ -97,6 +101,7 @@ export function createRpcObserver(options: { logger?: Logger; metrics?: LedgerMe
     requestId: string;
     sessionId?: string;
     status?: number;
+    trace?: { trace_id: string; span_id: string };
   }) => {
     const seconds = (performance.now() - fields.start) / 1000;
     metrics?.observeRpc(fields.procedure, fields.code, seconds);
@@ -109,6 +114,7 @@ export function createRpcObserver(options: { logger?: Logger; metrics?: LedgerMe
     };
     if (fields.sessionId) line.session_id = fields.sessionId;
     if (fields.status !== undefined) line.http_status = fields.status;
+    if (fields.trace) Object.assign(line, fields.trace);
     logger.info("rpc", line);
   };
 
@@ -125,10 +131,15 @@ export function createRpcObserver(options: { logger?: Logger; metrics?: LedgerMe
     const protocol = protocolOf(req.header.get("content-type"));
     let sessionId: string | undefined;
     let done = false;
-    const finish = (code: string) => {
+    const rpcSpan = startRpcSpan(req, protocol, codeName);
+    const ids = rpcSpan?.span.spanContext();
+    const trace = ids && { trace_id: ids.traceId, span_id: ids.spanId };
+    /** `code`: undefined for OK. */
+    const finish = (code: Code | undefined) => {
       if (done) return;
       done = true;
-      record({ procedure, protocol, code, start, requestId, sessionId });
+      rpcSpan?.end(code, sessionId);
+      record({ procedure, protocol, code: code === undefined ? "ok" : codeName(code), start, requestId, sessionId, trace });
     };
 
     if (req.stream) {
@@ -137,16 +148,17 @@ export function createRpcObserver(options: { logger?: Logger; metrics?: LedgerMe
       sessionId = sessionIdOf(req.message);
     }
     try {
-      const res = await next(req);
+      const res = rpcSpan ? await otelContext.with(rpcSpan.context, () => next(req)) : await next(req);
       echo(res.header);
       if (!res.stream) {
-        finish("ok");
+        finish(undefined);
         return res;
       }
-      return { ...res, message: observeStream(res.message, req.signal, finish) };
+      const messages = rpcSpan ? inContext(rpcSpan.context, res.message) : res.message;
+      return { ...res, message: observeStream(messages, req.signal, finish) };
     } catch (error) {
       if (error instanceof ConnectError) echo(error.metadata);
-      finish(codeName(ConnectError.from(error).code));
+      finish(ConnectError.from(error).code);
       throw error;
     }
   };
@@ -243,22 +255,26 @@ async function* tapEach<T>(messages: AsyncIterable<T>, see: (message: T) => void
 }
 
 /**
- * Passes a response stream through and calls `finish` once when it ends: "ok" when it completes,
- * the error's code when it fails; when the call's `signal` aborted (client gone, deadline,
- * shutdown) or the reader stopped early, the abort's code ("canceled" by default), even if the
- * handler then ended quietly.
+ * Passes a response stream through and calls `finish` once when it ends: undefined (OK) when it
+ * completes, the error's code when it fails; when the call's `signal` aborted (client gone,
+ * deadline, shutdown) or the reader stopped early, the abort's code (`Canceled` by default),
+ * even if the handler then ended quietly.
  */
-async function* observeStream<T>(messages: AsyncIterable<T>, signal: AbortSignal, finish: (code: string) => void): AsyncIterable<T> {
-  const aborted = () => codeName(signal.reason === undefined ? Code.Canceled : ConnectError.from(signal.reason, Code.Canceled).code);
-  let code: string | undefined;
+async function* observeStream<T>(
+  messages: AsyncIterable<T>,
+  signal: AbortSignal,
+  finish: (code: Code | undefined) => void,
+): AsyncIterable<T> {
+  const aborted = () => (signal.reason === undefined ? Code.Canceled : ConnectError.from(signal.reason, Code.Canceled).code);
+  let code: Code | "ok" | undefined;
   try {
     yield* messages;
     code = signal.aborted ? aborted() : "ok";
   } catch (error) {
-    code = signal.aborted ? aborted() : codeName(ConnectError.from(error).code);
+    code = signal.aborted ? aborted() : ConnectError.from(error).code;
     throw error;
   } finally {
-    finish(code ?? aborted());
+    finish(code === "ok" ? undefined : (code ?? aborted()));
   }
 }
 

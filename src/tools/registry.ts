@@ -1,6 +1,7 @@
 import { tool, type Tool, type ToolSet } from "ai";
 import type { PermissionRule } from "../../gen/ledger/v1/session_pb.js";
 import type { AgentInfo } from "../config/agents.js";
+import { inSpan } from "../observe/spans.js";
 import { bashDefinition } from "./bash.js";
 import { editDefinition } from "./edit.js";
 import { globDefinition } from "./glob.js";
@@ -80,7 +81,11 @@ export function createTools(options: {
   return tools;
 }
 
-/** The AI SDK tool for `definition`: checks the permission, then runs it with the call's abort signal. */
+/**
+ * The AI SDK tool for `definition`: checks the permission, then runs it with the call's abort
+ * signal; while tracing runs, inside a span `ledger.tool` (`ledger.tool.name`,
+ * `ledger.tool.call_id`; a failed call is recorded on it) (docs/operations.md#tracing).
+ */
 function guarded(
   definition: ToolDefinition<unknown>,
   agentName: string,
@@ -92,17 +97,18 @@ function guarded(
   return tool({
     description: definition.description,
     inputSchema: definition.inputSchema,
-    execute: async (input, call) => {
-      const signal = call.abortSignal ?? context.signal ?? new AbortController().signal;
-      const ask = (request: ToolAsk) => checkPermission(agentName, rules, { ...request, callId: call.toolCallId }, signal, options.asker);
-      if (!definition.asks) await ask({ permission: name, patterns: ["*"], metadata: {} });
-      else await options.beforeChange?.();
-      return definition.execute(input, {
-        ...context,
-        signal: call.abortSignal ?? context.signal,
-        ask,
-        progress: options.progress && ((update) => options.progress!(call.toolCallId, update)),
-      });
-    },
+    execute: (input, call) =>
+      inSpan("ledger.tool", { "ledger.tool.name": name, "ledger.tool.call_id": call.toolCallId }, async () => {
+        const signal = call.abortSignal ?? context.signal ?? new AbortController().signal;
+        const ask = (request: ToolAsk) => checkPermission(agentName, rules, { ...request, callId: call.toolCallId }, signal, options.asker);
+        if (!definition.asks) await ask({ permission: name, patterns: ["*"], metadata: {} });
+        else await options.beforeChange?.();
+        return definition.execute(input, {
+          ...context,
+          signal: call.abortSignal ?? context.signal,
+          ask,
+          progress: options.progress && ((update) => options.progress!(call.toolCallId, update)),
+        });
+      }),
   });
 }

@@ -20,7 +20,18 @@ const MODULE_LOG = pathToFileURL(path.join(ROOT, "test/support/module-log.mjs"))
 const TIMEOUT = 120_000;
 
 /** Packages `ledger serve` must not load before a prompt needs them (noReply prompts never do). */
-const LAZY = ["tsx", "sharp", "@modelcontextprotocol/sdk", "typescript", "web-tree-sitter", "ai", "@ai-sdk/", "@nats-io/"];
+const LAZY = [
+  "tsx",
+  "sharp",
+  "@modelcontextprotocol/sdk",
+  "typescript",
+  "web-tree-sitter",
+  "ai",
+  "@ai-sdk/",
+  "@nats-io/",
+  // Tracing: its SDK only with telemetry configured; @opentelemetry/api is in the bundle.
+  "@opentelemetry/",
+];
 
 let dir: string;
 let database: TestDatabase | undefined;

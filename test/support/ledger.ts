@@ -11,6 +11,7 @@ import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { errorInterceptor } from "../../src/server/errors.js";
 import { createRoutes } from "../../src/server/routes.js";
 import type { WebPage } from "../../src/server/web-page.js";
+import type { TracingOptions } from "../../src/observe/tracing.js";
 import { createTestDatabase, type TestDatabase } from "./db.js";
 import { compatibleProvider } from "./mock-models.js";
 import { startFakeOpenAI, type FakeOpenAI } from "./openai-server.js";
@@ -41,6 +42,8 @@ export interface TestLedgerOptions {
   transport?: "memory" | "http";
   /** The browser page the server serves at `/` (see `loadWebPage`); absent: none. */
   web?: WebPage;
+  /** Options of the tracing a `telemetry` config starts (e.g. in-memory span processors). */
+  tracing?: TracingOptions;
 }
 
 /**
@@ -55,6 +58,7 @@ export async function startTestLedger(config: Record<string, unknown> = {}, opti
     database: database.target,
     models: options.models,
     web: options.web,
+    tracing: options.tracing,
   });
   const transport: Transport =
     options.transport === "http"
