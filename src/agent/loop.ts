@@ -277,7 +277,7 @@ async function answerStep(
     hint = `\n\nYour previous answer did not match the required JSON schema (${why}). Answer again with JSON only.`;
   }
   const aborted = result.aborted || signal.aborted;
-  let error: MessageErrorInit | undefined = result.error || aborted ? toMessageError(result.error, model.providerId, aborted) : undefined;
+  let error: MessageErrorInit | undefined = result.error || aborted ? toMessageError(result.error, model.providerId, aborted, signal.reason) : undefined;
   if (!error && result.finishReason === "length")
     error = { message: "The model stopped at its output token limit", kind: { case: "outputLength", value: {} } };
   if (!error && schema && result.finishReason !== "tool-calls" && result.structured === undefined) {
@@ -329,7 +329,7 @@ async function runSubtask(
     }
   })();
   const result = await processStep({ ledger, sessionId, messageId: assistant.id, cost: () => 0 }, events);
-  const error = signal.aborted ? toMessageError(undefined, "", true) : undefined;
+  const error = signal.aborted ? toMessageError(undefined, "", true, signal.reason) : undefined;
   await finishAssistant(ledger, assistant, { error, finish: "tool-calls" });
   return error || result.error ? "stop" : "continue";
 }

@@ -15,6 +15,7 @@ import type { ToolOutput } from "../tools/tool-context.js";
 import type { LoopDeps } from "./loop.js";
 import type { ModelResolver } from "./providers.js";
 import { logger } from "../observe/log.js";
+import { LoopHandedOver } from "./hand-over.js";
 import { recoverSession } from "./recovery.js";
 import type { Release, SessionLocks } from "./session-lock.js";
 import type { TaskRunner } from "../tools/task.js";
@@ -209,6 +210,12 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     async stopAll() {
       const entries = [...running.values()];
       for (const entry of entries) entry.controller.abort();
+      await Promise.all(entries.map((e) => e.done));
+    },
+    activeRuns: () => running.size,
+    async handOver() {
+      const entries = [...running.values()];
+      for (const entry of entries) entry.controller.abort(new LoopHandedOver());
       await Promise.all(entries.map((e) => e.done));
     },
   };
