@@ -277,7 +277,8 @@ async function answerStep(
     hint = `\n\nYour previous answer did not match the required JSON schema (${why}). Answer again with JSON only.`;
   }
   const aborted = result.aborted || signal.aborted;
-  let error: MessageErrorInit | undefined = result.error || aborted ? toMessageError(result.error, model.providerId, aborted, signal.reason) : undefined;
+  let error: MessageErrorInit | undefined =
+    result.error || aborted ? toMessageError(result.error, model.providerId, aborted, signal.reason) : undefined;
   if (!error && result.finishReason === "length")
     error = { message: "The model stopped at its output token limit", kind: { case: "outputLength", value: {} } };
   if (!error && schema && result.finishReason !== "tool-calls" && result.structured === undefined) {

@@ -63,9 +63,10 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .option("--config <path>", "config file (default ./ledger.json, or LEDGER_CONFIG)")
     .option("--no-web", "do not serve the browser page at /")
     .addOption(
-      new Option("--grace-ms <ms>", "on SIGTERM/SIGINT: how long in-flight requests and agent loops get to finish (default 10000)").argParser(
-        parseGraceMs,
-      ),
+      new Option(
+        "--grace-ms <ms>",
+        "on SIGTERM/SIGINT: how long in-flight requests and agent loops get to finish (default 10000)",
+      ).argParser(parseGraceMs),
     )
     .addHelpText(
       "after",

@@ -1,0 +1,224 @@
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { afterEach, describe, expect, it } from "vitest";
+import { ErrorInfoSchema, RetryInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { SessionService } from "../../gen/ledger/v1/service_pb.js";
+import { isHint } from "../../src/events/bus.js";
+import { connectError } from "../support/errors.js";
+import { collectEvents, type EventCollector } from "../support/event-stream.js";
+import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
+import type { ScriptedReply } from "../support/openai-server.js";
+import { text } from "../support/prompt.js";
+import { lastSeq } from "../support/stored.js";
+import { waitFor } from "../support/wait.js";
+
+// Drain on SIGTERM (docs/operations.md, "Running behind a load balancer"), in-process against a
+// real server on loopback: Connect over HTTP/1.1 (the ledger's `client`) and gRPC over h2c.
+// `ledger.drain()` starts what `close()` starts first, without closing, so the drained server can
+// still be asked; `close(graceMs)` is then measured against open streams and running loops.
+
+const open: FakeModelLedger[] = [];
+afterEach(async () => {
+  for (const t of open.splice(0)) await t.close();
+});
+
+async function ledger(): Promise<FakeModelLedger & { grpc: Client<typeof SessionService>; health: Client<typeof Health> }> {
+  const t = await startFakeModelLedger({}, { transport: "http" });
+  open.push(t);
+  const transport = createGrpcTransport({ baseUrl: t.ledger.url });
+  return { ...t, grpc: createClient(SessionService, transport), health: createClient(Health, transport) };
+}
+
+/** A reply streamed over `chunks × delayMs` ms. */
+function slowReply(words: string[], delayMs: number): ScriptedReply {
+  return { kind: "stream", chunks: words.map((w, i) => ({ text: i === 0 ? w : ` ${w}` })), delayMs };
+}
+
+/** The ErrorInfo and RetryInfo of a draining server's error, after checking its code. */
+function drainDetails(error: unknown): { reason: string; metadata: Record<string, string>; retryMs: number } {
+  expect(error).toBeInstanceOf(ConnectError);
+  const e = error as ConnectError;
+  expect(Code[e.code], e.rawMessage).toBe("Unavailable");
+  const [info] = e.findDetails(ErrorInfoSchema);
+  const [retry] = e.findDetails(RetryInfoSchema);
+  const delay = retry?.retryDelay;
+  return {
+    reason: info?.reason ?? "",
+    metadata: { ...info?.metadata },
+    retryMs: delay ? Number(delay.seconds) * 1000 + delay.nanos / 1e6 : -1,
+  };
+}
+
+/** A session with one stored noReply prompt; returns its id and last seq. */
+async function storedSession(t: FakeModelLedger): Promise<{ sessionId: string; last: bigint }> {
+  const { session } = await t.client.createSession({ directory: t.dir });
+  const sessionId = session!.id;
+  await t.client.prompt({ sessionId, noReply: true, parts: [text("hello"), text("there")] });
+  const { messages } = await t.client.listMessages({ sessionId });
+  expect(messages).toHaveLength(1);
+  return { sessionId, last: BigInt(await lastSeq(t.ledger.database.db, sessionId)) };
+}
+
+describe("drain", () => {
+  it("flips health to NOT_SERVING (Check and an open Watch, which then ends UNAVAILABLE), refuses new RPCs with UNAVAILABLE DRAINING + RetryInfo, ends open WatchSessions with their cursor, lets an in-flight unary Prompt finish", async () => {
+    const t = await ledger();
+    const { sessionId, last } = await storedSession(t);
+    expect((await t.health.check({ service: "" })).status).toBe(ServingStatus.SERVING);
+
+    const statuses: ServingStatus[] = [];
+    const healthWatch = (async () => {
+      for await (const res of t.health.watch({ service: "ledger.v1.SessionService" })) statuses.push(res.status);
+    })().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const overConnect = collectEvents((signal) => t.client.watchSession({ sessionId, afterSeq: 0n }, { signal }));
+    const overGrpc = collectEvents((signal) => t.grpc.watchSession({ sessionId, afterSeq: 1n }, { signal }));
+    await overConnect.reach(last);
+    await overGrpc.reach(last);
+    await waitFor("the health Watch's first status", () => statuses.length === 1);
+
+    // A unary Prompt whose answer is still streaming when the drain starts.
+    const { session: busy } = await t.client.createSession({ directory: t.dir });
+    t.fake.push(slowReply(["one", "two", "three", "four", "five"], 150));
+    const prompt = t.grpc.prompt({ sessionId: busy!.id, parts: [text("answer slowly")] });
+    await waitFor("the model request", () => t.fake.requests.length === 1);
+
+    const started = Date.now();
+    t.ledger.drain();
+
+    // The open health Watch: NOT_SERVING at once, then UNAVAILABLE (DRAINING).
+    const healthEnd = await healthWatch;
+    expect(statuses).toEqual([ServingStatus.SERVING, ServingStatus.NOT_SERVING]);
+    expect(drainDetails(healthEnd)).toEqual({ reason: "DRAINING", metadata: {}, retryMs: 250 });
+    // Check keeps answering, NOT_SERVING (no probe while draining), for every known service.
+    expect((await t.health.check({ service: "" })).status).toBe(ServingStatus.NOT_SERVING);
+    expect((await t.health.check({ service: "ledger.v1.SessionService" })).status).toBe(ServingStatus.NOT_SERVING);
+
+    // Open WatchSessions end UNAVAILABLE with the cursor to resume from on another replica.
+    for (const watcher of [overConnect, overGrpc]) {
+      await watcher.done;
+      expect(stored(watcher).at(-1)!.seq).toBe(last);
+      const { reason, metadata, retryMs } = drainDetails(watcher.failure());
+      expect({ reason, metadata, retryMs }).toEqual({
+        reason: "DRAINING",
+        metadata: { session_id: sessionId, after_seq: String(last) },
+        retryMs: 250,
+      });
+      expect((watcher.failure() as ConnectError).rawMessage).toContain(
+        `continue with WatchSession(session_id=${sessionId}, after_seq=${last})`,
+      );
+    }
+    expect(Date.now() - started).toBeLessThan(2000);
+
+    // New RPCs, unary or streaming, over either protocol: UNAVAILABLE DRAINING with RetryInfo, no cursor.
+    for (const call of [
+      t.client.getSession({ sessionId }),
+      t.grpc.listSessions({}),
+      t.grpc.watchSession({ sessionId, afterSeq: 0n }),
+      t.client.prompt({ sessionId, noReply: true, parts: [text("too late")] }),
+    ]) {
+      expect(drainDetails(await connectError(call))).toEqual({ reason: "DRAINING", metadata: {}, retryMs: 250 });
+    }
+
+    // The unary Prompt in flight finishes normally with its whole answer.
+    const answer = (await prompt).message!;
+    const kind = answer.message!.kind;
+    expect(kind.case).toBe("assistant");
+    expect(kind.case === "assistant" ? kind.value.error : "not an assistant message").toBeUndefined();
+    expect(answer.parts.flatMap((p) => (p.kind.case === "text" ? [p.kind.value.text] : []))).toEqual(["one two three four five"]);
+    // Nothing was stored by the refused prompt.
+    expect(t.fake.requests).toHaveLength(1);
+  });
+
+  it("close(10 s) with an open WatchSession and health Watch returns well under the grace period, the streams ended UNAVAILABLE", async () => {
+    const t = await ledger();
+    const { sessionId, last } = await storedSession(t);
+    const watcher = collectEvents((signal) => t.grpc.watchSession({ sessionId, afterSeq: 0n }, { signal }));
+    const healthWatch = (async () => {
+      for await (const _ of t.health.watch({ service: "" }));
+    })().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    await watcher.reach(last);
+
+    const started = Date.now();
+    await t.ledger.close(10_000);
+    const took = Date.now() - started;
+    expect(took).toBeLessThan(2000);
+    await watcher.done;
+    expect(drainDetails(watcher.failure()).metadata).toEqual({ session_id: sessionId, after_seq: String(last) });
+    expect(drainDetails(await healthWatch).reason).toBe("DRAINING");
+  });
+
+  it("close waits for an agent loop that finishes within the grace period: its answer completes normally", async () => {
+    const t = await ledger();
+    const { session } = await t.client.createSession({ directory: t.dir });
+    const sessionId = session!.id;
+    const events = busEvents(t, sessionId);
+    t.fake.push(slowReply(["a", "b", "c", "d", "e", "f"], 150));
+    await t.client.promptAsync({ sessionId, parts: [text("take your time")] });
+    await waitFor("the model request", () => t.fake.requests.length === 1);
+
+    const started = Date.now();
+    await t.ledger.close(10_000);
+    const took = Date.now() - started;
+    expect(took).toBeGreaterThanOrEqual(500);
+    expect(took).toBeLessThan(5000);
+    expect(t.fake.requests[0]!.end).toBe("finished");
+    const assistant = lastAssistant(events);
+    expect(assistant?.error).toBeUndefined();
+    expect(assistant?.time?.completed).toBeDefined();
+    expect(statuses(events).at(-1)).toBe("idle");
+  });
+
+  it("close hands over a loop still running at the end of the grace period: its answer ends interrupted (not aborted), the session idle", async () => {
+    const t = await ledger();
+    const { session } = await t.client.createSession({ directory: t.dir });
+    const sessionId = session!.id;
+    const events = busEvents(t, sessionId);
+    t.fake.push({ kind: "stream", chunks: [{ text: "partial" }, { hang: true }] });
+    await t.client.promptAsync({ sessionId, parts: [text("never finishes")] });
+    await waitFor("the model request", () => t.fake.requests.length === 1);
+
+    const started = Date.now();
+    await t.ledger.close(400);
+    const took = Date.now() - started;
+    expect(took).toBeGreaterThanOrEqual(400);
+    expect(took).toBeLessThan(4000);
+    const assistant = lastAssistant(events);
+    expect(assistant?.error?.kind.case).toBe("interrupted");
+    expect(assistant?.error?.message).toBe("Interrupted: the server running this answer shut down; ResumeSession continues it");
+    expect(assistant?.time?.completed).toBeDefined();
+    expect(statuses(events)).toEqual(["busy", "idle"]);
+    await waitFor("the model request to be aborted", () => t.fake.requests[0]!.end === "aborted");
+  });
+});
+
+/** The stored events a collector got (live part_delta events carry their snapshot's seq). */
+function stored(watcher: EventCollector): SessionEvent[] {
+  return watcher.events.filter((e) => e.kind.case !== "partDelta");
+}
+
+/** Every event the ledger publishes for the session from now on (in-process, after each commit). */
+function busEvents(t: FakeModelLedger, sessionId: string): SessionEvent[] {
+  const events: SessionEvent[] = [];
+  t.ledger.deps.bus.subscribe(sessionId, (item) => {
+    if (!isHint(item)) events.push(item);
+  });
+  return events;
+}
+
+function lastAssistant(events: SessionEvent[]) {
+  const updates = events.flatMap((e) =>
+    e.kind.case === "messageUpdated" && e.kind.value.message?.kind.case === "assistant" ? [e.kind.value.message.kind.value] : [],
+  );
+  return updates.at(-1);
+}
+
+function statuses(events: SessionEvent[]): string[] {
+  return events.flatMap((e) => (e.kind.case === "sessionStatus" ? [e.kind.value.status.case ?? ""] : []));
+}
