@@ -1,11 +1,11 @@
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
-import { ErrorInfoSchema, RetryInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { isHint } from "../../src/events/bus.js";
+import { drainDetails } from "../support/drain.js";
 import { connectError } from "../support/errors.js";
 import { collectEvents, type EventCollector } from "../support/event-stream.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
@@ -34,21 +34,6 @@ async function ledger(): Promise<FakeModelLedger & { grpc: Client<typeof Session
 /** A reply streamed over `chunks × delayMs` ms. */
 function slowReply(words: string[], delayMs: number): ScriptedReply {
   return { kind: "stream", chunks: words.map((w, i) => ({ text: i === 0 ? w : ` ${w}` })), delayMs };
-}
-
-/** The ErrorInfo and RetryInfo of a draining server's error, after checking its code. */
-function drainDetails(error: unknown): { reason: string; metadata: Record<string, string>; retryMs: number } {
-  expect(error).toBeInstanceOf(ConnectError);
-  const e = error as ConnectError;
-  expect(Code[e.code], e.rawMessage).toBe("Unavailable");
-  const [info] = e.findDetails(ErrorInfoSchema);
-  const [retry] = e.findDetails(RetryInfoSchema);
-  const delay = retry?.retryDelay;
-  return {
-    reason: info?.reason ?? "",
-    metadata: { ...info?.metadata },
-    retryMs: delay ? Number(delay.seconds) * 1000 + delay.nanos / 1e6 : -1,
-  };
 }
 
 /** A session with one stored noReply prompt; returns its id and last seq. */
