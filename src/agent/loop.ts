@@ -59,7 +59,8 @@ export interface LoopDeps extends LedgerDeps {
  * the summary), else right after the turn. Before going idle it prunes old tool outputs
  * (`pruneSession`, OpenCode `SessionCompaction.prune`).
  * Stops early when `signal` aborts: the current message gets an aborted error (`interrupted`
- * when the reason is a hand-over at shutdown, `LoopHandedOver`) and `time.completed`. `resume` (ResumeSession) continues that user message's interrupted answer.
+ * when the reason is a hand-over at shutdown, `LoopHandedOver`) and `time.completed`. `resume`
+ * (ResumeSession) continues that user message's interrupted answer.
  */
 export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSignal, options: { resume?: string } = {}): Promise<void> {
   const ledger = sessionLedger(deps, sessionId);

@@ -14,7 +14,7 @@ export interface ServeOptions {
   config?: string;
   /** False with `--no-web`: no page at `/`. */
   web: boolean;
-  /** `--grace-ms`: how long (ms) in-flight requests and agent loops get after SIGTERM/SIGINT; default 10,000 (`DEFAULT_GRACE_MS`). */
+  /** `--grace-ms`: how long (ms) in-flight requests and agent loops get after SIGTERM/SIGINT; default 10,000 (`DEFAULT_GRACE_MS` of src/server/server.ts, not imported here: the server stack loads on use). */
   graceMs?: number;
 }
 
