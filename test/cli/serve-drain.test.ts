@@ -28,7 +28,7 @@ const place = () => ({ cwd: dir, env: { PATH: process.env.PATH } });
 
 describe("ledger serve --grace-ms", () => {
   it("SIGTERM: says it drains and for how long, ends an open WatchSession with its cursor, exits 0 well within the grace period", async () => {
-    const serve = startCli(["serve", "--port", "0", "--db", ":memory:", "--no-web", "--grace-ms", "8000"], place());
+    const serve = startCli(["serve", "--port", "0", "--db", ":memory:", "--no-web", "--grace-ms", "20000"], place());
     let stopped = false;
     try {
       const [, url] = await serve.waitForStdout(LISTENING);
@@ -45,10 +45,11 @@ describe("ledger serve --grace-ms", () => {
       );
       const stderr = serve.stderr();
       expect(stderr).toContain(
-        "\nSIGTERM: draining: health answers NOT_SERVING, new requests get UNAVAILABLE, open streams end with UNAVAILABLE and their cursor (reconnect to another replica); finishing in-flight requests and agent loops for up to 8000 ms\n",
+        "\nSIGTERM: draining: health answers NOT_SERVING, new requests get UNAVAILABLE, open streams end with UNAVAILABLE and their cursor (reconnect to another replica); finishing in-flight requests and agent loops for up to 20000 ms\n",
       );
       expect(stderr).not.toContain("error:");
-      expect(Number(drained[1])).toBeLessThan(3000);
+      // A hang bound: the open stream does not hold the shutdown for the 20 s.
+      expect(Number(drained[1])).toBeLessThan(10_000);
       await watcher.done;
       expect(drainDetails(watcher.failure())).toEqual({
         reason: "DRAINING",

@@ -90,7 +90,7 @@ describe.skipIf(!POSTGRES)("drain across two replicas (in-process)", () => {
         // Mid-answer: A drains (as on SIGTERM) with a long grace period.
         if (segment.replica === 0 && e.kind.case === "partDelta" && !closing) {
           drainedAt = e.seq;
-          closing = A.ledger.close(10_000);
+          closing = A.ledger.close(20_000);
         }
       },
     });
@@ -99,7 +99,8 @@ describe.skipIf(!POSTGRES)("drain across two replicas (in-process)", () => {
     const segments = await watching;
     const started = Date.now();
     await closing;
-    expect(Date.now() - started).toBeLessThan(2000);
+    // A has nothing running: its close does not wait out the 20 s (a hang bound).
+    expect(Date.now() - started).toBeLessThan(10_000);
 
     const rows = await table(B.ledger.database.db, sessionId);
     expect(rows.map((e) => e.seq)).toEqual(rows.map((_, i) => BigInt(i + 1)));
