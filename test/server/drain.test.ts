@@ -1,12 +1,18 @@
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { fromBinary } from "@bufbuild/protobuf";
+import { anyUnpack } from "@bufbuild/protobuf/wkt";
+import { ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import * as grpc from "@grpc/grpc-js";
 import { afterEach, describe, expect, it } from "vitest";
+import { ErrorInfoSchema, RetryInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { StatusSchema, type Status } from "../../gen/google/rpc/status_pb.js";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { isHint } from "../../src/events/bus.js";
 import { drainDetails } from "../support/drain.js";
 import { connectError } from "../support/errors.js";
+import { grpcLedgerClient } from "../support/grpc-js.js";
 import { collectEvents, type EventCollector } from "../support/event-stream.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import type { ScriptedReply } from "../support/openai-server.js";
@@ -61,8 +67,10 @@ describe("drain", () => {
     );
     const overConnect = collectEvents((signal) => t.client.watchSession({ sessionId, afterSeq: 0n }, { signal }));
     const overGrpc = collectEvents((signal) => t.grpc.watchSession({ sessionId, afterSeq: 1n }, { signal }));
+    const grpcJs = grpcJsWatch(t.ledger.url, sessionId);
     await overConnect.reach(last);
     await overGrpc.reach(last);
+    await waitFor("the grpc-js watcher", () => grpcJs.seqs.at(-1) === String(last));
     await waitFor("the health Watch's first status", () => statuses.length === 1);
 
     // A unary Prompt whose answer is still streaming when the drain starts.
@@ -98,6 +106,13 @@ describe("drain", () => {
     }
     // (A hang bound, not a speed bound: the streams end as the drain starts.)
     expect(Date.now() - started).toBeLessThan(5000);
+    // A foreign gRPC runtime (@grpc/grpc-js) reads the same from grpc-status-details-bin.
+    const status = await grpcJs.status;
+    expect(status.code).toBe(grpc.status.UNAVAILABLE);
+    const info = status.details.map((d) => anyUnpack(d, ErrorInfoSchema)).find((d) => d !== undefined);
+    const retry = status.details.map((d) => anyUnpack(d, RetryInfoSchema)).find((d) => d !== undefined);
+    expect(info).toMatchObject({ reason: "DRAINING", domain: "ledger.v1", metadata: { session_id: sessionId, after_seq: String(last) } });
+    expect(retry?.retryDelay).toMatchObject({ seconds: 0n, nanos: 250_000_000 });
 
     // New RPCs, unary or streaming, over either protocol: UNAVAILABLE DRAINING with RetryInfo, no cursor.
     for (const call of [
@@ -209,6 +224,25 @@ describe("drain", () => {
     await waitFor("the model request to be aborted", () => t.fake.requests[0]!.end === "aborted");
   });
 });
+
+/** A WatchSession from 0 through @grpc/grpc-js: the seqs it got (strings), and the `google.rpc.Status` it ended with. */
+function grpcJsWatch(url: string, sessionId: string): { seqs: string[]; status: Promise<Status> } {
+  const client = grpcLedgerClient(url);
+  const watch = client.watchSession as unknown as (req: object) => grpc.ClientReadableStream<{ event: { seq: string } }>;
+  const call = watch.call(client, { sessionId, afterSeq: "0" });
+  const seqs: string[] = [];
+  call.on("data", (res: { event: { seq: string } }) => seqs.push(res.event.seq));
+  const status = new Promise<Status>((resolve, reject) => {
+    call.on("error", (error: grpc.ServiceError) => {
+      client.close();
+      const [bin] = error.metadata.get("grpc-status-details-bin");
+      if (!(bin instanceof Buffer)) return reject(new Error(`no grpc-status-details-bin: ${error.message}`));
+      resolve(fromBinary(StatusSchema, new Uint8Array(bin)));
+    });
+    call.on("end", () => reject(new Error("the grpc-js watch ended without an error")));
+  });
+  return { seqs, status };
+}
 
 /** The stored events a collector got (live part_delta events carry their snapshot's seq). */
 function stored(watcher: EventCollector): SessionEvent[] {
