@@ -111,10 +111,11 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     const closeAll = async (graceMs: number | undefined) => {
       const handOver = async () => {
         const runs = deps.replier?.activeRuns() ?? 0;
-        if (runs === 0) return;
-        process.stderr.write(
-          `grace period over: handing over ${runs} agent loop(s) still running (answers end interrupted, session locks released; ResumeSession on another replica continues them)\n`,
-        );
+        if (runs > 0)
+          process.stderr.write(
+            `grace period over: handing over ${runs} agent loop(s) still running (answers end interrupted, session locks released; ResumeSession on another replica continues them)\n`,
+          );
+        // Also ends runs still waiting for a lock another replica holds.
         await deps.replier?.handOver();
       };
       await server.close(graceMs, { busy: () => (deps.replier?.activeRuns() ?? 0) > 0, beforeForce: handOver });

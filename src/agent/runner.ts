@@ -32,6 +32,8 @@ interface Running {
   deleted: boolean;
   /** Why the run could not start: no session-lock connection was free. */
   failure?: LockPoolExhaustedError;
+  /** It holds the session's lock (a run still waiting for another replica's lock does not). */
+  holding: boolean;
   done: Promise<void>;
 }
 
@@ -75,6 +77,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
       resume,
       finishing: false,
       deleted: false,
+      holding: false,
       done: Promise.resolve(),
     };
     const signal = entry.controller.signal;
@@ -88,6 +91,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
       try {
         // If the lock's connection drops, another replica may start on this session: stop here.
         release = await locks.acquire(sessionId, signal, () => entry.controller.abort());
+        entry.holding = true;
         // Holding the lock, nothing else writes this session: close what a dead holder left open.
         await recoverSession(deps, sessionId);
         do {
@@ -175,6 +179,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         wake: false,
         finishing: false,
         deleted: false,
+        holding: true,
         done: new Promise<void>((resolve) => (settle = resolve)),
       };
       running.set(sessionId, entry);
@@ -212,7 +217,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
       for (const entry of entries) entry.controller.abort();
       await Promise.all(entries.map((e) => e.done));
     },
-    activeRuns: () => running.size,
+    activeRuns: () => [...running.values()].filter((e) => e.holding).length,
     async handOver() {
       const entries = [...running.values()];
       for (const entry of entries) entry.controller.abort(new LoopHandedOver());

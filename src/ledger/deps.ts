@@ -72,7 +72,11 @@ export interface Replier {
   summarize(sessionId: string, request: { model: ModelRef; agent: string }): Promise<MessageWithParts>;
   /** Cancels every running loop and waits for them (their answers end with an `aborted` error). */
   stopAll(): Promise<void>;
-  /** Number of loops (and `exclusive` runs) running or waiting for their session's lock here. */
+  /**
+   * Number of loops (and `exclusive` runs) running here, holding their session's lock. A run
+   * still waiting for a lock another replica holds is not counted (that replica's loop answers
+   * what is stored); `handOver` and `stopAll` end it too.
+   */
   activeRuns(): number;
   /**
    * Hands every running loop over (shutdown, at the end of the grace period): aborts it with a

@@ -171,6 +171,34 @@ describe.skipIf(!POSTGRES)("drain across two replicas (in-process)", () => {
   }, 60_000);
 });
 
+describe.skipIf(!POSTGRES)("drain while another replica runs the session", () => {
+  it("a run on A waiting for the lock B holds does not hold A's shutdown; B's loop goes on", async () => {
+    const A = await replica();
+    const B = await replica();
+    const sessionId = (await B.client.createSession({ directory: dir })).session!.id;
+    const requests = fake.requests.length;
+    fake.push({ kind: "stream", chunks: [{ text: "working" }, { hang: true }] });
+    await B.client.promptAsync({ sessionId, parts: [text("first, on B")] });
+    await waitFor("B's model request", () => fake.requests.length > requests);
+    // Stored on A; A's run waits for the session lock B holds.
+    await A.client.promptAsync({ sessionId, parts: [text("second, on A")] });
+    await waitFor("A's run", () => A.ledger.deps.replier!.isRunning(sessionId));
+    expect(A.ledger.deps.replier!.activeRuns()).toBe(0);
+    expect(B.ledger.deps.replier!.activeRuns()).toBe(1);
+
+    const started = Date.now();
+    await A.ledger.close(20_000);
+    // A hang bound: were the waiting run counted, A would wait out its 20 s grace period.
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(A.ledger.deps.replier!.isRunning(sessionId)).toBe(false);
+    // B's loop was not touched.
+    expect(fake.requests[requests]!.end).toBeUndefined();
+    expect(B.ledger.deps.replier!.isRunning(sessionId)).toBe(true);
+    expect((await B.client.abort({ sessionId })).aborted).toBe(true);
+    await waitFor("B's model request to end", () => fake.requests[requests]!.end === "aborted");
+  }, 60_000);
+});
+
 describe.skipIf(!POSTGRES)("drain across two replicas: SIGTERM to a real ledger serve", () => {
   let pair: ReplicaPair;
   beforeAll(async () => {
