@@ -42,9 +42,17 @@ export interface RunningLedger {
   database: Database;
   deps: LedgerDeps;
   /**
-   * Stops accepting, waits for in-flight requests (up to `graceMs`), aborts agent loops still
-   * running (their messages end with an aborted error), closes the database, then flushes and
-   * stops tracing (when it runs).
+   * Starts draining without closing (`LedgerServer.drain`): health answers `NOT_SERVING`, new
+   * RPCs `UNAVAILABLE` (`DRAINING`), open streams end with `UNAVAILABLE` and their cursor.
+   */
+  drain(): void;
+  /**
+   * Drains (see `drain`), stops accepting, waits for in-flight unary requests and running agent
+   * loops (up to `graceMs`, default 10,000 ms), hands over the loops still running (their
+   * answers end `interrupted`, their locks are released: `ResumeSession` on another replica
+   * continues them), closes the database, then flushes and stops tracing (when it runs). See
+   * docs/operations.md, "Running behind a load balancer". A second call returns the first
+   * call's promise.
    */
   close(graceMs?: number): Promise<void>;
 }
@@ -99,20 +107,36 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     const address = await server.listen(options.port ?? 0, host);
     const openRelay = relay;
     const openLocks = locks;
+    let closing: Promise<void> | undefined;
+    const closeAll = async (graceMs: number | undefined) => {
+      const handOver = async () => {
+        const runs = deps.replier?.activeRuns() ?? 0;
+        if (runs > 0)
+          process.stderr.write(
+            `grace period over: handing over ${runs} agent loop(s) still running (answers end interrupted, session locks released; ResumeSession on another replica continues them)\n`,
+          );
+        // Also ends runs still waiting for a lock another replica holds.
+        await deps.replier?.handOver();
+      };
+      await server.close(graceMs, { busy: () => (deps.replier?.activeRuns() ?? 0) > 0, beforeForce: handOver });
+      // Loops that started after the grace period (a prompt in the last moment) go the same way.
+      await handOver();
+      await openLocks.close();
+      await deps.mcp?.close();
+      clearInterval(retention);
+      await openRelay?.close();
+      await database.close();
+      await tracing?.shutdown();
+    };
     return {
       ...address,
       database,
       deps,
-      async close(graceMs) {
-        const stopLoops = async () => deps.replier?.stopAll();
-        await server.close(graceMs, stopLoops);
-        await stopLoops();
-        await openLocks.close();
-        await deps.mcp?.close();
-        clearInterval(retention);
-        await openRelay?.close();
-        await database.close();
-        await tracing?.shutdown();
+      drain: () => server.drain(),
+      close(graceMs) {
+        // Idempotent: a second call (SIGINT after SIGTERM, a test's cleanup) waits for the first.
+        closing ??= closeAll(graceMs);
+        return closing;
       },
     };
   } catch (error) {

@@ -165,7 +165,8 @@ async function writeSummary(
   });
   deps.metrics?.observeStep(model, result);
   const aborted = result.aborted || request.signal.aborted;
-  let error: MessageErrorInit | undefined = result.error || aborted ? toMessageError(result.error, model.providerId, aborted) : undefined;
+  let error: MessageErrorInit | undefined =
+    result.error || aborted ? toMessageError(result.error, model.providerId, aborted, request.signal.reason) : undefined;
   if (!error && result.finishReason === "length")
     error = { message: "The model stopped at its output token limit", kind: { case: "outputLength", value: {} } };
   await finishAssistant(ledger, assistant, {

@@ -58,8 +58,9 @@ export interface LoopDeps extends LedgerDeps {
  * `SessionCompaction`): before the next step when the turn goes on (which then continues from
  * the summary), else right after the turn. Before going idle it prunes old tool outputs
  * (`pruneSession`, OpenCode `SessionCompaction.prune`).
- * Stops early when `signal` aborts: the current message gets an aborted error and
- * `time.completed`. `resume` (ResumeSession) continues that user message's interrupted answer.
+ * Stops early when `signal` aborts: the current message gets an aborted error (`interrupted`
+ * when the reason is a hand-over at shutdown, `LoopHandedOver`) and `time.completed`. `resume`
+ * (ResumeSession) continues that user message's interrupted answer.
  */
 export async function runLoop(deps: LoopDeps, sessionId: string, signal: AbortSignal, options: { resume?: string } = {}): Promise<void> {
   const ledger = sessionLedger(deps, sessionId);
@@ -277,7 +278,8 @@ async function answerStep(
     hint = `\n\nYour previous answer did not match the required JSON schema (${why}). Answer again with JSON only.`;
   }
   const aborted = result.aborted || signal.aborted;
-  let error: MessageErrorInit | undefined = result.error || aborted ? toMessageError(result.error, model.providerId, aborted) : undefined;
+  let error: MessageErrorInit | undefined =
+    result.error || aborted ? toMessageError(result.error, model.providerId, aborted, signal.reason) : undefined;
   if (!error && result.finishReason === "length")
     error = { message: "The model stopped at its output token limit", kind: { case: "outputLength", value: {} } };
   if (!error && schema && result.finishReason !== "tool-calls" && result.structured === undefined) {
@@ -329,7 +331,7 @@ async function runSubtask(
     }
   })();
   const result = await processStep({ ledger, sessionId, messageId: assistant.id, cost: () => 0 }, events);
-  const error = signal.aborted ? toMessageError(undefined, "", true) : undefined;
+  const error = signal.aborted ? toMessageError(undefined, "", true, signal.reason) : undefined;
   await finishAssistant(ledger, assistant, { error, finish: "tool-calls" });
   return error || result.error ? "stop" : "continue";
 }

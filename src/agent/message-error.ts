@@ -2,10 +2,17 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { APICallError, LoadAPIKeyError } from "@ai-sdk/provider";
 import { NoObjectGeneratedError, RetryError } from "ai";
 import type { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
+import { isHandOver } from "./hand-over.js";
 import { ModelUnavailableError } from "./providers.js";
 
 /** A `ledger.v1.MessageError` as an init shape. */
 export type MessageErrorInit = MessageInitShape<typeof MessageErrorSchema>;
+
+/** The error of an answer whose loop was handed over at shutdown. */
+const HANDED_OVER: MessageErrorInit = {
+  message: "Interrupted: the server running this answer shut down; ResumeSession continues it",
+  kind: { case: "interrupted", value: {} },
+};
 
 const CONTEXT_OVERFLOW = /context length|context window|maximum context|too many tokens|prompt is too long/i;
 
@@ -16,8 +23,11 @@ const CONTEXT_OVERFLOW = /context length|context window|maximum context|too many
  * Messages never carry stacks; the API error keeps at most 2,000 characters of the body. An error
  * a provider reports inside its stream arrives as a plain object (OpenAI `response.failed`,
  * Anthropic's `error` event): its `message` is used, else its JSON (OpenCode falls back to JSON too).
+ * An abort whose `abortReason` is a hand-over at shutdown (`LoopHandedOver`) is `interrupted`
+ * instead of `aborted`: ResumeSession continues it like an answer crash recovery closed.
  */
-export function toMessageError(error: unknown, providerId: string, aborted: boolean): MessageErrorInit {
+export function toMessageError(error: unknown, providerId: string, aborted: boolean, abortReason?: unknown): MessageErrorInit {
+  if (aborted && isHandOver(abortReason)) return HANDED_OVER;
   if (aborted) return { message: "The run was aborted", kind: { case: "aborted", value: {} } };
   const cause = RetryError.isInstance(error) ? error.lastError : error;
   if (cause instanceof ModelUnavailableError) {

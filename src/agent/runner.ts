@@ -15,6 +15,7 @@ import type { ToolOutput } from "../tools/tool-context.js";
 import type { LoopDeps } from "./loop.js";
 import type { ModelResolver } from "./providers.js";
 import { logger } from "../observe/log.js";
+import { LoopHandedOver } from "./hand-over.js";
 import { recoverSession } from "./recovery.js";
 import type { Release, SessionLocks } from "./session-lock.js";
 import type { TaskRunner } from "../tools/task.js";
@@ -31,6 +32,8 @@ interface Running {
   deleted: boolean;
   /** Why the run could not start: no session-lock connection was free. */
   failure?: LockPoolExhaustedError;
+  /** It holds the session's lock (a run still waiting for another replica's lock does not). */
+  holding: boolean;
   done: Promise<void>;
 }
 
@@ -74,6 +77,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
       resume,
       finishing: false,
       deleted: false,
+      holding: false,
       done: Promise.resolve(),
     };
     const signal = entry.controller.signal;
@@ -87,6 +91,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
       try {
         // If the lock's connection drops, another replica may start on this session: stop here.
         release = await locks.acquire(sessionId, signal, () => entry.controller.abort());
+        entry.holding = true;
         // Holding the lock, nothing else writes this session: close what a dead holder left open.
         await recoverSession(deps, sessionId);
         do {
@@ -174,6 +179,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         wake: false,
         finishing: false,
         deleted: false,
+        holding: true,
         done: new Promise<void>((resolve) => (settle = resolve)),
       };
       running.set(sessionId, entry);
@@ -209,6 +215,12 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     async stopAll() {
       const entries = [...running.values()];
       for (const entry of entries) entry.controller.abort();
+      await Promise.all(entries.map((e) => e.done));
+    },
+    activeRuns: () => [...running.values()].filter((e) => e.holding).length,
+    async handOver() {
+      const entries = [...running.values()];
+      for (const entry of entries) entry.controller.abort(new LoopHandedOver());
       await Promise.all(entries.map((e) => e.done));
     },
   };

@@ -62,6 +62,12 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .option("--db <dir>", "embedded database directory, or :memory: (ignored when DATABASE_URL is set)")
     .option("--config <path>", "config file (default ./ledger.json, or LEDGER_CONFIG)")
     .option("--no-web", "do not serve the browser page at /")
+    .addOption(
+      new Option(
+        "--grace-ms <ms>",
+        "on SIGTERM/SIGINT: how long in-flight requests and agent loops get to finish (default 10000)",
+      ).argParser(parseGraceMs),
+    )
     .addHelpText(
       "after",
       '\nPrints "session-ledger listening on URL" on stdout and "browser page: URL/" on stderr (the page is\nweb/dist, or LEDGER_WEB_DIR; without it a note on stderr says the RPCs are served alone).',
@@ -364,6 +370,12 @@ function parseModelOption(value: string): string {
     throw error;
   }
   return value;
+}
+
+function parseGraceMs(value: string): number {
+  const ms = Number(value);
+  if (!Number.isInteger(ms) || ms < 0) throw new Error(`--grace-ms: ${value} is not a whole number of milliseconds (0 or more)`);
+  return ms;
 }
 
 function parsePort(value: string): number {

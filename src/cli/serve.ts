@@ -14,11 +14,17 @@ export interface ServeOptions {
   config?: string;
   /** False with `--no-web`: no page at `/`. */
   web: boolean;
+  /** `--grace-ms`: how long (ms) in-flight requests and agent loops get after SIGTERM/SIGINT; default 10,000 (`DEFAULT_GRACE_MS` of src/server/server.ts, not imported here: the server stack loads on use). */
+  graceMs?: number;
 }
 
 /**
- * Runs a server until SIGINT/SIGTERM (then finishes in-flight requests and calls `io.exit(0)`);
- * resolves once it listens. `serve` prints "session-ledger listening on URL" on stdout and, when
+ * Runs a server until SIGINT/SIGTERM, then drains it (health `NOT_SERVING`, new RPCs
+ * `UNAVAILABLE`, open streams ended with their cursor so clients reconnect elsewhere), lets
+ * in-flight requests and agent loops finish for up to `opts.graceMs`, hands over the loops still
+ * running, closes the database and calls `io.exit(0)` (docs/operations.md, "Running behind a
+ * load balancer"); stderr says so at each step. Resolves once it listens.
+ * `serve` prints "session-ledger listening on URL" on stdout and, when
  * the page is served, "browser page: URL/" on stderr; `web` prints only the page's address
  * ("URL/") on stdout. The page is web/dist (or `LEDGER_WEB_DIR`): when it is missing, `serve`
  * says so on stderr and serves the RPCs alone, `web` fails. Throws what starting throws (a
@@ -46,9 +52,16 @@ export async function runServe(opts: ServeOptions, io: CliIo, mode: "serve" | "w
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
-    io.stderr.write(`${signal}: finishing in-flight requests\n`);
-    ledger.close().then(
-      () => io.exit(0),
+    const graceMs = opts.graceMs ?? 10_000;
+    io.stderr.write(
+      `${signal}: draining: health answers NOT_SERVING, new requests get UNAVAILABLE, open streams end with UNAVAILABLE and their cursor (reconnect to another replica); finishing in-flight requests and agent loops for up to ${graceMs} ms\n`,
+    );
+    const started = Date.now();
+    ledger.close(graceMs).then(
+      () => {
+        io.stderr.write(`${signal}: drained in ${Date.now() - started} ms; database closed\n`);
+        io.exit(0);
+      },
       (error: unknown) => {
         io.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
         io.exit(1);

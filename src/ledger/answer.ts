@@ -108,7 +108,8 @@ export async function* untilAnswered(
   try {
     for await (const event of followSession(deps, sessionId, after, feedSignal, { caps })) {
       yield event;
-      last = event.seq;
+      // A live part_delta carries the seq of the snapshot it extends, which may be behind the cursor.
+      if (event.seq > last) last = event.seq;
       if (isFinalAnswer(event, userId)) answered = true;
       if (answered && event.kind.case === "sessionStatus" && event.kind.value.status.case === "idle") return;
     }

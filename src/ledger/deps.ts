@@ -70,6 +70,19 @@ export interface Replier {
    * `SessionBusyError` (FAILED_PRECONDITION) when a loop or another `exclusive` holds the session.
    */
   summarize(sessionId: string, request: { model: ModelRef; agent: string }): Promise<MessageWithParts>;
-  /** Cancels every running loop and waits for them (shutdown). */
+  /** Cancels every running loop and waits for them (their answers end with an `aborted` error). */
   stopAll(): Promise<void>;
+  /**
+   * Number of loops (and `exclusive` runs) running here, holding their session's lock. A run
+   * still waiting for a lock another replica holds is not counted (that replica's loop answers
+   * what is stored); `handOver` and `stopAll` end it too.
+   */
+  activeRuns(): number;
+  /**
+   * Hands every running loop over (shutdown, at the end of the grace period): aborts it with a
+   * `LoopHandedOver` reason, so its current answer ends `interrupted` (not `aborted`), its
+   * session returns to `idle` and its lock is released; `ResumeSession` on any replica then
+   * continues the answer. Resolves when every loop has let go.
+   */
+  handOver(): Promise<void>;
 }

@@ -15,6 +15,8 @@ export interface HealthOptions {
   probeTimeoutMs?: number;
   /** How often (ms) an open `Watch` re-checks the database. Default 3,000. */
   watchPollMs?: number;
+  /** True while the server drains (see `drain.ts`): every known service is then `NOT_SERVING`. */
+  draining?: () => boolean;
 }
 
 /**
@@ -29,7 +31,10 @@ export interface HealthOptions {
  * one query, so a hung database holds at most one connection for health checks. `Check` of an unknown service is `NOT_FOUND`; `Watch` sends the
  * current status, then each change (polling every `watchPollMs` while watched), and for an
  * unknown service `SERVICE_UNKNOWN` once; it ends when the client cancels (or the server shuts
- * down). Callable without the bearer token (see `auth.ts`).
+ * down). While the server drains (`options.draining`) every known service is `NOT_SERVING` at
+ * once, without a probe; an open `Watch` (whose signal the drain aborts) sends `NOT_SERVING`
+ * if it has not yet, then returns, and the drain's interceptor ends it with `UNAVAILABLE`.
+ * Callable without the bearer token (see `auth.ts`).
  *
  * ```ts
  * router.service(Health, createHealthHandlers(deps));
@@ -39,7 +44,11 @@ export function createHealthHandlers(deps: Pick<LedgerDeps, "db" | "relay">, opt
   const probe = createProbe(deps, options.probeTimeoutMs ?? PROBE_TIMEOUT_MS);
   const pollMs = options.watchPollMs ?? WATCH_POLL_MS;
   const relayServing = createRelayCheck(deps);
-  const status = async () => ((await probe()) && relayServing() ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
+  const draining = options.draining ?? (() => false);
+  const status = async () => {
+    if (draining()) return ServingStatus.NOT_SERVING;
+    return (await probe()) && relayServing() ? ServingStatus.SERVING : ServingStatus.NOT_SERVING;
+  };
   return {
     async check(req) {
       if (!HEALTH_SERVICES.includes(req.service)) throw new ConnectError(`unknown service ${JSON.stringify(req.service)}`, Code.NotFound);
@@ -61,6 +70,7 @@ export function createHealthHandlers(deps: Pick<LedgerDeps, "db" | "relay">, opt
         }
         await sleep(pollMs, ctx.signal);
       }
+      if (draining() && last !== ServingStatus.NOT_SERVING) yield { status: ServingStatus.NOT_SERVING };
     },
     async list() {
       const current = await status();

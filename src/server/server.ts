@@ -14,6 +14,7 @@ import { createRpcObserver } from "../observe/rpc.js";
 import { checkContentType, sendUnsupportedMediaType } from "./content-type.js";
 import { corsHeaders } from "./cors.js";
 import { bearerAuth, isLoopback } from "./auth.js";
+import { createDrain } from "./drain.js";
 import { errorInterceptor } from "./errors.js";
 import { failPendingWritesOnClose } from "./pending-writes.js";
 import { withProtocolErrors } from "./protocol-errors.js";
@@ -25,14 +26,33 @@ export interface LedgerServer {
   /** Starts listening; resolves with the bound address. `port` 0 picks a free port. */
   listen(port: number, host: string): Promise<{ host: string; port: number; url: string }>;
   /**
-   * Graceful shutdown: stops accepting connections, lets in-flight requests finish (their
-   * writes commit) for up to `graceMs` (default 10,000 ms); if some still run, calls
-   * `beforeForce` (e.g. abort agent loops) and waits up to 2,000 ms more; then closes every socket.
+   * Starts draining without closing (see `Drain` in drain.ts): health says `NOT_SERVING`, new
+   * RPCs get `UNAVAILABLE` (`DRAINING`), open streams end with `UNAVAILABLE` and their cursor.
+   * `close` starts it too; idempotent.
    */
-  close(graceMs?: number, beforeForce?: () => Promise<void>): Promise<void>;
+  drain(): void;
+  /**
+   * Graceful shutdown: drains (`drain()`), sends HTTP/2 GOAWAY and stops accepting connections,
+   * lets in-flight requests finish (their writes commit) and waits while `hooks.busy()` (e.g.
+   * agent loops running) for up to `graceMs` (default 10,000 ms); if requests still run or
+   * `busy()` still holds, calls `hooks.beforeForce` (e.g. hand agent loops over) and waits up
+   * to 2,000 ms more for the requests; then closes every socket.
+   */
+  close(graceMs?: number, hooks?: CloseHooks): Promise<void>;
   /** Number of requests being served right now. */
   readonly inFlight: number;
 }
+
+/** What {@link LedgerServer.close} waits for and does at the end of its grace period. */
+export interface CloseHooks {
+  /** True while work outside requests runs (agent loops): the grace period waits for it too. */
+  busy?: () => boolean;
+  /** Called when the grace period ends with requests in flight or `busy()` true. */
+  beforeForce?: () => Promise<void>;
+}
+
+/** Default grace period (ms) of {@link LedgerServer.close}: `ledger serve --grace-ms`. */
+export const DEFAULT_GRACE_MS = 10_000;
 
 /** What a server serves besides its RPCs and `/metrics`. */
 export interface ServerOptions {
@@ -67,7 +87,8 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
   const metrics = deps.metrics ?? createMetrics();
   const observer = createRpcObserver({ metrics });
   const serveMetrics = metricsHandler(metrics, { token: deps.config.token });
-  const routes = createRoutes(deps);
+  const drain = createDrain();
+  const routes = createRoutes(deps, { drain });
   const handlers = new Map<string, UniversalHandler>();
   const requestBytes = deps.config.limits.request_bytes;
   const adapter = connectNodeAdapter(
@@ -83,6 +104,8 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
         interceptors: [
           observer.interceptor,
           errorInterceptor,
+          // Inside errorInterceptor: it turns a stream's interruption into its own UNAVAILABLE first.
+          drain.interceptor,
           ...(deps.config.token ? [bearerAuth(deps.config.token)] : []),
           createValidateInterceptor(),
         ],
@@ -182,7 +205,9 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
         });
       });
     },
-    async close(graceMs = 10_000, beforeForce) {
+    drain: () => drain.start(),
+    async close(graceMs = DEFAULT_GRACE_MS, hooks = {}) {
+      drain.start();
       closing = true;
       // HTTP/2: GOAWAY; streams already open finish, new ones go elsewhere.
       for (const session of sessions) session.close();
@@ -190,14 +215,16 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
       // accept those first (they may carry requests clients already sent).
       await delay(DRAIN_QUIET_MS);
       const closed = new Promise<void>((resolve) => front.close(() => resolve()));
-      // Drain: wait until nothing is in flight and no request arrived for a moment (requests
-      // already written by clients are still being parsed), at most `graceMs`.
+      // Drain: wait until nothing is in flight (streams ended at drain start), nothing else is
+      // busy and no request arrived for a moment (requests already written by clients are still
+      // being parsed), at most `graceMs`.
+      const busy = () => inFlight > 0 || (hooks.busy?.() ?? false);
       const deadline = Date.now() + graceMs;
-      while (Date.now() < deadline && (inFlight > 0 || Date.now() - lastRequestAt < DRAIN_QUIET_MS)) await delay(DRAIN_POLL_MS);
-      if (inFlight > 0 && beforeForce) {
-        // Requests still running (e.g. waiting for an agent loop): let the owner end them, then
-        // give their answers a moment to be written.
-        await beforeForce();
+      while (Date.now() < deadline && (busy() || Date.now() - lastRequestAt < DRAIN_QUIET_MS)) await delay(DRAIN_POLL_MS);
+      if (busy() && hooks.beforeForce) {
+        // Requests or loops still running: let the owner end them, then give their answers a
+        // moment to be written.
+        await hooks.beforeForce();
         const last = Date.now() + FORCE_WAIT_MS;
         while (Date.now() < last && inFlight > 0) await delay(DRAIN_POLL_MS);
       }
