@@ -15,6 +15,7 @@ export const MIN_SECRET_BYTES = 32;
 export const authSchema = z
   .object({
     token: z.string().min(16).optional(),
+    share_within_tenant: z.boolean().default(false),
     jwt: z
       .object({
         secret: z.string().optional(),
@@ -30,7 +31,7 @@ export const authSchema = z
       .optional(),
   })
   .strict()
-  .default({});
+  .default({ share_within_tenant: false });
 
 /**
  * How JSON Web Tokens are verified (docs/security.md, "JSON Web Tokens"): with a shared secret

@@ -193,6 +193,11 @@ export interface LedgerConfig {
    * the token's `sub` (docs/security.md). Either this or `token` is required off loopback.
    */
   jwt?: JwtConfig;
+  /**
+   * `auth.share_within_tenant`: callers of one tenant see each other's sessions (default: each
+   * caller sees its own; docs/security.md, "Who may see which session").
+   */
+  shareWithinTenant?: boolean;
   /** Events older than this (ms) are pruned; WatchSession cursors behind them get OUT_OF_RANGE. Default 7 days. */
   eventRetentionMs: number;
   /**
@@ -435,6 +440,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     eventCatchUpMs: file.events.catch_up_ms,
     token: file.auth.token,
     jwt: buildJwtConfig(file.auth.jwt, baseDir),
+    shareWithinTenant: file.auth.share_within_tenant,
     mcp: Object.fromEntries(
       Object.entries(file.mcp).map(([name, server]) => {
         const [command, ...args] = server.command;

@@ -46,7 +46,7 @@ export const SESSION_SERVICE_ACCESS: Readonly<Record<keyof ServiceImpl<typeof Se
   listChildren: read("session"),
   getStatus: read("list"),
   command: write("session"),
-  listPermissions: read("list"),
+  listPermissions: read("session"),
   replyPermission: write("session"),
   getDiff: read("session"),
   shell: write("session"),

@@ -6,6 +6,7 @@ import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { createHealthHandlers } from "./health.js";
 import { createLedgerHandlers } from "./ledger-handlers.js";
+import { guardSessionService } from "./guard.js";
 import { createReflectionHandlers, ServerReflection, ServerReflectionV1Alpha } from "./reflection.js";
 
 /**
@@ -19,7 +20,7 @@ export function createRoutes(deps: LedgerDeps): (router: ConnectRouter) => void 
     [file_google_rpc_error_details, file_google_rpc_status],
   );
   return (router) => {
-    router.service(SessionService, createLedgerHandlers(deps));
+    router.service(SessionService, guardSessionService(deps, createLedgerHandlers(deps)));
     router.service(Health, createHealthHandlers(deps));
     router.service(ServerReflection, reflection.v1);
     router.service(ServerReflectionV1Alpha, reflection.v1alpha);
