@@ -67,7 +67,6 @@ export function buildJwtConfig(file: z.infer<typeof authSchema>["jwt"], baseDir:
   const jwks = file.jwks;
   if (file.secret !== undefined) checkSecret(file.secret, "auth.jwt.secret");
   if (file.secret && jwks) throw new ConfigError("auth.jwt: give either a secret (HS256) or jwks (a key set), not both");
-  if (!file.secret && !jwks) throw new ConfigError("auth.jwt: needs a secret (or LEDGER_JWT_SECRET) or jwks (a key set's file or URL)");
   return {
     secret: file.secret,
     jwks: jwks ? (/^https?:\/\//.test(jwks) ? { url: jwks } : { file: path.resolve(baseDir, jwks) }) : undefined,
@@ -100,4 +99,13 @@ export function withEnvSecret(jwt: JwtConfig | undefined, secret: string): JwtCo
 function checkSecret(secret: string, where: string): void {
   if (Buffer.byteLength(secret, "utf8") < MIN_SECRET_BYTES)
     throw new ConfigError(`${where}: must be at least ${MIN_SECRET_BYTES} bytes (HS256 needs a 256-bit secret)`);
+}
+
+/**
+ * Throws {@link ConfigError} when `jwt` has neither a secret nor a key set (after
+ * `LEDGER_JWT_SECRET` was applied): there would be nothing to verify tokens with.
+ */
+export function checkJwtKey(jwt: JwtConfig | undefined): void {
+  if (jwt && !jwt.secret && !jwt.jwks)
+    throw new ConfigError("auth.jwt: needs a secret (auth.jwt.secret or LEDGER_JWT_SECRET) or jwks (a key set's file or URL)");
 }

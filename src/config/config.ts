@@ -5,7 +5,7 @@ import { z } from "zod";
 import { InvalidArgumentError } from "../errors.js";
 import { BUILT_IN_AGENTS, type AgentInfo } from "./agents.js";
 import { DEFAULT_LIMITS, type Limits } from "./limits.js";
-import { authSchema, buildJwtConfig, withEnvSecret, type JwtConfig } from "./auth.js";
+import { authSchema, buildJwtConfig, checkJwtKey, withEnvSecret, type JwtConfig } from "./auth.js";
 import { ConfigError } from "./config-error.js";
 
 /** A session directory with more bytes than this (in files git would track) gets no snapshot. */
@@ -305,6 +305,7 @@ export function loadConfig(options: { explicitPath?: string; cwd?: string; env?:
     config.token = env.LEDGER_TOKEN;
   }
   if (env.LEDGER_JWT_SECRET) config.jwt = withEnvSecret(config.jwt, env.LEDGER_JWT_SECRET);
+  checkJwtKey(config.jwt);
   if (env.LEDGER_NATS_URL) {
     const servers = env.LEDGER_NATS_URL.split(",")
       .map((s) => s.trim())

@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createLocalJWKSet, createRemoteJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTPayload } from "jose";
 import { ConfigError } from "../config/config-error.js";
-import type { JwtConfig } from "../config/auth.js";
+import { checkJwtKey, type JwtConfig } from "../config/auth.js";
 import { scopesFromClaims, type Principal } from "../ledger/principal.js";
 import { unauthenticated } from "./auth.js";
 
@@ -20,6 +20,7 @@ const JWKS_TIMEOUT_MS = 5000;
  * remote key set cannot be fetched. Throws `ConfigError` when the JWKS file cannot be read.
  */
 export function createJwtVerifier(config: JwtConfig, options: { realm: string }): (token: string) => Promise<Principal> {
+  checkJwtKey(config);
   const key = keyOf(config);
   const requiredClaims = [...new Set(["sub", ...config.requiredClaims, ...(config.tenantClaim ? [config.tenantClaim] : [])])];
   const challenge = (description: string) =>

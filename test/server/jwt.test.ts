@@ -246,7 +246,11 @@ describe("JWT configuration", () => {
       expect(parse({ secret: SECRET, jwks: "keys.json" })).toThrow(
         new ConfigError("auth.jwt: give either a secret (HS256) or jwks (a key set), not both"),
       );
-      expect(parse({})).toThrow(new ConfigError("auth.jwt: needs a secret (or LEDGER_JWT_SECRET) or jwks (a key set's file or URL)"));
+      await writeFile(path.join(dir, "ledger.json"), JSON.stringify({ auth: { jwt: { issuer: ISSUER } } }));
+      expect(() => loadConfig({ cwd: dir, env: {} })).toThrow(
+        new ConfigError("auth.jwt: needs a secret (auth.jwt.secret or LEDGER_JWT_SECRET) or jwks (a key set's file or URL)"),
+      );
+      expect(loadConfig({ cwd: dir, env: { LEDGER_JWT_SECRET: SECRET } }).jwt).toMatchObject({ secret: SECRET, issuer: ISSUER });
       expect(parse({ jwks: "keys.json" })().jwt?.jwks).toEqual({ file: path.join(dir, "keys.json") });
       expect(() => configFileSchema.parse({ auth: { jwt: { secret: SECRET, tenant: "org" } } })).toThrow(/tenant/);
     } finally {
