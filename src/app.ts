@@ -66,9 +66,9 @@ export interface RunningLedger {
  */
 export async function startLedger(options: StartOptions): Promise<RunningLedger> {
   const host = options.host ?? "127.0.0.1";
-  if (!isLoopback(host) && !options.config.token) {
+  if (!isLoopback(host) && !options.config.token && !options.config.jwt) {
     throw new ConfigError(
-      `--host ${host}: binding a non-loopback address requires a bearer token; set LEDGER_TOKEN (16+ characters) or auth.token in ledger.json`,
+      `--host ${host}: binding a non-loopback address requires authentication; set LEDGER_TOKEN (16+ characters) or auth.token, or JSON Web Tokens (LEDGER_JWT_SECRET or auth.jwt) in ledger.json`,
     );
   }
   const target = options.database;

@@ -93,6 +93,16 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     });
 
   program
+    .command("token")
+    .description("mint a JSON Web Token with the server's shared secret (LEDGER_JWT_SECRET), for development and tests")
+    .requiredOption("--sub <subject>", "who the token is for (its sub claim)")
+    .option("--tenant <tenant>", "the tenant (written to auth.jwt.tenant_claim)")
+    .option("--scope <scopes>", "ledger:read, ledger:write, ledger:admin (default: read and write)")
+    .option("--expires <duration>", 'lifetime, e.g. "30m", "1h", "7d"', "1h")
+    .option("--config <path>", "config file")
+    .action(async (opts: import("./token.js").TokenOptions) => print(await (await import("./token.js")).mintToken(opts, io)));
+
+  program
     .command("prompt")
     .description("send a prompt (text plus files) and stream the reply, or print the stored message")
     .argument("<text>", "the prompt text")

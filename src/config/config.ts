@@ -6,6 +6,8 @@ import { InvalidArgumentError } from "../errors.js";
 import { BUILT_IN_AGENTS, type AgentInfo } from "./agents.js";
 import { DEFAULT_LIMITS, type Limits } from "./limits.js";
 import { telemetryConfig, telemetrySchema, type TelemetryConfig } from "./telemetry.js";
+import { authSchema, buildJwtConfig, checkJwtKey, withEnvSecret, type JwtConfig } from "./auth.js";
+import { ConfigError } from "./config-error.js";
 
 /** A session directory with more bytes than this (in files git would track) gets no snapshot. */
 export const DEFAULT_SNAPSHOT_MAX_BYTES = 100 * 1024 * 1024;
@@ -101,7 +103,7 @@ export const configFileSchema = z.object({
   plugin: z.array(z.string()).default([]),
   plugins: z.array(z.string()).default([]),
   cors: z.object({ origins: z.array(z.string()).default([]) }).default({ origins: [] }),
-  auth: z.object({ token: z.string().min(16).optional() }).default({}),
+  auth: authSchema,
   events: z
     .object({
       retention_hours: z.number().positive().default(168),
@@ -191,6 +193,16 @@ export interface LedgerConfig {
    * `auth.token`. Required when the server binds a non-loopback address.
    */
   token?: string;
+  /**
+   * JSON Web Tokens accepted as bearer tokens (`auth.jwt`, `LEDGER_JWT_SECRET`): the principal is
+   * the token's `sub` (docs/security.md). Either this or `token` is required off loopback.
+   */
+  jwt?: JwtConfig;
+  /**
+   * `auth.share_within_tenant`: callers of one tenant see each other's sessions (default: each
+   * caller sees its own; docs/security.md, "Who may see which session").
+   */
+  shareWithinTenant?: boolean;
   /** Events older than this (ms) are pruned; WatchSession cursors behind them get OUT_OF_RANGE. Default 7 days. */
   eventRetentionMs: number;
   /**
@@ -279,7 +291,7 @@ export const CONFIG_FILE_NAMES = ["ledger.json", "ledger.jsonc"];
 /**
  * Loads configuration: `explicitPath` (from `--config`), else `LEDGER_CONFIG`, else `ledger.json`
  * / `ledger.jsonc` in `cwd`, else built-in defaults; `LEDGER_TOKEN` and `LEDGER_NATS_URL`
- * override the file's `auth.token` and `bus.nats.servers`. `{env:NAME}` in any string is replaced by
+ * override the file's `auth.token` and `bus.nats.servers` (`LEDGER_JWT_SECRET` sets `auth.jwt.secret`). `{env:NAME}` in any string is replaced by
  * that environment variable (empty when unset). Throws `ConfigError` naming the file and the
  * offending key when the file is missing (explicit path), not JSONC (naming the line and column),
  * or fails the schema.
@@ -299,6 +311,8 @@ export function loadConfig(options: { explicitPath?: string; cwd?: string; env?:
     if (env.LEDGER_TOKEN.length < 16) throw new ConfigError("LEDGER_TOKEN: must be at least 16 characters");
     config.token = env.LEDGER_TOKEN;
   }
+  if (env.LEDGER_JWT_SECRET) config.jwt = withEnvSecret(config.jwt, env.LEDGER_JWT_SECRET);
+  checkJwtKey(config.jwt);
   if (env.LEDGER_NATS_URL) {
     const servers = env.LEDGER_NATS_URL.split(",")
       .map((s) => s.trim())
@@ -341,9 +355,7 @@ export function lineAndColumn(text: string, offset: number): { line: number; col
 }
 
 /** Configuration is unusable; the message names the file and key. */
-export class ConfigError extends Error {
-  override name = "ConfigError";
-}
+export { ConfigError };
 
 /**
  * What is wrong with a model reference `{providerId, modelId}`, or undefined when it is well
@@ -435,6 +447,8 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     eventRetentionMs: file.events.retention_hours * 3600 * 1000,
     eventCatchUpMs: file.events.catch_up_ms,
     token: file.auth.token,
+    jwt: buildJwtConfig(file.auth.jwt, baseDir),
+    shareWithinTenant: file.auth.share_within_tenant,
     mcp: Object.fromEntries(
       Object.entries(file.mcp).map(([name, server]) => {
         const [command, ...args] = server.command;

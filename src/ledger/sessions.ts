@@ -25,14 +25,19 @@ import { inTransaction, writeSession } from "./writer.js";
 export const SESSION_PAGE = { default: 50, max: 1000 } as const;
 
 /**
- * Creates a session. `directory` is required (a session that silently took the server's
+ * Creates a session owned as `ownership` (default: no owner; a child, `parent_id` set, takes its
+ * parent's owner and tenant instead). `directory` is required (a session that silently took the server's
  * working directory would read files the client never meant); it must be the absolute path of an
  * existing directory and is stored resolved (realpath). `parent_id`
  * must name a session; `agent` must exist. Appends the session's first event
  * (`session_updated`, seq 1) in the same transaction.
  * Throws `InvalidArgumentError` (INVALID_ARGUMENT: directory empty, relative, with a NUL, over 4096 bytes or not a directory, or a malformed `model.provider_id`/`model.model_id`), `SessionNotFoundError` (NOT_FOUND: parent_id, also when the parent is deleted meanwhile), `AgentNotFoundError` (NOT_FOUND).
  */
-export async function createSession(deps: LedgerDeps, request: CreateSessionRequest): Promise<Session> {
+export async function createSession(
+  deps: LedgerDeps,
+  request: CreateSessionRequest,
+  ownership: store.SessionOwnership = store.NO_OWNER,
+): Promise<Session> {
   if (request.model) checkModelRef(request.model);
   if (!request.directory.trim()) {
     throw new InvalidArgumentError(
@@ -48,8 +53,9 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
     );
   }
   const directory = await resolveDirectory(request.directory);
-  if (request.parentId && !(await store.sessionExists(deps.db, request.parentId)))
-    throw new SessionNotFoundError(request.parentId, "parent_id");
+  // A child belongs to its parent's owner, whoever creates it.
+  const parentOwnership = request.parentId ? await store.getSessionOwnership(deps.db, request.parentId) : undefined;
+  if (request.parentId && !parentOwnership) throw new SessionNotFoundError(request.parentId, "parent_id");
   const agent = request.agent ? resolveAgent(deps.config, request.agent).name : "";
   const now = new Date();
   const session = create(SessionSchema, {
@@ -70,7 +76,7 @@ export async function createSession(deps: LedgerDeps, request: CreateSessionRequ
   });
   await inTransaction(deps, async (tx) => {
     try {
-      await store.insertSession(tx.trx, session, now);
+      await store.insertSession(tx.trx, session, now, parentOwnership ?? ownership);
     } catch (error) {
       // The parent was deleted between the check above and this insert.
       if (request.parentId && isForeignKeyViolation(error)) throw new SessionNotFoundError(request.parentId, "parent_id");
@@ -101,12 +107,14 @@ export async function listChildren(deps: LedgerDeps, sessionId: string): Promise
 
 /**
  * One page of sessions, most recently updated first, optionally of one `directory`
- * (an absolute path, compared resolved). Throws `InvalidArgumentError` on a bad `page_token`, and
+ * (an absolute path, compared resolved), only those `visibleTo` lets the caller see (see
+ * `visibilityFor` in access.ts; undefined: all). Throws `InvalidArgumentError` on a bad `page_token`, and
  * on a `directory` that is relative, has a NUL or is over 4096 bytes.
  */
 export async function listSessions(
   deps: LedgerDeps,
   page: { pageSize: number; pageToken: string; directory: string },
+  visibleTo?: store.SessionVisibility,
 ): Promise<{ sessions: Session[]; nextPageToken: string }> {
   const limit = Math.min(page.pageSize || SESSION_PAGE.default, SESSION_PAGE.max);
   const token = page.pageToken ? decodePageToken("page_token", page.pageToken, { t: "date", id: "string" }) : undefined;
@@ -119,7 +127,7 @@ export async function listSessions(
     );
   }
   const directory = page.directory ? await realpath(page.directory).catch(() => page.directory) : undefined;
-  const rows = await store.listSessionRows(deps.db, { limit: limit + 1, cursor, directory });
+  const rows = await store.listSessionRows(deps.db, { limit: limit + 1, cursor, directory, visibleTo });
   const pageRows = rows.slice(0, limit);
   const last = pageRows.at(-1);
   return {
@@ -185,9 +193,11 @@ export async function forkSession(deps: LedgerDeps, sessionId: string, messageId
   const stop = messageId ? all.findIndex((r) => r.id === messageId) : all.length;
   if (stop < 0) throw new MessageNotFoundError(messageId);
   const copies = await withParts(deps.db, all.slice(0, stop));
+  // The fork belongs to the source's owner (docs/security.md).
   const fork = await createSession(
     deps,
     create(CreateSessionRequestSchema, { directory: source.directory, title: `${source.title} (fork)` }),
+    (await store.getSessionOwnership(deps.db, sessionId)) ?? store.NO_OWNER,
   );
   const ids = new Map(copies.map((m) => [m.message!.kind.value!.id, newId("msg")]));
   await writeSession(deps, fork.id, async (w) => {

@@ -1,9 +1,11 @@
-import { createHash, timingSafeEqual } from "node:crypto";
 import type http from "node:http";
 import type http2 from "node:http2";
 import { performance } from "node:perf_hooks";
 import { logger as defaultLogger, type Logger } from "./log.js";
 import type { LedgerMetrics } from "./metrics.js";
+import { ConnectError } from "@connectrpc/connect";
+import { hasScope } from "../ledger/principal.js";
+import type { Authenticator } from "../server/auth.js";
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
 type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
@@ -12,25 +14,25 @@ type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
 export const METRICS_PATH = "/metrics";
 
 /**
- * Answers `GET /metrics` (and HEAD) with the Prometheus text exposition of `metrics`. With a
- * `token`, the request needs `authorization: Bearer <token>` (compared in constant time), else
- * 401; other methods get 405. Logs each scrape at debug (`msg: "http"`).
+ * Answers `GET /metrics` (and HEAD) with the Prometheus text exposition of `metrics`. With an
+ * `authenticator` that requires tokens, the request needs `authorization: Bearer <token>` of a
+ * caller with the `ledger:admin` scope (the static token, or a JWT granting it), else 401 (no or
+ * invalid token) or 403 (no admin scope); other methods get 405. Logs each scrape at debug
+ * (`msg: "http"`).
  */
 export function metricsHandler(
   metrics: LedgerMetrics,
-  options: { token?: string; logger?: Logger } = {},
+  options: { authenticator?: Authenticator; logger?: Logger } = {},
 ): (req: NodeRequest, res: NodeResponse, requestId: string) => Promise<void> {
   const logger = options.logger ?? defaultLogger;
-  const expected = options.token ? digest(options.token) : undefined;
+  const authenticator = options.authenticator;
   return async (req, res, requestId) => {
     const start = performance.now();
     let status: number;
     if (req.method !== "GET" && req.method !== "HEAD") {
       status = plain(res, 405, "method not allowed\n", { allow: "GET, HEAD" });
-    } else if (expected && !authorized(req.headers.authorization, expected)) {
-      status = plain(res, 401, "unauthorized: a bearer token is required (header `authorization: Bearer <token>`)\n", {
-        "www-authenticate": "Bearer",
-      });
+    } else if (authenticator?.required && (status = await refused(authenticator, req.headers.authorization, res))) {
+      // refused() answered 401 or 403
     } else {
       try {
         const body = await metrics.scrape();
@@ -54,11 +56,19 @@ function plain(res: NodeResponse, status: number, text: string, headers: Record<
   return status;
 }
 
-function authorized(header: string | undefined, expected: Buffer): boolean {
-  const match = /^Bearer\s+(.+)$/i.exec((header ?? "").trim());
-  return match !== null && timingSafeEqual(digest(match[1]!), expected);
-}
-
-function digest(value: string): Buffer {
-  return createHash("sha256").update(value, "utf8").digest();
+/** Answers 401/403 and returns the status when the caller may not scrape; 0 when it may. */
+async function refused(authenticator: Authenticator, header: string | undefined, res: NodeResponse): Promise<number> {
+  let principal;
+  try {
+    principal = await authenticator.principal(header);
+  } catch (error) {
+    const challenge = error instanceof ConnectError ? error.metadata.get("www-authenticate") : null;
+    return plain(res, 401, `unauthorized: ${error instanceof ConnectError ? error.rawMessage : "a bearer token is required"}\n`, {
+      "www-authenticate": challenge ?? "Bearer",
+    });
+  }
+  if (hasScope(principal, "ledger:admin")) return 0;
+  return plain(res, 403, "forbidden: /metrics needs the scope ledger:admin\n", {
+    "www-authenticate": 'Bearer error="insufficient_scope", scope="ledger:admin"',
+  });
 }

@@ -25,10 +25,14 @@ import { getTodos } from "../ledger/todo.js";
 import { summarizeSession } from "../ledger/summarize.js";
 import { watchSession } from "../ledger/watch.js";
 import * as sessions from "../ledger/sessions.js";
+import { filterVisible, ownershipFor, policyOf, visibilityFor } from "../ledger/access.js";
+import { principalKey } from "./auth.js";
 
 /**
  * The `ledger.v1.SessionService` implementation: thin adapters that decode a request, make one
  * domain call and encode the answer. Domain errors are mapped to codes by `errorInterceptor`.
+ * The caller (`principalKey`) decides whose sessions are created, listed and counted; the access
+ * check of the methods on one session wraps these handlers (`guardSessionService`).
  *
  * ```ts
  * router.service(SessionService, createLedgerHandlers(deps));
@@ -36,14 +40,14 @@ import * as sessions from "../ledger/sessions.js";
  */
 export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof SessionService> {
   return {
-    async createSession(req) {
-      return { session: await sessions.createSession(deps, req) };
+    async createSession(req, ctx) {
+      return { session: await sessions.createSession(deps, req, ownershipFor(ctx.values.get(principalKey))) };
     },
     async getSession(req) {
       return { session: await sessions.getSession(deps, req.sessionId) };
     },
-    async listSessions(req) {
-      return sessions.listSessions(deps, req);
+    async listSessions(req, ctx) {
+      return sessions.listSessions(deps, req, visibilityFor(ctx.values.get(principalKey), policyOf(deps)));
     },
     async updateSession(req) {
       return { session: await sessions.updateSession(deps, req.sessionId, { title: req.title }) };
@@ -102,8 +106,9 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     async listChildren(req) {
       return { sessions: await sessions.listChildren(deps, req.sessionId) };
     },
-    async getStatus() {
-      return { statuses: await getStatus(deps) };
+    async getStatus(_req, ctx) {
+      const statuses = await filterVisible(deps, ctx.values.get(principalKey), new Map(Object.entries(await getStatus(deps))));
+      return { statuses: Object.fromEntries(statuses) };
     },
     async listAgents() {
       const { agents, defaultAgent } = listAgents(deps.config);

@@ -7,6 +7,7 @@ import type { LedgerDeps } from "../ledger/deps.js";
 import type { Drain } from "./drain.js";
 import { createHealthHandlers } from "./health.js";
 import { createLedgerHandlers } from "./ledger-handlers.js";
+import { guardSessionService } from "./guard.js";
 import { createReflectionHandlers, ServerReflection, ServerReflectionV1Alpha } from "./reflection.js";
 
 /**
@@ -23,7 +24,7 @@ export function createRoutes(deps: LedgerDeps, options: { drain?: Drain } = {}):
     [file_google_rpc_error_details, file_google_rpc_status],
   );
   return (router) => {
-    router.service(SessionService, createLedgerHandlers(deps));
+    router.service(SessionService, guardSessionService(deps, createLedgerHandlers(deps)));
     router.service(Health, createHealthHandlers(deps, { draining: drain ? () => drain.draining : undefined }));
     router.service(ServerReflection, reflection.v1);
     router.service(ServerReflectionV1Alpha, reflection.v1alpha);

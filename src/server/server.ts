@@ -13,7 +13,7 @@ import { METRICS_PATH, metricsHandler } from "../observe/metrics-http.js";
 import { createRpcObserver } from "../observe/rpc.js";
 import { checkContentType, sendUnsupportedMediaType } from "./content-type.js";
 import { corsHeaders } from "./cors.js";
-import { bearerAuth, isLoopback } from "./auth.js";
+import { authInterceptor, createAuthenticator, isLoopback } from "./auth.js";
 import { createDrain } from "./drain.js";
 import { errorInterceptor } from "./errors.js";
 import { failPendingWritesOnClose } from "./pending-writes.js";
@@ -86,7 +86,8 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
   setMaxListeners(0, shutdown.signal);
   const metrics = deps.metrics ?? createMetrics();
   const observer = createRpcObserver({ metrics });
-  const serveMetrics = metricsHandler(metrics, { token: deps.config.token });
+  const authenticator = createAuthenticator({ token: deps.config.token, jwt: deps.config.jwt });
+  const serveMetrics = metricsHandler(metrics, { authenticator });
   const drain = createDrain();
   const routes = createRoutes(deps, { drain });
   const handlers = new Map<string, UniversalHandler>();
@@ -106,7 +107,7 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
           errorInterceptor,
           // Inside errorInterceptor: it turns a stream's interruption into its own UNAVAILABLE first.
           drain.interceptor,
-          ...(deps.config.token ? [bearerAuth(deps.config.token)] : []),
+          authInterceptor(authenticator),
           createValidateInterceptor(),
         ],
         contextValues: (req) => observer.contextValues(req),
@@ -134,7 +135,7 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
     }
     // Without a token the server trusts only this machine: refuse other Host names, so a web
     // page cannot reach it through DNS rebinding.
-    if (!deps.config.token && !isLoopbackHost(req.headers.host ?? req.headers[":authority"])) {
+    if (!authenticator.required && !isLoopbackHost(req.headers.host ?? req.headers[":authority"])) {
       res.writeHead(403, { "content-type": "text/plain" });
       res.end("host not allowed: without a token this server answers only loopback host names\n");
       return;

@@ -27,6 +27,10 @@ export interface SessionTable {
    * them, under the row lock (so no `count(*)` of the session's messages is ever needed).
    */
   message_count: CounterColumn;
+  /** The subject (JWT `sub`) of the principal that created the session (or its parent's/source's); null: no per-user identity. */
+  owner: ColumnType<string | null, string | null | undefined, never>;
+  /** That principal's tenant; null: none. */
+  tenant: ColumnType<string | null, string | null | undefined, never>;
   time_created: ColumnType<Date, Date | undefined, never>;
   time_updated: ColumnType<Date, Date | undefined, Date>;
 }

@@ -26,10 +26,11 @@ export interface SessionCursor {
 
 /**
  * Inserts a new session with `last_seq` = `last_position` = 0. `session.id`, `directory` and
- * `parentId` become columns; the rest is stored as the proto JSON in `data`. Every string of
+ * `parentId` become columns, and `ownership` (default: none) the `owner`/`tenant` columns; the
+ * rest is stored as the proto JSON in `data`. Every string of
  * `session` is made storable in place first (`makeStorable`: NUL and lone surrogates → U+FFFD).
  */
-export async function insertSession(db: Kysely<DB>, session: Session, now: Date): Promise<void> {
+export async function insertSession(db: Kysely<DB>, session: Session, now: Date, ownership: SessionOwnership = NO_OWNER): Promise<void> {
   const data = sessionData(session);
   await db
     .insertInto("session")
@@ -37,6 +38,8 @@ export async function insertSession(db: Kysely<DB>, session: Session, now: Date)
       id: session.id,
       directory: session.directory,
       parent_id: session.parentId || null,
+      // Named only when set: a session without an owner leaves the columns to their default (null).
+      ...(ownership.owner !== null ? { owner: ownership.owner, tenant: ownership.tenant } : {}),
       data,
       time_created: now,
       time_updated: now,
@@ -78,14 +81,21 @@ export async function getSessionRowWithCount(db: Kysely<DB>, id: string): Promis
 
 /**
  * Lists sessions newest-updated first (ties by id, descending), starting after `cursor`,
- * at most `limit` rows, optionally only those of `directory`.
+ * at most `limit` rows, optionally only those of `directory` and only those `visibleTo` allows
+ * (see {@link SessionVisibility}).
  */
 export async function listSessionRows(
   db: Kysely<DB>,
-  options: { limit: number; cursor?: SessionCursor; directory?: string },
+  options: { limit: number; cursor?: SessionCursor; directory?: string; visibleTo?: SessionVisibility },
 ): Promise<SessionRowWithCount[]> {
   let query = db.selectFrom("session").selectAll("session");
   if (options.directory) query = query.where("directory", "=", options.directory);
+  const visible = options.visibleTo;
+  if (visible) {
+    query = visible.tenant === null ? query.where("tenant", "is", null) : query.where("tenant", "=", visible.tenant);
+    if (visible.owner !== undefined) query = query.where("owner", "=", visible.owner);
+    else query = query.where("owner", "is not", null);
+  }
   if (options.cursor) {
     const { timeUpdated, id } = options.cursor;
     query = query.where((eb) =>
@@ -225,4 +235,34 @@ export async function setLastSeq(trx: Transaction<DB>, id: string, lastSeq: numb
     .returning(sql<string>`xmin::text`.as("row_version"))
     .executeTakeFirst();
   return row?.row_version;
+}
+
+/** Who owns a session: the `owner` and `tenant` columns (null: none). */
+export interface SessionOwnership {
+  owner: string | null;
+  tenant: string | null;
+}
+
+/** No per-user owner: sessions created without authentication or with the static token. */
+export const NO_OWNER: SessionOwnership = Object.freeze({ owner: null, tenant: null });
+
+/**
+ * A filter of the sessions a caller may see: those of `tenant` (null: of no tenant) and, when
+ * `owner` is given, of that owner only; else of any owner (sessions without an owner excluded).
+ */
+export interface SessionVisibility {
+  tenant: string | null;
+  owner?: string;
+}
+
+/** The owner and tenant of session `id`, or undefined when it does not exist. One indexed read. */
+export async function getSessionOwnership(db: Kysely<DB>, id: string): Promise<SessionOwnership | undefined> {
+  return db.selectFrom("session").select(["owner", "tenant"]).where("id", "=", id).executeTakeFirst();
+}
+
+/** The owner and tenant of each existing session of `ids`, by id (missing ids are absent). */
+export async function listSessionOwnerships(db: Kysely<DB>, ids: string[]): Promise<Map<string, SessionOwnership>> {
+  if (ids.length === 0) return new Map();
+  const rows = await db.selectFrom("session").select(["id", "owner", "tenant"]).where("id", "in", ids).execute();
+  return new Map(rows.map((r) => [r.id, { owner: r.owner, tenant: r.tenant }]));
 }

@@ -329,7 +329,7 @@ describe("a ledger with a bearer token", () => {
   it("requires the token on /metrics", async () => {
     const none = await fetch(`${t.ledger.url}/metrics`);
     expect(none.status).toBe(401);
-    expect(none.headers.get("www-authenticate")).toBe("Bearer");
+    expect(none.headers.get("www-authenticate")).toBe(`Bearer realm="session-ledger"`);
     expect((await fetch(`${t.ledger.url}/metrics`, { headers: { authorization: "Bearer wrong-token" } })).status).toBe(401);
     const ok = await fetch(`${t.ledger.url}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } });
     expect(ok.status).toBe(200);

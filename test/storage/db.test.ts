@@ -34,6 +34,7 @@ describe(`storage on ${TEST_ENGINE}`, () => {
       "2026-12-05T0900-permission-request",
       "2026-12-05T0900-session-message-count",
       "2026-12-06T0900-session-todo",
+      "2026-12-07T0900-session-owner",
     ]);
   });
 

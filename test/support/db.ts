@@ -7,6 +7,7 @@ import { newId } from "../../src/ids.js";
 import { openDatabase, type Database, type DatabaseTarget } from "../../src/storage/db.js";
 import type { DB } from "../../src/storage/schema.js";
 import { insertSession } from "../../src/storage/session-store.js";
+import { migrations } from "../../src/storage/migrations/index.js";
 
 /** Which engine this test run uses: `LEDGER_TEST_DB=pglite|postgres` (default postgres). */
 export const TEST_ENGINE: "postgres" | "pglite" = process.env.LEDGER_TEST_DB === "pglite" ? "pglite" : "postgres";
@@ -77,4 +78,11 @@ async function admin(statement: string): Promise<void> {
   } finally {
     await client.end();
   }
+}
+
+/** The names of the migrations after `name` (which must exist), newest first: the order `migrateTo(name)` takes them down. */
+export function migrationsAfter(name: string): string[] {
+  const names = Object.keys(migrations).sort();
+  if (!names.includes(name)) throw new Error(`no migration ${name}`);
+  return names.filter((n) => n > name).reverse();
 }

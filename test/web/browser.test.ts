@@ -5,7 +5,9 @@ import path from "node:path";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { build } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PAGE_CSP } from "../../src/server/web-page.js";
+import { SignJWT } from "jose";
+import { loadWebPage, PAGE_CSP } from "../../src/server/web-page.js";
+import { startTestLedger } from "../support/ledger.js";
 import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
 import { spawnServe, type ServeProcess } from "../support/serve-process.js";
 import { compatibleProvider } from "../support/mock-models.js";
@@ -383,4 +385,39 @@ describe("browser client", () => {
     expect(await shown()).toEqual(expected);
     expect(pageErrors).toEqual([]);
   }, 120_000);
+
+  it("sends the token given as #token=… (JSON Web Tokens): lists only its holder's sessions; without one it says how to give it", async (ctx) => {
+    if (MISSING) ctx.skip(MISSING);
+    const secret = "a-shared-secret-of-at-least-32-bytes!!";
+    const mint = (sub: string) =>
+      new SignJWT({ sub }).setProtectedHeader({ alg: "HS256" }).setExpirationTime("5m").sign(new TextEncoder().encode(secret));
+    const web = await loadWebPage(outDir);
+    const jwtLedger = await startTestLedger({ auth: { jwt: { secret } } }, { transport: "http", web });
+    const tab = await context.newPage();
+    try {
+      const [alice, bob] = [await mint("alice"), await mint("bob")];
+      const bearer = (token: string) => ({ headers: { authorization: `Bearer ${token}` } });
+      const mine = (await jwtLedger.client.createSession({ directory: jwtLedger.dir, title: "alice's" }, bearer(alice))).session!.id;
+      const theirs = (await jwtLedger.client.createSession({ directory: jwtLedger.dir, title: "bob's" }, bearer(bob))).session!.id;
+
+      await tab.goto(`${jwtLedger.ledger.url}/#token=${alice}`);
+      await expect.poll(() => tab.locator(`#sessions [data-session-id="${mine}"]`).count()).toBe(1);
+      expect(await tab.locator(`#sessions [data-session-id="${theirs}"]`).count()).toBe(0);
+      // The token left the address bar at once and stays in this tab's sessionStorage only.
+      expect(new URL(tab.url()).hash).toBe("");
+      expect(await tab.evaluate("sessionStorage.getItem('ledger-token')")).toBe(alice);
+
+      const anonymous = await context.newPage();
+      try {
+        await anonymous.goto(`${jwtLedger.ledger.url}/`);
+        await expect.poll(() => anonymous.locator("#error").textContent()).toContain("Unauthenticated (TOKEN_MISSING)");
+        expect(await anonymous.locator("#error").textContent()).toContain("open the page as /#token=<your token>");
+      } finally {
+        await anonymous.close();
+      }
+    } finally {
+      await tab.close();
+      await jwtLedger.close();
+    }
+  });
 });

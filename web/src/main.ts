@@ -2,7 +2,8 @@
 // as `data:` URLs) over PromptStream, and render its events live. Plain TypeScript + DOM.
 //
 // The server is `?server=<url>` (default: this page's origin), reached with Connect + JSON from
-// @connectrpc/connect-web; the ledger allows loopback origins by CORS.
+// @connectrpc/connect-web; the ledger allows loopback origins by CORS. A server that requires a
+// token gets the one given as `#token=<token>` (see pageToken).
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate, timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
@@ -22,7 +23,39 @@ import { Transcript, type Change, type Entry } from "./transcript.js";
 type PartInit = MessageInitShape<typeof PartInputSchema>;
 
 const serverUrl = (new URLSearchParams(location.search).get("server") ?? location.origin).replace(/\/+$/, "");
-const client = createClient(SessionService, createConnectTransport({ baseUrl: serverUrl, useBinaryFormat: false }));
+
+/**
+ * The bearer token of a server that requires one (docs/security.md, "The browser page"): given
+ * as the URL fragment `#token=<token>` (a fragment never reaches a server or its logs), kept in
+ * this tab's sessionStorage and taken out of the address bar at once.
+ */
+function pageToken(): string | undefined {
+  const fragment = new URLSearchParams(location.hash.replace(/^#/, ""));
+  const given = fragment.get("token");
+  if (given) {
+    sessionStorage.setItem("ledger-token", given);
+    fragment.delete("token");
+    const rest = fragment.toString();
+    history.replaceState(null, "", `${location.pathname}${location.search}${rest ? `#${rest}` : ""}`);
+  }
+  return sessionStorage.getItem("ledger-token") ?? undefined;
+}
+const token = pageToken();
+const client = createClient(
+  SessionService,
+  createConnectTransport({
+    baseUrl: serverUrl,
+    useBinaryFormat: false,
+    interceptors: token
+      ? [
+          (next) => (req) => {
+            req.header.set("authorization", `Bearer ${token}`);
+            return next(req);
+          },
+        ]
+      : [],
+  }),
+);
 
 function byId<T extends HTMLElement>(id: string): T {
   const found = document.getElementById(id);
@@ -98,7 +131,12 @@ function errorKind(error: MessageError): string {
 function describeError(error: unknown): string {
   const err = ConnectError.from(error);
   const reason = err.findDetails(ErrorInfoSchema)[0]?.reason;
-  const hint = reason === "NO_MODEL_PROVIDER" ? "\nThe prompt was stored; configure a model provider in ledger.json to get answers." : "";
+  const hint =
+    reason === "NO_MODEL_PROVIDER"
+      ? "\nThe prompt was stored; configure a model provider in ledger.json to get answers."
+      : err.code === Code.Unauthenticated
+        ? "\nThis server requires a token: open the page as /#token=<your token> (it stays in this tab only)."
+        : "";
   return `${Code[err.code] ?? err.code}${reason ? ` (${reason})` : ""}: ${err.rawMessage}${hint}`;
 }
 

@@ -1,0 +1,82 @@
+import { SessionNotFoundError } from "../errors.js";
+import type { LedgerDeps } from "./deps.js";
+import { hasScope, type Principal } from "./principal.js";
+import * as store from "../storage/session-store.js";
+import type { SessionOwnership, SessionVisibility } from "../storage/session-store.js";
+
+/**
+ * Who may see which session (docs/security.md, "Who may see which session"): a caller with
+ * `ledger:admin` (the static token, a server without authentication, an admin JWT) sees every
+ * session; any other caller sees the sessions it owns — created with its `sub` in its tenant —
+ * and, with `auth.share_within_tenant`, every owned session of its tenant. Sessions created
+ * without a per-user identity (owner null) are visible to admins only.
+ */
+export interface AccessPolicy {
+  /** `auth.share_within_tenant`: callers of one tenant see each other's sessions. */
+  shareWithinTenant: boolean;
+}
+
+/** The ownership a session created by `principal` records: its subject and tenant, or none for admins without a JWT identity. */
+export function ownershipFor(principal: Principal): SessionOwnership {
+  return principal.via === "jwt" ? { owner: principal.subject, tenant: principal.tenant ?? null } : store.NO_OWNER;
+}
+
+/** True when `principal` may see and use a session owned as `ownership`. */
+export function mayAccess(principal: Principal, ownership: SessionOwnership, policy: AccessPolicy): boolean {
+  if (hasScope(principal, "ledger:admin")) return true;
+  if (ownership.owner === null || ownership.tenant !== (principal.tenant ?? null)) return false;
+  return ownership.owner === principal.subject || (policy.shareWithinTenant && principal.tenant !== undefined);
+}
+
+/**
+ * The filter of `ListSessions` for `principal` (undefined: sees everything). Matches
+ * {@link mayAccess} row by row.
+ */
+export function visibilityFor(principal: Principal, policy: AccessPolicy): SessionVisibility | undefined {
+  if (hasScope(principal, "ledger:admin")) return undefined;
+  const tenant = principal.tenant ?? null;
+  return policy.shareWithinTenant && tenant !== null ? { tenant } : { tenant, owner: principal.subject };
+}
+
+/**
+ * Checks that `principal` may use session `sessionId` before anything else is read or written.
+ * Admins are not checked here (the RPC itself answers NOT_FOUND for a missing session). Throws
+ * `SessionNotFoundError` (NOT_FOUND, naming `field`) both when the session does not exist and
+ * when the caller may not see it: the same code, message and details, so a caller learns nothing
+ * about sessions it may not see.
+ */
+export async function checkSessionAccess(
+  deps: Pick<LedgerDeps, "db" | "config">,
+  principal: Principal,
+  sessionId: string,
+  field = "session_id",
+): Promise<void> {
+  if (hasScope(principal, "ledger:admin")) return;
+  const ownership = sessionId ? await store.getSessionOwnership(deps.db, sessionId) : undefined;
+  if (!ownership || !mayAccess(principal, ownership, policyOf(deps))) throw new SessionNotFoundError(sessionId, field);
+}
+
+/**
+ * Keeps the entries of `bySession` (keyed by session id) that `principal` may see; one read of
+ * their owners. Admins get the map as it is.
+ */
+export async function filterVisible<T>(
+  deps: Pick<LedgerDeps, "db" | "config">,
+  principal: Principal,
+  bySession: Map<string, T>,
+): Promise<Map<string, T>> {
+  if (hasScope(principal, "ledger:admin")) return bySession;
+  const owners = await store.listSessionOwnerships(deps.db, [...bySession.keys()]);
+  const policy = policyOf(deps);
+  return new Map(
+    [...bySession].filter(([id]) => {
+      const ownership = owners.get(id);
+      return ownership !== undefined && mayAccess(principal, ownership, policy);
+    }),
+  );
+}
+
+/** The access policy of `deps.config`. */
+export function policyOf(deps: Pick<LedgerDeps, "config">): AccessPolicy {
+  return { shareWithinTenant: deps.config.shareWithinTenant ?? false };
+}
