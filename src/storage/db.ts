@@ -62,10 +62,23 @@ export async function ping(db: Kysely<DB>): Promise<void> {
   await sql`select 1`.execute(db);
 }
 
-/** Reads `DATABASE_URL`: a Postgres target when set, else PGlite in `dir`. */
+/** Connections of the Postgres pool unless `LEDGER_DB_POOL` says otherwise. */
+export const DEFAULT_POOL_SIZE = 10;
+
+/**
+ * Reads `DATABASE_URL`: a Postgres target when set (with `LEDGER_DB_POOL` connections, 1–1000,
+ * default {@link DEFAULT_POOL_SIZE}), else PGlite in `dir`. Throws `DatabaseOpenError` for a
+ * `LEDGER_DB_POOL` that is no integer in range.
+ */
 export function targetFromEnv(dir: string, env: NodeJS.ProcessEnv = process.env): DatabaseTarget {
   const url = env.DATABASE_URL;
-  return url ? { kind: "postgres", url } : { kind: "pglite", dir };
+  if (!url) return { kind: "pglite", dir };
+  const pool = env.LEDGER_DB_POOL;
+  if (pool === undefined || pool === "") return { kind: "postgres", url };
+  const poolSize = Number(pool);
+  if (!Number.isInteger(poolSize) || poolSize < 1 || poolSize > 1000)
+    throw new DatabaseOpenError(`LEDGER_DB_POOL: expected the number of Postgres connections (1-1000), got ${JSON.stringify(pool)}`);
+  return { kind: "postgres", url, poolSize };
 }
 
 /**
@@ -94,7 +107,7 @@ function errorText(error: unknown): string {
   return typeof code === "string" ? code : error.name;
 }
 
-function openPostgres(url: string, poolSize = 10): Database {
+function openPostgres(url: string, poolSize = DEFAULT_POOL_SIZE): Database {
   // PreparingClient: the per-prompt write statement stays prepared on each connection (prepared.ts).
   const pool = new pg.Pool({ connectionString: url, max: poolSize, Client: PreparingClient });
   // An idle client that loses its connection must not crash the process.

@@ -5,11 +5,11 @@ import { MessageSchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { newId } from "../../src/ids.js";
-import { DatabaseOpenError, migrate, openDatabase, type Database } from "../../src/storage/db.js";
+import { DatabaseOpenError, migrate, openDatabase, targetFromEnv, type Database } from "../../src/storage/db.js";
 import { insertMessage } from "../../src/storage/message-store.js";
 import { insertParts, listPartRows, rowToPart } from "../../src/storage/part-store.js";
 import { deleteSessionRow, insertSession } from "../../src/storage/session-store.js";
-import { insertTestSession, openTestDatabase, ADMIN_URL, TEST_ENGINE } from "../support/db.js";
+import { createTestDatabase, insertTestSession, openTestDatabase, ADMIN_URL, TEST_ENGINE } from "../support/db.js";
 
 let database: Database;
 beforeAll(async () => {
@@ -124,4 +124,34 @@ async function closedPort(): Promise<number> {
   const { port } = server.address() as net.AddressInfo;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
+}
+
+describe("the Postgres pool size (LEDGER_DB_POOL)", () => {
+  it("is read from the environment, 1-1000, and refused otherwise naming the variable", () => {
+    const url = "postgres://postgres@127.0.0.1:5432/x";
+    expect(targetFromEnv("/d", { DATABASE_URL: url })).toEqual({ kind: "postgres", url });
+    expect(targetFromEnv("/d", { DATABASE_URL: url, LEDGER_DB_POOL: "3" })).toEqual({ kind: "postgres", url, poolSize: 3 });
+    expect(targetFromEnv("/d", { LEDGER_DB_POOL: "3" })).toEqual({ kind: "pglite", dir: "/d" });
+    for (const bad of ["0", "1001", "2.5", "many"])
+      expect(() => targetFromEnv("/d", { DATABASE_URL: url, LEDGER_DB_POOL: bad })).toThrow(
+        new DatabaseOpenError(`LEDGER_DB_POOL: expected the number of Postgres connections (1-1000), got "${bad}"`),
+      );
+  });
+
+  it.skipIf(TEST_ENGINE !== "postgres")("bounds the connections a ledger opens", async () => {
+    const test = await createTestDatabase("postgres");
+    const opened = await openDatabase(targetFromEnv("/unused", { DATABASE_URL: test.url!, LEDGER_DB_POOL: "2" }));
+    try {
+      await Promise.all(Array.from({ length: 6 }, () => sqlSleep(opened)));
+      expect(opened.poolStats()).toMatchObject({ total: 2 });
+    } finally {
+      await opened.close();
+      await test.drop();
+    }
+  });
+});
+
+async function sqlSleep(opened: Database): Promise<void> {
+  const { sql } = await import("kysely");
+  await sql`select pg_sleep(0.05)`.execute(opened.db);
 }
