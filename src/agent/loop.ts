@@ -2,7 +2,7 @@ import { create, equals, type JsonObject } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { type AssistantMessage, type UserMessage, UserMessageSummarySchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
-import { allowedRoots } from "../config/config.js";
+import { rootsForSession } from "../ledger/access.js";
 import { newId } from "../ids.js";
 import { sessionLedger, type SessionLedger } from "../ledger/session-ledger.js";
 import type { LedgerDeps } from "../ledger/deps.js";
@@ -211,6 +211,7 @@ async function answerStep(
       ? undefined
       : stepSnapshots(deps, ledger, session.directory, assistant.id);
   const snapshot = snapshots && new StepSnapshot(snapshots);
+  const roots = await rootsForSession(deps, session.id);
   for (let attempt = 1; ; attempt++) {
     result = await runStep({
       ledger,
@@ -229,7 +230,7 @@ async function answerStep(
         : createTools({
             agent,
             rules: session.permission,
-            context: { directory: session.directory, roots: allowedRoots(deps.config) },
+            context: { directory: session.directory, roots },
             subagents,
             runTask: deps.runTask?.(sessionId),
             todos: sessionTodoList(deps, sessionId),

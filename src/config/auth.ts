@@ -109,3 +109,26 @@ export function checkJwtKey(jwt: JwtConfig | undefined): void {
   if (jwt && !jwt.secret && !jwt.jwks)
     throw new ConfigError("auth.jwt: needs a secret (auth.jwt.secret or LEDGER_JWT_SECRET) or jwks (a key set's file or URL)");
 }
+
+/** The `tenants` key of ledger.json: per tenant, the directories its sessions may use. */
+export const tenantsSchema = z.record(z.string().min(1), z.object({ roots: z.array(z.string().min(1)).default([]) }).strict()).optional();
+
+/** A tenant's settings (docs/security.md, "Per-tenant file roots"). */
+export interface TenantConfig {
+  /** Absolute directories: its sessions' `directory` must lie in one; file drafts and tools read inside the session directory and these. */
+  roots: string[];
+}
+
+/**
+ * Builds `tenants` (roots resolved against `baseDir`). Throws {@link ConfigError} when tenants are
+ * configured without `auth.jwt.tenant_claim` (nothing would name a caller's tenant).
+ */
+export function buildTenants(
+  file: z.infer<typeof tenantsSchema>,
+  jwt: JwtConfig | undefined,
+  baseDir: string,
+): Record<string, TenantConfig> | undefined {
+  if (!file) return undefined;
+  if (!jwt?.tenantClaim) throw new ConfigError("tenants: needs auth.jwt.tenant_claim (the token claim that names a caller's tenant)");
+  return Object.fromEntries(Object.entries(file).map(([name, t]) => [name, { roots: t.roots.map((r) => path.resolve(baseDir, r)) }]));
+}

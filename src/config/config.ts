@@ -6,7 +6,16 @@ import { InvalidArgumentError } from "../errors.js";
 import { BUILT_IN_AGENTS, type AgentInfo } from "./agents.js";
 import { DEFAULT_LIMITS, type Limits } from "./limits.js";
 import { telemetryConfig, telemetrySchema, type TelemetryConfig } from "./telemetry.js";
-import { authSchema, buildJwtConfig, checkJwtKey, withEnvSecret, type JwtConfig } from "./auth.js";
+import {
+  authSchema,
+  buildJwtConfig,
+  buildTenants,
+  checkJwtKey,
+  tenantsSchema,
+  withEnvSecret,
+  type JwtConfig,
+  type TenantConfig,
+} from "./auth.js";
 import { ConfigError } from "./config-error.js";
 
 /** A session directory with more bytes than this (in files git would track) gets no snapshot. */
@@ -104,6 +113,7 @@ export const configFileSchema = z.object({
   plugins: z.array(z.string()).default([]),
   cors: z.object({ origins: z.array(z.string()).default([]) }).default({ origins: [] }),
   auth: authSchema,
+  tenants: tenantsSchema,
   events: z
     .object({
       retention_hours: z.number().positive().default(168),
@@ -203,6 +213,11 @@ export interface LedgerConfig {
    * caller sees its own; docs/security.md, "Who may see which session").
    */
   shareWithinTenant?: boolean;
+  /**
+   * `tenants`: per tenant, the roots its sessions may use (docs/security.md, "Per-tenant file
+   * roots"); undefined: every session uses `roots`.
+   */
+  tenants?: Record<string, TenantConfig>;
   /** Events older than this (ms) are pruned; WatchSession cursors behind them get OUT_OF_RANGE. Default 7 days. */
   eventRetentionMs: number;
   /**
@@ -449,6 +464,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     token: file.auth.token,
     jwt: buildJwtConfig(file.auth.jwt, baseDir),
     shareWithinTenant: file.auth.share_within_tenant,
+    tenants: buildTenants(file.tenants, buildJwtConfig(file.auth.jwt, baseDir), baseDir),
     mcp: Object.fromEntries(
       Object.entries(file.mcp).map(([name, server]) => {
         const [command, ...args] = server.command;
@@ -485,8 +501,14 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
   };
 }
 
-/** Every directory besides the session directory that `file:` reads and the model's tools may use: `roots` and the references. */
-export function allowedRoots(config: Pick<LedgerConfig, "roots" | "references">): string[] {
+/**
+ * Every directory besides the session directory that `file:` reads and the model's tools may use:
+ * `roots` and the references; for a session of `tenant` when `tenants` is configured, that
+ * tenant's roots only (none for a tenant without an entry).
+ */
+export function allowedRoots(config: Pick<LedgerConfig, "roots" | "references" | "tenants">, tenant?: string | null): string[] {
+  // A tenant's session reads inside its directory and its tenant's roots only (not the global ones).
+  if (config.tenants && tenant) return config.tenants[tenant]?.roots ?? [];
   return [...config.roots, ...Object.values(config.references)];
 }
 

@@ -1,4 +1,9 @@
-import { SessionNotFoundError } from "../errors.js";
+import { realpath } from "node:fs/promises";
+import type { Kysely } from "kysely";
+import { allowedRoots } from "../config/config.js";
+import { PathNotAllowedError, SessionNotFoundError } from "../errors.js";
+import { isInside } from "../files/confine.js";
+import type { DB } from "../storage/schema.js";
 import type { LedgerDeps } from "./deps.js";
 import { hasScope, type Principal } from "./principal.js";
 import * as store from "../storage/session-store.js";
@@ -79,4 +84,50 @@ export async function filterVisible<T>(
 /** The access policy of `deps.config`. */
 export function policyOf(deps: Pick<LedgerDeps, "config">): AccessPolicy {
   return { shareWithinTenant: deps.config.shareWithinTenant ?? false };
+}
+
+/**
+ * With `tenants` configured, checks that a session of `tenant` may use `directory` (resolved):
+ * it must lie inside one of the tenant's roots (compared canonically). Throws
+ * `PathNotAllowedError` (PERMISSION_DENIED, field `directory`) when it does not, or when the
+ * tenant has no entry in `tenants`. Sessions without a tenant, and servers without `tenants`,
+ * are not restricted here.
+ */
+export async function checkTenantDirectory(deps: Pick<LedgerDeps, "config">, tenant: string | null, directory: string): Promise<void> {
+  const tenants = deps.config.tenants;
+  if (!tenants || !tenant) return;
+  const roots = tenants[tenant]?.roots;
+  if (!roots)
+    throw new PathNotAllowedError(
+      "directory",
+      directory,
+      `cannot be used: tenant ${tenant} has no roots configured (tenants.${tenant}.roots)`,
+    );
+  const reals = await Promise.all(roots.map((r) => realpath(r).catch(() => r)));
+  if (!reals.some((root) => isInside(root, directory)))
+    throw new PathNotAllowedError("directory", directory, `is outside the roots of tenant ${tenant} (tenants.${tenant}.roots)`);
+}
+
+/**
+ * The roots (besides the session directory) that `file:` drafts and tools of session `sessionId`
+ * may read: `allowedRoots` of its tenant. Reads the session's tenant only when `tenants` is
+ * configured, once per session and process (a session's tenant never changes).
+ */
+export async function rootsForSession(deps: Pick<LedgerDeps, "db" | "config">, sessionId: string): Promise<string[]> {
+  if (!deps.config.tenants) return allowedRoots(deps.config);
+  return allowedRoots(deps.config, await tenantOf(deps.db, sessionId));
+}
+
+const TENANT_CACHE_ENTRIES = 10_000;
+const tenants = new WeakMap<Kysely<DB>, Map<string, string | null>>();
+
+async function tenantOf(db: Kysely<DB>, sessionId: string): Promise<string | null> {
+  let cache = tenants.get(db);
+  if (!cache) tenants.set(db, (cache = new Map()));
+  const known = cache.get(sessionId);
+  if (known !== undefined) return known;
+  const tenant = (await store.getSessionOwnership(db, sessionId))?.tenant ?? null;
+  cache.set(sessionId, tenant);
+  if (cache.size > TENANT_CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
+  return tenant;
 }

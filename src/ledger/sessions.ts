@@ -14,6 +14,7 @@ import { insertParts } from "../storage/part-store.js";
 import { isForeignKeyViolation } from "../storage/pg-errors.js";
 import { sessionCache } from "../storage/session-cache.js";
 import * as store from "../storage/session-store.js";
+import { checkTenantDirectory } from "./access.js";
 import type { LedgerDeps } from "./deps.js";
 import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { withParts } from "./messages.js";
@@ -53,6 +54,7 @@ export async function createSession(
     );
   }
   const directory = await resolveDirectory(request.directory);
+  await checkTenantDirectory(deps, ownership.tenant, directory);
   // A child belongs to its parent's owner, whoever creates it.
   const parentOwnership = request.parentId ? await store.getSessionOwnership(deps.db, request.parentId) : undefined;
   if (request.parentId && !parentOwnership) throw new SessionNotFoundError(request.parentId, "parent_id");

@@ -7,7 +7,7 @@ import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Span } from "@opentelemetry/api";
 import { PermissionAction, PermissionRuleSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
-import { allowedRoots } from "../config/config.js";
+import { rootsForSession } from "./access.js";
 import { newId } from "../ids.js";
 import { annotateActiveSpan, inSpan } from "../observe/spans.js";
 import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
@@ -97,13 +97,14 @@ async function storeResolved(
   // Tracing: the call storing the prompt (e.g. the Prompt RPC's span) names the message it stored.
   const spanAttributes = { "ledger.session_id": session.id, "ledger.message_id": messageId };
   annotateActiveSpan(spanAttributes);
+  const roots = await rootsForSession(deps, session.id);
   const drafts = await inSpan("ledger.resolve_drafts", { ...spanAttributes, "ledger.parts": request.parts.length }, () =>
     resolveDrafts(
       {
         sessionId: session.id,
         messageId,
         directory: session.directory,
-        roots: allowedRoots(deps.config),
+        roots,
         references: deps.config.references,
         limits: deps.config.limits,
         agent,
