@@ -22,7 +22,9 @@ export interface TokenOptions {
  * or `LEDGER_JWT_SECRET`, from the config found as `serve` finds it), with the configured issuer
  * and audience (the first of each), for development and tests; in production the identity
  * provider mints tokens (docs/security.md). Resolves with the token (one line on stdout).
- * Throws `ConfigError` when no secret is configured (a key set cannot sign) or a scope is unknown.
+ * Throws `ConfigError` when no secret is configured (a key set cannot sign), a scope is unknown,
+ * `--tenant` is missing while the server requires a tenant claim, or `--expires` is no positive
+ * lifetime.
  */
 export async function mintToken(opts: TokenOptions, io: Pick<CliIo, "cwd" | "env">): Promise<string> {
   const config = loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env });
@@ -34,6 +36,10 @@ export async function mintToken(opts: TokenOptions, io: Pick<CliIo, "cwd" | "env
   const scopes = (opts.scope ?? "").split(/[\s,]+/).filter(Boolean);
   const unknown = scopes.filter((s) => !(SCOPES as readonly string[]).includes(s));
   if (unknown.length > 0) throw new ConfigError(`--scope: unknown ${unknown.join(", ")}; expected ${SCOPES.join(", ")}`);
+  if (jwt.tenantClaim && !opts.tenant)
+    throw new ConfigError(`--tenant: required: this server's tokens carry the tenant claim "${jwt.tenantClaim}" (auth.jwt.tenant_claim)`);
+  if (!/^\d+\s*[a-z]+$/i.test(opts.expires.trim()))
+    throw new ConfigError(`--expires: expected a positive lifetime such as "30m", "1h" or "7d", got ${JSON.stringify(opts.expires)}`);
   const claims: Record<string, unknown> = { sub: opts.sub };
   if (opts.tenant) claims[jwt.tenantClaim ?? "tenant"] = opts.tenant;
   if (scopes.length > 0) claims.scope = scopes.join(" ");

@@ -97,6 +97,10 @@ export function withEnvSecret(jwt: JwtConfig | undefined, secret: string): JwtCo
 }
 
 function checkSecret(secret: string, where: string): void {
+  if (secret === "")
+    throw new ConfigError(
+      `${where}: is empty (with "{env:LEDGER_JWT_SECRET}", is LEDGER_JWT_SECRET set?); give a secret of at least ${MIN_SECRET_BYTES} bytes`,
+    );
   if (Buffer.byteLength(secret, "utf8") < MIN_SECRET_BYTES)
     throw new ConfigError(`${where}: must be at least ${MIN_SECRET_BYTES} bytes (HS256 needs a 256-bit secret)`);
 }

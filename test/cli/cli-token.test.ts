@@ -1,4 +1,4 @@
-import { mkdtemp, realpath, rm } from "node:fs/promises";
+import { mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { decodeJwt } from "jose";
@@ -30,7 +30,6 @@ const configFile = () => path.join(dir, "ledger.json");
 
 describe("ledger token", () => {
   it("mints a token with the configured claims; two users' tokens keep their sessions apart over --url", async () => {
-    const { writeFile } = await import("node:fs/promises");
     await writeFile(
       configFile(),
       JSON.stringify({ auth: { jwt: { issuer: "https://login.test", audience: "ledger", tenant_claim: "org" } } }),
@@ -80,6 +79,26 @@ describe("ledger token", () => {
     expect(noSecret.stderr).toBe(
       "error: ledger token signs with the shared secret: set LEDGER_JWT_SECRET (32+ bytes) or auth.jwt.secret; with a key set (jwks) your identity provider mints the tokens\n",
     );
+    const noTenant = await runCli(["token", "--sub", "x", "--config", configFile()], place({ LEDGER_JWT_SECRET: SECRET }));
+    expect(noTenant).toMatchObject({
+      code: 1,
+      stderr: 'error: --tenant: required: this server\'s tokens carry the tenant claim "org" (auth.jwt.tenant_claim)\n',
+    });
+    const past = await runCli(
+      ["token", "--sub", "x", "--tenant", "acme", "--expires", "-1h", "--config", configFile()],
+      place({ LEDGER_JWT_SECRET: SECRET }),
+    );
+    expect(past).toMatchObject({
+      code: 1,
+      stderr: 'error: --expires: expected a positive lifetime such as "30m", "1h" or "7d", got "-1h"\n',
+    });
+    await writeFile(configFile(), JSON.stringify({ auth: { jwt: { secret: "{env:LEDGER_JWT_SECRET}" } } }));
+    const unset = await runCli(["token", "--sub", "x", "--config", configFile()], place());
+    expect(unset).toMatchObject({
+      code: 1,
+      stderr:
+        'error: auth.jwt.secret: is empty (with "{env:LEDGER_JWT_SECRET}", is LEDGER_JWT_SECRET set?); give a secret of at least 32 bytes\n',
+    });
     const badScope = await runCli(["token", "--sub", "x", "--scope", "ledger:root"], place({ LEDGER_JWT_SECRET: SECRET }));
     expect(badScope).toMatchObject({
       code: 1,
