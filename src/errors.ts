@@ -143,6 +143,14 @@ export class PathNotAllowedError extends LedgerError {
   }
 }
 
+/** Shell commands (the `Shell` RPC, the `bash` tool) are not allowed for the session's tenant. Maps to `PERMISSION_DENIED`. */
+export class CommandsNotAllowedError extends LedgerError {
+  readonly reason = "COMMANDS_NOT_ALLOWED";
+  constructor(readonly tenant: string) {
+    super(`shell commands are not allowed for sessions of tenant ${tenant} (tenants.${tenant}.commands)`, { tenant });
+  }
+}
+
 /**
  * The operation cannot run in the current state (e.g. no model provider is configured, so the
  * agent loop cannot answer). Maps to `FAILED_PRECONDITION`; `metadata` says what was stored.

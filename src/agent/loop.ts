@@ -2,7 +2,7 @@ import { create, equals, type JsonObject } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { type AssistantMessage, type UserMessage, UserMessageSummarySchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
-import { rootsForSession } from "../ledger/access.js";
+import { commandsAllowed, rootsForSession } from "../ledger/access.js";
 import { newId } from "../ids.js";
 import { sessionLedger, type SessionLedger } from "../ledger/session-ledger.js";
 import type { LedgerDeps } from "../ledger/deps.js";
@@ -212,6 +212,7 @@ async function answerStep(
       : stepSnapshots(deps, ledger, session.directory, assistant.id);
   const snapshot = snapshots && new StepSnapshot(snapshots);
   const roots = await rootsForSession(deps, session.id);
+  const withoutCommands = !(await commandsAllowed(deps, session.id));
   for (let attempt = 1; ; attempt++) {
     result = await runStep({
       ledger,
@@ -231,6 +232,7 @@ async function answerStep(
             agent,
             rules: session.permission,
             context: { directory: session.directory, roots },
+            withoutCommands,
             subagents,
             runTask: deps.runTask?.(sessionId),
             todos: sessionTodoList(deps, sessionId),

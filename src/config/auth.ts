@@ -20,7 +20,8 @@ export const authSchema = z
       .object({
         secret: z.string().optional(),
         jwks: z.string().min(1).optional(),
-        issuer: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]).optional(),
+        // One issuer: a session's owner is the token's `sub`, which is unique per issuer only.
+        issuer: z.string().min(1).optional(),
         audience: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]).optional(),
         algorithms: z.array(z.string().min(1)).min(1).optional(),
         clock_skew_s: z.number().int().min(0).max(3600).default(DEFAULT_CLOCK_SKEW_S),
@@ -44,7 +45,7 @@ export interface JwtConfig {
   secret?: string;
   /** A JWKS: an absolute file path, or an http(s) URL. */
   jwks?: { file: string } | { url: string };
-  issuer?: string | string[];
+  issuer?: string;
   audience?: string | string[];
   /** Accepted `alg` values. */
   algorithms: string[];
@@ -67,6 +68,14 @@ export function buildJwtConfig(file: z.infer<typeof authSchema>["jwt"], baseDir:
   const jwks = file.jwks;
   if (file.secret !== undefined) checkSecret(file.secret, "auth.jwt.secret");
   if (file.secret && jwks) throw new ConfigError("auth.jwt: give either a secret (HS256) or jwks (a key set), not both");
+  if (jwks && !file.audience)
+    throw new ConfigError(
+      "auth.jwt.audience: required with jwks: without it, any token the identity provider issues to any application would be accepted",
+    );
+  if (jwks && /^http:\/\//.test(jwks) && !/^http:\/\/(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?\//.test(jwks))
+    throw new ConfigError(
+      "auth.jwt.jwks: a key set URL must use https (plain http only on loopback): whoever can alter it can forge tokens",
+    );
   return {
     secret: file.secret,
     jwks: jwks ? (/^https?:\/\//.test(jwks) ? { url: jwks } : { file: path.resolve(baseDir, jwks) }) : undefined,
@@ -115,12 +124,19 @@ export function checkJwtKey(jwt: JwtConfig | undefined): void {
 }
 
 /** The `tenants` key of ledger.json: per tenant, the directories its sessions may use. */
-export const tenantsSchema = z.record(z.string().min(1), z.object({ roots: z.array(z.string().min(1)).default([]) }).strict()).optional();
+export const tenantsSchema = z
+  .record(z.string().min(1), z.object({ roots: z.array(z.string().min(1)).default([]), commands: z.boolean().default(false) }).strict())
+  .optional();
 
 /** A tenant's settings (docs/security.md, "Per-tenant file roots"). */
 export interface TenantConfig {
   /** Absolute directories: its sessions' `directory` must lie in one; file drafts and tools read inside the session directory and these. */
   roots: string[];
+  /**
+   * May its sessions run shell commands (the `Shell` RPC and the model's `bash` tool)? A command
+   * runs with the server's rights and is not confined to any root, so the default is no.
+   */
+  commands: boolean;
 }
 
 /**
@@ -134,5 +150,7 @@ export function buildTenants(
 ): Record<string, TenantConfig> | undefined {
   if (!file) return undefined;
   if (!jwt?.tenantClaim) throw new ConfigError("tenants: needs auth.jwt.tenant_claim (the token claim that names a caller's tenant)");
-  return Object.fromEntries(Object.entries(file).map(([name, t]) => [name, { roots: t.roots.map((r) => path.resolve(baseDir, r)) }]));
+  return Object.fromEntries(
+    Object.entries(file).map(([name, t]) => [name, { roots: t.roots.map((r) => path.resolve(baseDir, r)), commands: t.commands }]),
+  );
 }

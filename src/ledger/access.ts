@@ -1,7 +1,7 @@
 import { realpath } from "node:fs/promises";
 import type { Kysely } from "kysely";
 import { allowedRoots } from "../config/config.js";
-import { PathNotAllowedError, SessionNotFoundError } from "../errors.js";
+import { CommandsNotAllowedError, PathNotAllowedError, SessionNotFoundError } from "../errors.js";
 import { isInside } from "../files/confine.js";
 import type { DB } from "../storage/schema.js";
 import type { LedgerDeps } from "./deps.js";
@@ -87,25 +87,42 @@ export function policyOf(deps: Pick<LedgerDeps, "config">): AccessPolicy {
 }
 
 /**
- * With `tenants` configured, checks that a session of `tenant` may use `directory` (resolved):
- * it must lie inside one of the tenant's roots (compared canonically). Throws
- * `PathNotAllowedError` (PERMISSION_DENIED, field `directory`) when it does not, or when the
- * tenant has no entry in `tenants`. Sessions without a tenant, and servers without `tenants`,
- * are not restricted here.
+ * With `tenants` configured, checks that a session of `tenant` may use `directory` (absolute; the
+ * path as written, then resolved): it must lie inside one of the tenant's roots (as configured
+ * or resolved). Throws `PathNotAllowedError` (PERMISSION_DENIED, field `directory`, naming the
+ * path as the caller wrote it, `shown`) when it does not, or when the tenant has no entry in
+ * `tenants`. Sessions without a tenant, and servers without `tenants`, are not restricted here.
  */
-export async function checkTenantDirectory(deps: Pick<LedgerDeps, "config">, tenant: string | null, directory: string): Promise<void> {
+export async function checkTenantDirectory(
+  deps: Pick<LedgerDeps, "config">,
+  tenant: string | null,
+  directory: string,
+  shown = directory,
+): Promise<void> {
   const tenants = deps.config.tenants;
   if (!tenants || !tenant) return;
   const roots = tenants[tenant]?.roots;
   if (!roots)
-    throw new PathNotAllowedError(
-      "directory",
-      directory,
-      `cannot be used: tenant ${tenant} has no roots configured (tenants.${tenant}.roots)`,
-    );
+    throw new PathNotAllowedError("directory", shown, `cannot be used: tenant ${tenant} has no roots configured (tenants.${tenant}.roots)`);
   const reals = await Promise.all(roots.map((r) => realpath(r).catch(() => r)));
-  if (!reals.some((root) => isInside(root, directory)))
-    throw new PathNotAllowedError("directory", directory, `is outside the roots of tenant ${tenant} (tenants.${tenant}.roots)`);
+  if (![...roots, ...reals].some((root) => isInside(root, directory)))
+    throw new PathNotAllowedError("directory", shown, `is outside the roots of tenant ${tenant} (tenants.${tenant}.roots)`);
+}
+
+/**
+ * Throws `CommandsNotAllowedError` (PERMISSION_DENIED) when session `sessionId` belongs to a
+ * tenant whose `tenants.<name>.commands` is not true: shell commands run with the server's rights,
+ * outside every root. Servers without `tenants`, and sessions without a tenant, may run them.
+ */
+export async function checkCommandsAllowed(deps: Pick<LedgerDeps, "db" | "config">, sessionId: string): Promise<void> {
+  if (!(await commandsAllowed(deps, sessionId))) throw new CommandsNotAllowedError((await tenantOf(deps.db, sessionId))!);
+}
+
+/** Whether session `sessionId` may run shell commands; see {@link checkCommandsAllowed}. */
+export async function commandsAllowed(deps: Pick<LedgerDeps, "db" | "config">, sessionId: string): Promise<boolean> {
+  if (!deps.config.tenants) return true;
+  const tenant = await tenantOf(deps.db, sessionId);
+  return !tenant || deps.config.tenants[tenant]?.commands === true;
 }
 
 /**

@@ -53,11 +53,15 @@ export async function createSession(
       `${JSON.stringify(request.directory)} is relative: send the absolute path of the project directory (the server's working directory is not the client's)`,
     );
   }
-  const directory = await resolveDirectory(request.directory);
-  await checkTenantDirectory(deps, ownership.tenant, directory);
   // A child belongs to its parent's owner, whoever creates it.
   const parentOwnership = request.parentId ? await store.getSessionOwnership(deps.db, request.parentId) : undefined;
   if (request.parentId && !parentOwnership) throw new SessionNotFoundError(request.parentId, "parent_id");
+  // The tenant's roots are checked on the path as written before the filesystem is asked anything
+  // (a tenant learns nothing about directories outside its roots), then on the resolved path.
+  const tenant = (parentOwnership ?? ownership).tenant;
+  await checkTenantDirectory(deps, tenant, path.resolve(request.directory), request.directory);
+  const directory = await resolveDirectory(request.directory);
+  await checkTenantDirectory(deps, tenant, directory, request.directory);
   const agent = request.agent ? resolveAgent(deps.config, request.agent).name : "";
   const now = new Date();
   const session = create(SessionSchema, {

@@ -21,6 +21,7 @@ import { sessionLedger } from "./session-ledger.js";
 import { getSession } from "./sessions.js";
 import { applyRevert } from "./revert.js";
 import { writeSession } from "./writer.js";
+import { checkCommandsAllowed } from "./access.js";
 
 /** Longest time (ms) between two stored snapshots of a running command's output. */
 const OUTPUT_INTERVAL_MS = 100;
@@ -42,12 +43,14 @@ export const SHELL_USER_TEXT = "The following tool was executed by the user";
  * aborted error.
  *
  * @returns the assistant message with its part.
- * @throws SessionNotFoundError (NOT_FOUND); AgentNotFoundError (NOT_FOUND, field `agent`);
+ * @throws SessionNotFoundError (NOT_FOUND); CommandsNotAllowedError (PERMISSION_DENIED) for a
+ *   session of a tenant without `tenants.<name>.commands`; AgentNotFoundError (NOT_FOUND, field `agent`);
  *   SessionBusyError (FAILED_PRECONDITION) while a loop runs the session;
  *   PreconditionError NO_RUNNER when the server has no runner.
  */
 export async function runShell(deps: LedgerDeps, request: ShellRequest): Promise<MessageWithParts> {
   const session = await getSession(deps, request.sessionId);
+  await checkCommandsAllowed(deps, session.id);
   const agent = deps.config.agents.get(request.agent);
   if (!agent) throw new AgentNotFoundError(request.agent, visibleAgentNames(deps.config.agents), "agent");
   const replier = deps.replier;

@@ -22,7 +22,7 @@ const JWKS_TIMEOUT_MS = 5000;
 export function createJwtVerifier(config: JwtConfig, options: { realm: string }): (token: string) => Promise<Principal> {
   checkJwtKey(config);
   const key = keyOf(config);
-  const requiredClaims = [...new Set(["sub", ...config.requiredClaims, ...(config.tenantClaim ? [config.tenantClaim] : [])])];
+  const requiredClaims = [...new Set(["sub", "exp", ...config.requiredClaims, ...(config.tenantClaim ? [config.tenantClaim] : [])])];
   const challenge = (description: string) =>
     `Bearer realm="${options.realm}", error="invalid_token", error_description="${description.replace(/["\\]/g, "")}"`;
   const invalid = (reason: string, message: string, metadata: Record<string, string> = {}) =>

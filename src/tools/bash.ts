@@ -10,7 +10,10 @@ export const BASH_MAX_TIMEOUT_MS = 10 * 60 * 1000;
 /** Wait between SIGTERM and SIGKILL of the process group on abort or timeout (ms). */
 const KILL_GRACE_MS = 200;
 /** Environment variables of the server that commands never see (the database and the token). */
-const HIDDEN_ENV = /^(DATABASE_URL|TEST_DATABASE_URL|LEDGER_TOKEN|LEDGER_CONFIG|PG[A-Z]+)$/;
+// The service's own settings and secrets never reach a command: every LEDGER_* variable (tokens,
+// the JWT secret, NATS and pool settings), the database URLs, libpq's PG* and OpenTelemetry's
+// OTEL_* (exporter headers may carry credentials).
+const HIDDEN_ENV = /^(LEDGER_[A-Z0-9_]*|DATABASE_URL|TEST_DATABASE_URL|PG[A-Z]+|OTEL_[A-Z0-9_]*)$/;
 
 /** Input of {@link bashTool}. Follows OpenCode bash.ts parameters. */
 export interface BashInput {

@@ -57,6 +57,7 @@ export type ProgressSink = (callId: string, update: { title?: string; metadata: 
  * @param options.progress - receives running calls' progress by call id.
  * @param options.beforeChange - awaited before a tool that may change files (write, edit, bash)
  *   runs: the step's snapshot is taken there.
+ * @param options.withoutCommands - offer no `bash` tool (docs/security.md, "Per-tenant file roots").
  */
 export function createTools(options: {
   agent: AgentInfo;
@@ -68,10 +69,12 @@ export function createTools(options: {
   asker?: Asker;
   progress?: ProgressSink;
   beforeChange?: () => Promise<void>;
+  /** Leave out `bash` (a tenant's session without `tenants.<name>.commands`). */
+  withoutCommands?: boolean;
 }): ToolSet {
   const { agent, context } = options;
   const rules = permissionRules(agent, options.rules);
-  const definitions = [...BUILTIN_TOOLS];
+  const definitions = BUILTIN_TOOLS.filter((d) => !(options.withoutCommands && d.id === "bash"));
   if (options.runTask && agent.mode !== "subagent" && options.subagents.length > 0) {
     definitions.push(taskDefinition(options.subagents, options.runTask));
   }

@@ -105,6 +105,12 @@ describe("JWTs with a shared secret (HS256), issuer, audience and a tenant claim
         {},
       ],
       ["not a JWT", "garbage.token.here", "TOKEN_INVALID", {}],
+      [
+        "no exp (it would never expire)",
+        mint({ sub: "alice", org: "acme", iss: ISSUER, aud: AUDIENCE }),
+        "TOKEN_CLAIM_INVALID",
+        { claim: "exp" },
+      ],
     ];
     for (const [name, token, reason, metadata] of cases) {
       const raw = await token;
@@ -196,11 +202,11 @@ describe("JWTs with a key set (ES256 and EdDSA)", () => {
   });
 
   const sign = (key: Parameters<SignJWT["sign"]>[0], alg: string, kid: string) =>
-    new SignJWT({ sub: "bob" }).setProtectedHeader({ alg, kid }).setIssuedAt().setExpirationTime("5m").sign(key);
+    new SignJWT({ sub: "bob", aud: AUDIENCE }).setProtectedHeader({ alg, kid }).setIssuedAt().setExpirationTime("5m").sign(key);
 
   it("verifies tokens against a JWKS file and a JWKS URL (fetched once, then cached); an unknown key is TOKEN_INVALID", async () => {
     for (const jwksSource of [path.join(dir, "jwks.json"), keyUrl]) {
-      const t = await startTestLedger({ auth: { jwt: { jwks: jwksSource } } }, { transport: "http" });
+      const t = await startTestLedger({ auth: { jwt: { jwks: jwksSource, audience: AUDIENCE } } }, { transport: "http" });
       try {
         for (const token of [await sign(es.privateKey, "ES256", "es-1"), await sign(ed.privateKey, "EdDSA", "ed-1")])
           expect((await clientOf(t.ledger.url, token).listAgents({})).defaultAgent).toBe("build");
@@ -219,7 +225,12 @@ describe("JWTs with a key set (ES256 and EdDSA)", () => {
     await new Promise<void>((resolve) => closed.listen(0, "127.0.0.1", resolve));
     const port = (closed.address() as AddressInfo).port;
     await new Promise((resolve) => closed.close(resolve));
-    const t = await startTestLedger({ auth: { jwt: { jwks: `http://127.0.0.1:${port}/jwks.json` } } }, { transport: "http" });
+    const t = await startTestLedger(
+      { auth: { jwt: { jwks: `http://127.0.0.1:${port}/jwks.json`, audience: AUDIENCE } } },
+      {
+        transport: "http",
+      },
+    );
     try {
       const error = await failure(clientOf(t.ledger.url, await sign(es.privateKey, "ES256", "es-1")).listAgents({}));
       expect(error.code).toBe(Code.Unavailable);
@@ -251,7 +262,19 @@ describe("JWT configuration", () => {
         new ConfigError("auth.jwt: needs a secret (auth.jwt.secret or LEDGER_JWT_SECRET) or jwks (a key set's file or URL)"),
       );
       expect(loadConfig({ cwd: dir, env: { LEDGER_JWT_SECRET: SECRET } }).jwt).toMatchObject({ secret: SECRET, issuer: ISSUER });
-      expect(parse({ jwks: "keys.json" })().jwt?.jwks).toEqual({ file: path.join(dir, "keys.json") });
+      expect(parse({ jwks: "keys.json", audience: AUDIENCE })().jwt?.jwks).toEqual({ file: path.join(dir, "keys.json") });
+      expect(parse({ jwks: "keys.json" })).toThrow(
+        new ConfigError(
+          "auth.jwt.audience: required with jwks: without it, any token the identity provider issues to any application would be accepted",
+        ),
+      );
+      expect(parse({ jwks: "http://login.example.com/jwks.json", audience: AUDIENCE })).toThrow(
+        new ConfigError("auth.jwt.jwks: a key set URL must use https (plain http only on loopback): whoever can alter it can forge tokens"),
+      );
+      expect(parse({ jwks: "https://login.example.com/jwks.json", audience: AUDIENCE })().jwt?.jwks).toEqual({
+        url: "https://login.example.com/jwks.json",
+      });
+      expect(() => configFileSchema.parse({ auth: { jwt: { secret: SECRET, issuer: ["a", "b"] } } })).toThrow(/issuer/);
       expect(() => configFileSchema.parse({ auth: { jwt: { secret: SECRET, tenant: "org" } } })).toThrow(/tenant/);
     } finally {
       await rm(dir, { recursive: true, force: true });

@@ -100,6 +100,38 @@ describe("per-tenant file roots", () => {
     expect((await t.client.listMessages({ sessionId }, acme)).messages).toHaveLength(1);
   });
 
+  it("refuses a directory outside the tenant's roots the same way whether it exists or not, before touching the filesystem", async () => {
+    const acme = await as("alice", "acme");
+    for (const elsewhere of [path.join(dirs.globex, "project"), path.join(dirs.globex, "no-such-dir")]) {
+      expect(await refusal(t.client.createSession({ directory: elsewhere }, acme))).toEqual({
+        code: Code.PermissionDenied,
+        message: `directory: ${elsewhere} is outside the roots of tenant acme (tenants.acme.roots)`,
+        reason: "PATH_NOT_ALLOWED",
+      });
+    }
+  });
+
+  it("a child session lives in its parent's tenant roots, whoever creates it (the static token included)", async () => {
+    const parent = (await t.client.createSession({ directory: path.join(dirs.acme, "project") }, await as("alice", "acme"))).session!.id;
+    const operator = { headers: { authorization: `Bearer ${STATIC}` } };
+    expect(await refusal(t.client.createSession({ directory: dirs.shared, parentId: parent }, operator))).toEqual({
+      code: Code.PermissionDenied,
+      message: `directory: ${dirs.shared} is outside the roots of tenant acme (tenants.acme.roots)`,
+      reason: "PATH_NOT_ALLOWED",
+    });
+  });
+
+  it("refuses shell commands in a tenant's session unless tenants.<name>.commands is true", async () => {
+    const acme = await as("alice", "acme");
+    const sessionId = (await t.client.createSession({ directory: path.join(dirs.acme, "project") }, acme)).session!.id;
+    expect(await refusal(t.client.shell({ sessionId, agent: "build", command: "echo hi" }, acme))).toEqual({
+      code: Code.PermissionDenied,
+      message: "shell commands are not allowed for sessions of tenant acme (tenants.acme.commands)",
+      reason: "COMMANDS_NOT_ALLOWED",
+    });
+    expect((await t.client.listMessages({ sessionId }, acme)).messages).toEqual([]);
+  });
+
   it("tenants need a tenant claim", () => {
     expect(() =>
       buildConfig(

@@ -74,6 +74,18 @@ describe("createTools", () => {
     ]);
   });
 
+  it("leaves bash out for a session that may run no commands (a tenant without tenants.<name>.commands)", () => {
+    expect(Object.keys(createTools({ ...options, context: t.ctx, withoutCommands: true }))).toEqual([
+      "read",
+      "list",
+      "glob",
+      "grep",
+      "write",
+      "edit",
+      "task",
+    ]);
+  });
+
   it("leaves task out without a runner, for a subagent, and without subagents", () => {
     const builtin = ["read", "list", "glob", "grep", "write", "edit", "bash"];
     expect(Object.keys(createTools({ ...options, context: t.ctx, runTask: undefined }))).toEqual(builtin);
