@@ -325,9 +325,10 @@ describe("browser client", () => {
 
       const user = page.locator(".message.user .part.text", { hasText: "create f.txt" });
       await user.waitFor({ timeout: 30_000 });
+      // The part may show "pending" first (the call streamed, not yet run): wait for "running",
+      // where it waits for the answer to its permission request.
       const tool = page.locator(".message.assistant .part.tool[data-tool=write]");
-      await tool.waitFor({ timeout: 30_000 });
-      expect(await tool.getAttribute("data-state")).toBe("running");
+      await page.locator(".message.assistant .part.tool[data-tool=write][data-state=running]").waitFor({ timeout: 30_000 });
       await page.locator("#status[data-status=busy]").waitFor({ timeout: 30_000 });
       const request = page.locator("#permissions .permission");
       await request.waitFor({ timeout: 30_000 });
