@@ -9,6 +9,7 @@ import { ErrorInfoSchema, QuotaFailureSchema, RetryInfoSchema } from "../../gen/
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startLedger, type RunningLedger } from "../../src/app.js";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
+import { tenantLabel } from "../../src/ledger/quotas.js";
 import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
 import { connectError } from "../support/errors.js";
 import { parseExposition, sample } from "../support/exposition.js";
@@ -279,6 +280,38 @@ describe(`concurrent loops (${TEST_ENGINE})`, () => {
 
     const samples = parseExposition(await (await fetch(`${t.ledger.url}/metrics`, admin)).text());
     expect(sample(samples, "ledger_quota_exceeded_total", { tenant: "acme", quota: "concurrent_loops" })).toBe(4);
+  });
+});
+
+describe(`the tenant label without tenants configured (${TEST_ENGINE})`, () => {
+  let t: TestLedger;
+  beforeAll(async () => {
+    t = await startTestLedger(
+      { auth: { token: STATIC, jwt: { secret: SECRET, tenant_claim: "org" } }, quotas: { principal: { prompts_per_minute: 1 } } },
+      { transport: "http" },
+    );
+  });
+  afterAll(() => t?.close());
+
+  it("counts a tenant not listed in `tenants` as other (and a caller without a tenant, on a server without a tenant claim, as none)", async () => {
+    await sameMinute();
+    const [zed, zoe] = await Promise.all([as("zed", "zeta"), as("zoe", "omega")]);
+    const zeds = await sessionOf(t.client, t.dir, zed);
+    const zoes = await sessionOf(t.client, t.dir, zoe);
+    const noReply = (sessionId: string) => ({ sessionId, parts: [text("hi")], noReply: true });
+    await t.client.prompt(noReply(zeds), zed);
+    await t.client.prompt(noReply(zoes), zoe);
+    expect(detailsOf(await connectError(t.client.prompt(noReply(zeds), zed)))).toEqual(perMinute("principal", "zed", 1));
+    expect(detailsOf(await connectError(t.client.prompt(noReply(zeds), zed)))).toEqual(perMinute("principal", "zed", 1));
+    expect(detailsOf(await connectError(t.client.prompt(noReply(zoes), zoe)))).toEqual(perMinute("principal", "zoe", 1));
+    const samples = parseExposition(await (await fetch(`${t.ledger.url}/metrics`, admin)).text());
+    expect(samples.filter((s) => s.name === "ledger_quota_exceeded_total").map((s) => [s.labels, s.value])).toEqual([
+      [{ tenant: "other", quota: "prompts_per_minute" }, 3],
+    ]);
+    expect(tenantLabel({ tenants: { acme: { roots: [] } } }, "acme")).toBe("acme");
+    expect(tenantLabel({ tenants: { acme: { roots: [] } } }, "zeta")).toBe("other");
+    expect(tenantLabel({}, "acme")).toBe("other");
+    expect(tenantLabel({}, null)).toBe("none");
   });
 });
 
