@@ -155,7 +155,8 @@ export async function countOpenAnswerSessions(
     .selectFrom("message")
     .innerJoin("session", "session.id", "message.session_id")
     .select(sql<number>`count(distinct message.session_id)::integer`.as("n"))
-    .where("message.role", "=", "assistant")
+    // Literals, not parameters: the partial index's predicate must be provable from the query.
+    .where("message.role", "=", sql.lit("assistant"))
     .where(openAnswer("message.data"))
     .where("message.session_id", "<>", exceptSessionId)
     .where((eb) => (tenant === null ? eb("session.tenant", "is", null) : eb("session.tenant", "=", tenant)))
