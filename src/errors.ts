@@ -294,3 +294,43 @@ export class LockPoolExhaustedError extends LedgerError {
     );
   }
 }
+
+/**
+ * A caller passed one of its quotas (docs/security.md, "Quotas"): `quota` (`prompts_per_minute`
+ * or `concurrent_loops`) of `scope` (`principal` or `tenant`), whose subject is `subject`
+ * (`principal:<sub>` or `tenant:<tenant>`), at most `limit`. Maps to `RESOURCE_EXHAUSTED` with a
+ * `google.rpc.QuotaFailure` violation {subject, description} and, when `retryAfterMs` is known
+ * (the end of the current minute for `prompts_per_minute`), a `google.rpc.RetryInfo`. Nothing
+ * was stored and nothing was counted.
+ */
+export class QuotaExceededError extends LedgerError {
+  readonly reason = "QUOTA_EXCEEDED";
+  /** The `QuotaFailure` violation's description: the quota's config key and its limit. */
+  readonly description: string;
+  constructor(
+    readonly quota: "prompts_per_minute" | "concurrent_loops",
+    readonly scope: "principal" | "tenant",
+    readonly subject: string,
+    readonly limit: number,
+    readonly retryAfterMs?: number,
+  ) {
+    const key = `quotas.${scope}.${quota}`;
+    const name = subject.slice(subject.indexOf(":") + 1);
+    const what =
+      quota === "prompts_per_minute"
+        ? `${scope} ${name} has stored ${limit} prompts this minute`
+        : `${scope} ${name} already has ${limit} sessions with a running answer`;
+    const when = retryAfterMs !== undefined ? `retry in ${Math.ceil(retryAfterMs / 1000)} s` : "retry when one of its answers has finished";
+    super(`quota exceeded: ${what}, the limit of ${key} (${limit}); nothing was stored, ${when}`, {
+      quota,
+      scope,
+      subject,
+      limit: String(limit),
+      ...(retryAfterMs !== undefined ? { retry_after_ms: String(retryAfterMs) } : {}),
+    });
+    this.description =
+      quota === "prompts_per_minute"
+        ? `${key}: at most ${limit} prompts per minute`
+        : `${key}: at most ${limit} sessions with a running answer at once`;
+  }
+}

@@ -5,6 +5,7 @@ import { z } from "zod";
 import { InvalidArgumentError } from "../errors.js";
 import { BUILT_IN_AGENTS, type AgentInfo } from "./agents.js";
 import { DEFAULT_LIMITS, type Limits } from "./limits.js";
+import { quotasConfig, quotasSchema, type QuotasConfig } from "./quotas.js";
 import { telemetryConfig, telemetrySchema, type TelemetryConfig } from "./telemetry.js";
 import {
   authSchema,
@@ -114,6 +115,7 @@ export const configFileSchema = z.object({
   cors: z.object({ origins: z.array(z.string()).default([]) }).default({ origins: [] }),
   auth: authSchema,
   tenants: tenantsSchema,
+  quotas: quotasSchema,
   events: z
     .object({
       retention_hours: z.number().positive().default(168),
@@ -218,6 +220,11 @@ export interface LedgerConfig {
    * roots"); undefined: every session uses `roots`.
    */
   tenants?: Record<string, TenantConfig>;
+  /**
+   * `quotas`: prompts per minute and concurrent loops per JWT principal and per tenant
+   * (docs/security.md, "Quotas"); every limit undefined (unlimited) by default.
+   */
+  quotas: QuotasConfig;
   /** Events older than this (ms) are pruned; WatchSession cursors behind them get OUT_OF_RANGE. Default 7 days. */
   eventRetentionMs: number;
   /**
@@ -465,6 +472,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     jwt: buildJwtConfig(file.auth.jwt, baseDir),
     shareWithinTenant: file.auth.share_within_tenant,
     tenants: buildTenants(file.tenants, buildJwtConfig(file.auth.jwt, baseDir), baseDir),
+    quotas: quotasConfig(file.quotas),
     mcp: Object.fromEntries(
       Object.entries(file.mcp).map(([name, server]) => {
         const [command, ...args] = server.command;

@@ -30,6 +30,11 @@ export interface LedgerMetrics {
   observeRpc(procedure: string, code: string, seconds: number): void;
   /** Counts one finished model step and its tokens. */
   observeStep(model: { providerId: string; modelId: string }, step: StepOutcome): void;
+  /**
+   * Counts one refusal of quota `quota` (`prompts_per_minute`, `concurrent_loops`) for a caller of
+   * `tenant`, a label the caller has already bounded (a configured tenant's name, `other` or `none`).
+   */
+  observeQuotaExceeded(tenant: string, quota: string): void;
   /** The exposition text of every metric (collects the pool gauge and process metrics). */
   scrape(): Promise<string>;
   /** `Content-Type` of `scrape()`'s text. */
@@ -53,6 +58,7 @@ const TOKEN_KINDS: ReadonlyArray<[keyof TokenCounts, string]> = [
  * - `ledger_loop_steps_total{provider,model,finish}` (`finish`: the model's finish reason, or
  *   `error` / `aborted`) and `ledger_tokens_total{provider,model,kind}`
  *   (kind: input, output, reasoning, cache_read, cache_write);
+ * - `ledger_quota_exceeded_total{tenant,quota}`: calls refused by a quota (docs/security.md, "Quotas");
  * - `ledger_db_pool_connections{state}` (total, idle, waiting), read from `pool` on each scrape
  *   (only when `pool` is given);
  * - the `ledger_relay_*` metrics of `registerRelayMetrics`, read from `relay` on each scrape (only
@@ -85,6 +91,12 @@ export function createMetrics(options: { pool?: () => PoolStats; relay?: () => R
     name: "ledger_tokens_total",
     help: "Tokens used by model steps, by provider, model and kind (input, output, reasoning, cache_read, cache_write).",
     labelNames: ["provider", "model", "kind"] as const,
+    registers,
+  });
+  const quotaExceeded = new Counter({
+    name: "ledger_quota_exceeded_total",
+    help: "Calls refused by a quota, by tenant (a configured tenant, other or none) and quota (prompts_per_minute, concurrent_loops).",
+    labelNames: ["tenant", "quota"] as const,
     registers,
   });
   const pool = options.pool;
@@ -122,6 +134,9 @@ export function createMetrics(options: { pool?: () => PoolStats; relay?: () => R
         const n = usage[field];
         if (Number.isFinite(n) && n > 0) tokens.inc({ ...labels, kind }, n);
       }
+    },
+    observeQuotaExceeded(tenant, quota) {
+      quotaExceeded.inc({ tenant, quota });
     },
     scrape: () => registry.metrics(),
   };

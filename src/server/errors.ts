@@ -2,7 +2,8 @@ import { create } from "@bufbuild/protobuf";
 import { pathToString } from "@bufbuild/protobuf/reflect";
 import { ValidationError } from "@bufbuild/protovalidate";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
-import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { BadRequestSchema, ErrorInfoSchema, QuotaFailureSchema, RetryInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { logger } from "../observe/log.js";
 import {
   AgentNotFoundError,
@@ -20,6 +21,7 @@ import {
   PermissionNotFoundError,
   PluginError,
   PreconditionError,
+  QuotaExceededError,
   SessionBusyError,
   SessionNotFoundError,
   StoppedWaitingError,
@@ -46,6 +48,7 @@ const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code
   [LimitExceededError, Code.ResourceExhausted],
   [WatcherTooSlowError, Code.ResourceExhausted],
   [LockPoolExhaustedError, Code.ResourceExhausted],
+  [QuotaExceededError, Code.ResourceExhausted],
   [PathNotAllowedError, Code.PermissionDenied],
   [CommandsNotAllowedError, Code.PermissionDenied],
   [PreconditionError, Code.FailedPrecondition],
@@ -66,7 +69,9 @@ function codeOf(error: LedgerError): Code {
 /**
  * Converts anything a handler threw into a `ConnectError`:
  * - a `LedgerError` → its code, its message (which names the field), an `ErrorInfo`
- *   {reason, domain, metadata} and, when it names a field, a `BadRequest` violation;
+ *   {reason, domain, metadata} and, when it names a field, a `BadRequest` violation; a
+ *   `QuotaExceededError` adds a `QuotaFailure` violation {subject, description} and, when it
+ *   knows when to retry, a `RetryInfo` {retry_delay};
  * - a protovalidate `InvalidArgument` → the same error plus an `ErrorInfo` (reason
  *   `INVALID_ARGUMENT`, the first field and rule) and a `BadRequest` per violation;
  * - any other `ConnectError` → unchanged (errors raised while reading the request, such as a
@@ -82,7 +87,11 @@ export function toConnectError(error: unknown, procedure: string): ConnectError 
     const field = "field" in error && typeof error.field === "string" ? error.field : undefined;
     const badRequest =
       field && code !== Code.Internal ? create(BadRequestSchema, { fieldViolations: [{ field, description: error.message }] }) : undefined;
-    const details = [{ desc: ErrorInfoSchema, value: errorInfo }, ...(badRequest ? [{ desc: BadRequestSchema, value: badRequest }] : [])];
+    const details = [
+      { desc: ErrorInfoSchema, value: errorInfo },
+      ...(badRequest ? [{ desc: BadRequestSchema, value: badRequest }] : []),
+      ...(error instanceof QuotaExceededError ? quotaDetails(error) : []),
+    ];
     return new ConnectError(error.message, code, undefined, details);
   }
   if (error instanceof ConnectError) return withBadRequest(error);
@@ -169,6 +178,13 @@ export function requestTooLargeError(
     [{ desc: ErrorInfoSchema, value: errorInfo }],
     cause,
   );
+}
+
+/** `QuotaFailure` {violations: [{subject, description}]} and, when known, `RetryInfo` {retry_delay} of a quota refusal. */
+function quotaDetails(error: QuotaExceededError) {
+  const failure = create(QuotaFailureSchema, { violations: [{ subject: error.subject, description: error.description }] });
+  const retry = error.retryAfterMs !== undefined ? create(RetryInfoSchema, { retryDelay: durationFromMs(error.retryAfterMs) }) : undefined;
+  return [{ desc: QuotaFailureSchema, value: failure }, ...(retry ? [{ desc: RetryInfoSchema, value: retry }] : [])];
 }
 
 function withBadRequest(error: ConnectError): ConnectError {

@@ -138,6 +138,33 @@ export async function listSessionsWithOpenAnswers(db: Kysely<DB>): Promise<strin
   return rows.map((r) => r.session_id);
 }
 
+/**
+ * The number of sessions, other than `exceptSessionId`, with a running answer (an assistant
+ * message without `time.completed`) owned by `owner` in `tenant` (`owner` undefined: every
+ * session of `tenant`; `tenant` null: sessions without a tenant). Read from the database, so it
+ * counts the loops of every replica (docs/security.md, "Quotas": `concurrent_loops`); served by
+ * `message_open_answer_idx`.
+ */
+export async function countOpenAnswerSessions(
+  db: Kysely<DB>,
+  scope: { tenant: string | null; owner?: string },
+  exceptSessionId: string,
+): Promise<number> {
+  const { owner, tenant } = scope;
+  const row = await db
+    .selectFrom("message")
+    .innerJoin("session", "session.id", "message.session_id")
+    .select(sql<number>`count(distinct message.session_id)::integer`.as("n"))
+    // Literals, not parameters: the partial index's predicate must be provable from the query.
+    .where("message.role", "=", sql.lit("assistant"))
+    .where(openAnswer("message.data"))
+    .where("message.session_id", "<>", exceptSessionId)
+    .where((eb) => (tenant === null ? eb("session.tenant", "is", null) : eb("session.tenant", "=", tenant)))
+    .$if(owner !== undefined, (q) => q.where("session.owner", "=", owner!))
+    .executeTakeFirstOrThrow();
+  return row.n;
+}
+
 /** A session's assistant message rows without `time.completed`, in position order. */
 export async function listOpenAnswerRows(db: Kysely<DB>, sessionId: string): Promise<MessageRow[]> {
   return db
@@ -200,4 +227,9 @@ function parentId(message: Message): string | null {
 const NO_REPLY_JSON = JSON.stringify(toJson(MessageSchema, create(MessageSchema, { kind: { case: "user", value: { noReply: true } } })));
 
 /** An assistant message whose stored `assistant.time` has no `completed` (keys from the proto, checked at load). */
-const OPEN_ANSWER = sql<boolean>`not (data -> ${sql.lit(protoJsonName(MessageSchema, "assistant"))} -> ${sql.lit(protoJsonName(AssistantMessageSchema, "time"))} ? ${sql.lit(protoJsonName(AssistantTimeSchema, "completed"))})`;
+const OPEN_ANSWER = openAnswer("data");
+
+/** {@link OPEN_ANSWER} on the `data` column named `column` (e.g. `message.data` in a join). */
+function openAnswer(column: string) {
+  return sql<boolean>`not (${sql.ref(column)} -> ${sql.lit(protoJsonName(MessageSchema, "assistant"))} -> ${sql.lit(protoJsonName(AssistantMessageSchema, "time"))} ? ${sql.lit(protoJsonName(AssistantTimeSchema, "completed"))})`;
+}

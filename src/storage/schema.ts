@@ -104,8 +104,20 @@ export interface SessionTodoTable {
   time_updated: ColumnType<Date, Date | undefined, Date>;
 }
 
+/**
+ * `quota_usage`: prompts counted against one quota key (`p:<tenant>/<sub>`, `t:<tenant>`) in the
+ * fixed window starting at `window_start` (docs/security.md, "Quotas"); rows of ended windows are
+ * deleted by `countPrompt`.
+ */
+export interface QuotaUsageTable {
+  key: string;
+  window_start: ColumnType<Date, Date | string, Date | string>;
+  count: number;
+}
+
 /** The database as Kysely sees it. */
 export interface DB {
+  quota_usage: QuotaUsageTable;
   permission_request: PermissionRequestTable;
   session: SessionTable;
   message: MessageTable;

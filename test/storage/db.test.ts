@@ -35,6 +35,7 @@ describe(`storage on ${TEST_ENGINE}`, () => {
       "2026-12-05T0900-session-message-count",
       "2026-12-06T0900-session-todo",
       "2026-12-07T0900-session-owner",
+      "2026-12-08T0900-quota-usage",
     ]);
   });
 
