@@ -1,11 +1,11 @@
-import { create, type DescMethod } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import type { DescMethod } from "@bufbuild/protobuf";
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { SignJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { SESSION_SERVICE_ACCESS } from "../../src/server/access.js";
+import { bearerClient, callMethod } from "../support/bearer-client.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 
 // Every RPC of SessionService, from its descriptor (not a hand-written list): each has an access
@@ -15,39 +15,12 @@ const SECRET = "a-shared-secret-of-at-least-32-bytes!!";
 const token = (scope: string) =>
   new SignJWT({ sub: "alice", scope }).setProtectedHeader({ alg: "HS256" }).setExpirationTime("5m").sign(new TextEncoder().encode(SECRET));
 
-type AnyClient = Record<string, (input: object, options?: object) => Promise<unknown> | AsyncIterable<unknown>>;
-
 /** Calls `method` with an empty request; resolves with the error's code, or "ok". */
 async function call(client: Client<typeof SessionService>, method: DescMethod): Promise<Code | "ok"> {
-  const fn = (client as unknown as AnyClient)[method.localName]!;
-  try {
-    const result = fn(create(method.input), { timeoutMs: 5000 });
-    if (method.methodKind === "server_streaming") {
-      for await (const _ of result as AsyncIterable<unknown>) break;
-    } else {
-      await result;
-    }
-    return "ok";
-  } catch (error) {
-    return ConnectError.from(error).code;
-  }
+  return (await callMethod(client, method))?.code ?? "ok";
 }
 
-function clientOf(url: string, bearer: string | undefined, protocol: "connect" | "grpc" | "grpc-web" = "connect") {
-  const interceptors: Interceptor[] = [
-    (next) => (req) => {
-      if (bearer) req.header.set("authorization", `Bearer ${bearer}`);
-      return next(req);
-    },
-  ];
-  const transport =
-    protocol === "grpc"
-      ? createGrpcTransport({ baseUrl: url, interceptors })
-      : protocol === "grpc-web"
-        ? createGrpcWebTransport({ baseUrl: url, httpVersion: "1.1", interceptors })
-        : createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors });
-  return createClient(SessionService, transport);
-}
+const clientOf = bearerClient;
 
 describe("access rules of every SessionService method", () => {
   let t: TestLedger;

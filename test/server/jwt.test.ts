@@ -3,14 +3,13 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { Code, createClient, type ConnectError, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { Code, type ConnectError } from "@connectrpc/connect";
 import { exportJWK, generateKeyPair, SignJWT, type JWTPayload } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
-import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { buildConfig, ConfigError, configFileSchema, loadConfig } from "../../src/config/config.js";
 import { connectError as failure } from "../support/errors.js";
+import { bearerClient } from "../support/bearer-client.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 
 // JSON Web Tokens (docs/security.md): a real server, tokens minted here with jose, sent by real
@@ -28,22 +27,6 @@ async function mint(claims: JWTPayload, options: { secret?: string; alg?: string
 }
 
 const good = (extra: JWTPayload = {}) => mint({ sub: "alice", org: "acme", iss: ISSUER, aud: AUDIENCE, ...extra }, { expiresIn: "5m" });
-
-function clientOf(url: string, token: string | undefined, protocol: "connect" | "grpc" | "grpc-web" = "connect") {
-  const interceptors: Interceptor[] = [
-    (next) => (req) => {
-      if (token !== undefined) req.header.set("authorization", `Bearer ${token}`);
-      return next(req);
-    },
-  ];
-  const transport =
-    protocol === "grpc"
-      ? createGrpcTransport({ baseUrl: url, interceptors })
-      : protocol === "grpc-web"
-        ? createGrpcWebTransport({ baseUrl: url, httpVersion: "1.1", interceptors })
-        : createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors });
-  return createClient(SessionService, transport);
-}
 
 function infoOf(error: ConnectError) {
   const info = error.findDetails(ErrorInfoSchema)[0];
@@ -63,7 +46,7 @@ describe("JWTs with a shared secret (HS256), issuer, audience and a tenant claim
   it("accepts a valid token over Connect, gRPC and gRPC-Web, streams included", async () => {
     const token = await good();
     for (const protocol of ["connect", "grpc", "grpc-web"] as const) {
-      const client = clientOf(t.ledger.url, token, protocol);
+      const client = bearerClient(t.ledger.url, token, protocol);
       expect((await client.listAgents({})).defaultAgent).toBe("build");
       const { session } = await client.createSession({ directory: t.dir });
       const events = [];
@@ -76,7 +59,7 @@ describe("JWTs with a shared secret (HS256), issuer, audience and a tenant claim
       expect(events).toEqual(["agentSwitched", "messageUpdated", "partUpdated", "prompted", "sessionUpdated"]);
     }
     // The static token still works beside JWTs.
-    expect((await clientOf(t.ledger.url, STATIC).listAgents({})).defaultAgent).toBe("build");
+    expect((await bearerClient(t.ledger.url, STATIC).listAgents({})).defaultAgent).toBe("build");
   });
 
   it("refuses what does not verify with UNAUTHENTICATED, the reason, the claim and a www-authenticate challenge", async () => {
@@ -114,27 +97,27 @@ describe("JWTs with a shared secret (HS256), issuer, audience and a tenant claim
     ];
     for (const [name, token, reason, metadata] of cases) {
       const raw = await token;
-      const error = await failure(clientOf(t.ledger.url, raw).listSessions({}));
+      const error = await failure(bearerClient(t.ledger.url, raw).listSessions({}));
       expect({ name, code: error.code, ...infoOf(error) }).toEqual({ name, code: Code.Unauthenticated, reason, metadata });
       expect(error.metadata.get("www-authenticate")).toMatch(
         /^Bearer realm="session-ledger", error="invalid_token", error_description=".+"$/,
       );
       expect(error.rawMessage).not.toContain(raw);
     }
-    const missing = await failure(clientOf(t.ledger.url, undefined).listSessions({}));
+    const missing = await failure(bearerClient(t.ledger.url, undefined).listSessions({}));
     expect({ code: missing.code, ...infoOf(missing) }).toEqual({ code: Code.Unauthenticated, reason: "TOKEN_MISSING", metadata: {} });
     expect(missing.metadata.get("www-authenticate")).toBe('Bearer realm="session-ledger"');
   });
 
   it("tolerates the configured clock skew", async () => {
     const late = await mint({ sub: "alice", org: "acme", iss: ISSUER, aud: AUDIENCE }, { expiresIn: Math.floor(Date.now() / 1000) - 10 });
-    expect((await clientOf(t.ledger.url, late).listAgents({})).defaultAgent).toBe("build");
+    expect((await bearerClient(t.ledger.url, late).listAgents({})).defaultAgent).toBe("build");
   });
 
   it("limits a token to its scopes: read-only may list but not write (PERMISSION_DENIED, SCOPE_MISSING), on every protocol", async () => {
     const reader = await good({ scope: "openid ledger:read" });
     for (const protocol of ["connect", "grpc", "grpc-web"] as const) {
-      const client = clientOf(t.ledger.url, reader, protocol);
+      const client = bearerClient(t.ledger.url, reader, protocol);
       expect((await client.listSessions({})).sessions).toBeDefined();
       const error = await failure(client.createSession({ directory: t.dir }));
       expect({ code: error.code, ...infoOf(error) }).toEqual({
@@ -146,8 +129,8 @@ describe("JWTs with a shared secret (HS256), issuer, audience and a tenant claim
     }
     // `scp` as an array works the same; a token with no ledger scope at all may do nothing.
     const writer = await good({ scp: ["ledger:write"] });
-    expect((await clientOf(t.ledger.url, writer).createSession({ directory: t.dir })).session?.id).toMatch(/^ses_/);
-    const none = await failure(clientOf(t.ledger.url, await good({ scope: "openid" })).listAgents({}));
+    expect((await bearerClient(t.ledger.url, writer).createSession({ directory: t.dir })).session?.id).toMatch(/^ses_/);
+    const none = await failure(bearerClient(t.ledger.url, await good({ scope: "openid" })).listAgents({}));
     expect(none.code).toBe(Code.PermissionDenied);
   });
 
@@ -209,8 +192,8 @@ describe("JWTs with a key set (ES256 and EdDSA)", () => {
       const t = await startTestLedger({ auth: { jwt: { jwks: jwksSource, audience: AUDIENCE } } }, { transport: "http" });
       try {
         for (const token of [await sign(es.privateKey, "ES256", "es-1"), await sign(ed.privateKey, "EdDSA", "ed-1")])
-          expect((await clientOf(t.ledger.url, token).listAgents({})).defaultAgent).toBe("build");
-        const stranger = await failure(clientOf(t.ledger.url, await sign(other.privateKey, "ES256", "es-1")).listAgents({}));
+          expect((await bearerClient(t.ledger.url, token).listAgents({})).defaultAgent).toBe("build");
+        const stranger = await failure(bearerClient(t.ledger.url, await sign(other.privateKey, "ES256", "es-1")).listAgents({}));
         expect({ code: stranger.code, ...infoOf(stranger) }).toEqual({ code: Code.Unauthenticated, reason: "TOKEN_INVALID", metadata: {} });
       } finally {
         await t.close();
@@ -232,7 +215,7 @@ describe("JWTs with a key set (ES256 and EdDSA)", () => {
       },
     );
     try {
-      const error = await failure(clientOf(t.ledger.url, await sign(es.privateKey, "ES256", "es-1")).listAgents({}));
+      const error = await failure(bearerClient(t.ledger.url, await sign(es.privateKey, "ES256", "es-1")).listAgents({}));
       expect(error.code).toBe(Code.Unavailable);
       expect(error.rawMessage).toBe(`authorization: the key set http://127.0.0.1:${port}/jwks.json cannot be fetched now; retry`);
     } finally {

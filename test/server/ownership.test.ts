@@ -1,11 +1,11 @@
-import { create, type DescMethod } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import type { DescMethod } from "@bufbuild/protobuf";
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { SignJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { SESSION_SERVICE_ACCESS } from "../../src/server/access.js";
+import { bearerClient, callMethod } from "../support/bearer-client.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 
@@ -20,40 +20,6 @@ function jwt(sub: string, org: string, scope?: string): Promise<string> {
     .setProtectedHeader({ alg: "HS256" })
     .setExpirationTime("5m")
     .sign(new TextEncoder().encode(SECRET));
-}
-
-function clientOf(url: string, bearer: string, protocol: "connect" | "grpc" | "grpc-web" = "connect") {
-  const interceptors: Interceptor[] = [
-    (next) => (req) => {
-      req.header.set("authorization", `Bearer ${bearer}`);
-      return next(req);
-    },
-  ];
-  const transport =
-    protocol === "grpc"
-      ? createGrpcTransport({ baseUrl: url, interceptors })
-      : protocol === "grpc-web"
-        ? createGrpcWebTransport({ baseUrl: url, httpVersion: "1.1", interceptors })
-        : createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors });
-  return createClient(SessionService, transport);
-}
-
-type AnyClient = Record<string, (input: object, options?: object) => Promise<unknown> | AsyncIterable<unknown>>;
-
-/** Calls `method` with `fields`; resolves with the ConnectError, or undefined when it succeeded. */
-async function call(client: Client<typeof SessionService>, method: DescMethod, fields: object): Promise<ConnectError | undefined> {
-  const fn = (client as unknown as AnyClient)[method.localName]!;
-  try {
-    const result = fn(create(method.input, fields as never), { timeoutMs: 5000 });
-    if (method.methodKind === "server_streaming") {
-      for await (const _ of result as AsyncIterable<unknown>) break;
-    } else {
-      await result;
-    }
-    return undefined;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
 }
 
 /** What each method needs besides `session_id` to pass validation (ids of the owner's session). */
@@ -86,7 +52,7 @@ describe("session ownership on every RPC", () => {
 
   beforeAll(async () => {
     t = await startTestLedger({ auth: { jwt: { secret: SECRET, tenant_claim: "org" } } }, { transport: "http" });
-    alice = clientOf(t.ledger.url, await jwt("alice", "acme"));
+    alice = bearerClient(t.ledger.url, await jwt("alice", "acme"));
     sessionId = (await alice.createSession({ directory: t.dir })).session!.id;
     const { message } = await alice.prompt({ sessionId, noReply: true, parts: [text("mine")] });
     const user = message!.message!.kind.value!;
@@ -96,8 +62,8 @@ describe("session ownership on every RPC", () => {
 
   it("another tenant's caller gets NOT_FOUND on every method that names a session, the same answer as for a missing session", async () => {
     const others = {
-      "another tenant": clientOf(t.ledger.url, await jwt("alice", "globex")),
-      "another owner, same tenant": clientOf(t.ledger.url, await jwt("bob", "acme")),
+      "another tenant": bearerClient(t.ledger.url, await jwt("alice", "globex")),
+      "another owner, same tenant": bearerClient(t.ledger.url, await jwt("bob", "acme")),
     };
     const sessionMethods = SessionService.methods.filter(
       (m) => SESSION_SERVICE_ACCESS[m.localName as keyof typeof SESSION_SERVICE_ACCESS].resource === "session",
@@ -105,8 +71,8 @@ describe("session ownership on every RPC", () => {
     expect(sessionMethods.length).toBeGreaterThanOrEqual(25);
     for (const [who, client] of Object.entries(others)) {
       for (const method of sessionMethods) {
-        const theirs = await call(client, method, fieldsOf(method, sessionId, ids));
-        const missing = await call(client, method, fieldsOf(method, MISSING, ids));
+        const theirs = await callMethod(client, method, fieldsOf(method, sessionId, ids));
+        const missing = await callMethod(client, method, fieldsOf(method, MISSING, ids));
         const shape = (e: ConnectError | undefined, id: string) => ({
           code: e?.code,
           message: e?.rawMessage.replace(id, "<id>"),
@@ -122,7 +88,7 @@ describe("session ownership on every RPC", () => {
         expect(shape(theirs, sessionId)).toEqual(shape(missing, MISSING));
       }
       // CreateSession under another's session.
-      const child = await call(client, SessionService.method.createSession, { directory: t.dir, parentId: sessionId });
+      const child = await callMethod(client, SessionService.method.createSession, { directory: t.dir, parentId: sessionId });
       expect([child?.code, child?.rawMessage]).toEqual([Code.NotFound, `parent_id: session ${sessionId} not found`]);
     }
     // Nothing was changed: the owner still sees the one message, untouched.
@@ -131,7 +97,7 @@ describe("session ownership on every RPC", () => {
   });
 
   it("lists show only what the caller may see; children inherit their parent's owner", async () => {
-    const carol = clientOf(t.ledger.url, await jwt("carol", "acme"));
+    const carol = bearerClient(t.ledger.url, await jwt("carol", "acme"));
     const carols = (await carol.createSession({ directory: t.dir })).session!.id;
     const child = (await alice.createSession({ directory: t.dir, parentId: sessionId })).session!.id;
     const mine = (await alice.listSessions({})).sessions.map((s) => s.id);
@@ -142,7 +108,7 @@ describe("session ownership on every RPC", () => {
     expect((await alice.listChildren({ sessionId })).sessions.map((s) => s.id)).toEqual([child]);
     expect((await carol.getStatus({})).statuses).toEqual({});
     // An admin sees everything.
-    const admin = clientOf(t.ledger.url, await jwt("root", "acme", "ledger:admin"));
+    const admin = bearerClient(t.ledger.url, await jwt("root", "acme", "ledger:admin"));
     const all = (await admin.listSessions({})).sessions.map((s) => s.id);
     expect(all).toEqual(expect.arrayContaining([sessionId, child, carols]));
   });
@@ -150,10 +116,10 @@ describe("session ownership on every RPC", () => {
   it("the same through gRPC and gRPC-Web for a sample: a unary read, a stream, a write", async () => {
     const stranger = await jwt("mallory", "globex");
     for (const protocol of ["grpc", "grpc-web"] as const) {
-      const client = clientOf(t.ledger.url, stranger, protocol);
+      const client = bearerClient(t.ledger.url, stranger, protocol);
       for (const name of ["getSession", "watchSession", "promptStream", "deleteSession"] as const) {
         const method = SessionService.method[name];
-        expect({ protocol, name, code: (await call(client, method, fieldsOf(method, sessionId, ids)))?.code }).toEqual({
+        expect({ protocol, name, code: (await callMethod(client, method, fieldsOf(method, sessionId, ids)))?.code }).toEqual({
           protocol,
           name,
           code: Code.NotFound,
@@ -172,13 +138,13 @@ describe("sessions shared within a tenant (auth.share_within_tenant)", () => {
   afterAll(() => t?.close());
 
   it("callers of one tenant see each other's sessions; another tenant still gets NOT_FOUND", async () => {
-    const alice = clientOf(t.ledger.url, await jwt("alice", "acme"));
-    const bob = clientOf(t.ledger.url, await jwt("bob", "acme"));
-    const eve = clientOf(t.ledger.url, await jwt("eve", "globex"));
+    const alice = bearerClient(t.ledger.url, await jwt("alice", "acme"));
+    const bob = bearerClient(t.ledger.url, await jwt("bob", "acme"));
+    const eve = bearerClient(t.ledger.url, await jwt("eve", "globex"));
     const sessionId = (await alice.createSession({ directory: t.dir })).session!.id;
     expect((await bob.getSession({ sessionId })).session?.id).toBe(sessionId);
     expect((await bob.listSessions({})).sessions.map((s) => s.id)).toEqual([sessionId]);
     expect((await eve.listSessions({})).sessions).toEqual([]);
-    expect((await call(eve, SessionService.method.getSession, { sessionId }))?.code).toBe(Code.NotFound);
+    expect((await callMethod(eve, SessionService.method.getSession, { sessionId }))?.code).toBe(Code.NotFound);
   });
 });
