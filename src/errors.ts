@@ -308,7 +308,7 @@ export class QuotaExceededError extends LedgerError {
   /** The `QuotaFailure` violation's description: the quota's config key and its limit. */
   readonly description: string;
   constructor(
-    readonly quota: "prompts_per_minute" | "concurrent_loops",
+    readonly quota: "prompts_per_minute" | "concurrent_loops" | "stored_bytes",
     readonly scope: "principal" | "tenant",
     readonly subject: string,
     readonly limit: number,
@@ -319,8 +319,15 @@ export class QuotaExceededError extends LedgerError {
     const what =
       quota === "prompts_per_minute"
         ? `${scope} ${name} has stored ${limit} prompts this minute`
-        : `${scope} ${name} already has ${limit} sessions with a running answer`;
-    const when = retryAfterMs !== undefined ? `retry in ${Math.ceil(retryAfterMs / 1000)} s` : "retry when one of its answers has finished";
+        : quota === "stored_bytes"
+          ? `${scope} ${name} has stored ${limit} bytes or more in its sessions`
+          : `${scope} ${name} already has ${limit} sessions with a running answer`;
+    const when =
+      retryAfterMs !== undefined
+        ? `retry in ${Math.ceil(retryAfterMs / 1000)} s`
+        : quota === "stored_bytes"
+          ? "delete sessions to make room"
+          : "retry when one of its answers has finished";
     super(`quota exceeded: ${what}, the limit of ${key} (${limit}); nothing was stored, ${when}`, {
       quota,
       scope,
@@ -331,6 +338,8 @@ export class QuotaExceededError extends LedgerError {
     this.description =
       quota === "prompts_per_minute"
         ? `${key}: at most ${limit} prompts per minute`
-        : `${key}: at most ${limit} sessions with a running answer at once`;
+        : quota === "stored_bytes"
+          ? `${key}: at most ${limit} bytes stored`
+          : `${key}: at most ${limit} sessions with a running answer at once`;
   }
 }

@@ -5,6 +5,7 @@ const limitsSchema = z
   .object({
     prompts_per_minute: z.number().int().positive().optional(),
     concurrent_loops: z.number().int().positive().optional(),
+    stored_bytes: z.number().int().positive().optional(),
   })
   .strict()
   .default({});
@@ -16,7 +17,7 @@ export const quotasSchema = z.object({ principal: limitsSchema, tenant: limitsSc
 export type QuotasFile = z.infer<typeof quotasSchema>;
 
 /** The quota names, as they appear in config, errors (`QuotaFailure`, `ErrorInfo.metadata.quota`) and metrics. */
-export type QuotaName = "prompts_per_minute" | "concurrent_loops";
+export type QuotaName = "prompts_per_minute" | "concurrent_loops" | "stored_bytes";
 
 /** Limits of one subject; undefined: unlimited. */
 export interface QuotaLimits {
@@ -24,6 +25,8 @@ export interface QuotaLimits {
   promptsPerMinute?: number;
   /** Sessions with a running answer (an agent loop) at once. */
   concurrentLoops?: number;
+  /** Bytes stored in the subject's sessions (messages and parts, as Postgres stores them). */
+  storedBytes?: number;
 }
 
 /**
@@ -41,6 +44,7 @@ export function quotasConfig(file: QuotasFile): QuotasConfig {
   const limits = (l: QuotasFile["principal"]): QuotaLimits => ({
     promptsPerMinute: l.prompts_per_minute,
     concurrentLoops: l.concurrent_loops,
+    storedBytes: l.stored_bytes,
   });
   return { principal: limits(file.principal), tenant: limits(file.tenant) };
 }

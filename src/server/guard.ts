@@ -1,4 +1,5 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { toBinary } from "@bufbuild/protobuf";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { checkSessionAccess } from "../ledger/access.js";
 import type { LedgerDeps } from "../ledger/deps.js";
@@ -48,7 +49,11 @@ export function guardSessionService(
       if (rule.resource === "session") await checkSessionAccess(deps, principal, req.sessionId ?? "");
       else if (rule.resource === "create" && req.parentId) await checkSessionAccess(deps, principal, req.parentId, "parent_id");
       if (prompting)
-        await checkPromptQuotas(deps, principal, { sessionId: req.sessionId ?? "", startsLoop: prompting.loop && !req.noReply });
+        await checkPromptQuotas(deps, principal, {
+          sessionId: req.sessionId ?? "",
+          startsLoop: prompting.loop && !req.noReply,
+          bytes: () => toBinary(method.input, req as never).length,
+        });
     };
     guarded[name] =
       method.methodKind === "server_streaming"

@@ -165,6 +165,35 @@ export async function countOpenAnswerSessions(
   return row.n;
 }
 
+/**
+ * The bytes stored in the sessions of `scope` (of `tenant`, or of no tenant when null; of `owner`
+ * when given): the messages' and parts' JSON as Postgres stores it (`pg_column_size`, after
+ * compression). One aggregate over the scope's rows (joined through `session_owner_idx`).
+ */
+export async function sumStoredBytes(db: Kysely<DB>, scope: { tenant: string | null; owner?: string }): Promise<number> {
+  const { owner, tenant } = scope;
+  const sessions = db
+    .selectFrom("session")
+    .select("session.id")
+    .where((eb) => (tenant === null ? eb("session.tenant", "is", null) : eb("session.tenant", "=", tenant)))
+    .$if(owner !== undefined, (q) => q.where("session.owner", "=", owner!));
+  const row = await db
+    .selectNoFrom((eb) => [
+      eb
+        .selectFrom("message")
+        .select(sql<string>`coalesce(sum(pg_column_size(message.data)), 0)::bigint`.as("b"))
+        .where("message.session_id", "in", sessions)
+        .as("messages"),
+      eb
+        .selectFrom("part")
+        .select(sql<string>`coalesce(sum(pg_column_size(part.data)), 0)::bigint`.as("b"))
+        .where("part.session_id", "in", sessions)
+        .as("parts"),
+    ])
+    .executeTakeFirstOrThrow();
+  return Number(row.messages ?? 0) + Number(row.parts ?? 0);
+}
+
 /** A session's assistant message rows without `time.completed`, in position order. */
 export async function listOpenAnswerRows(db: Kysely<DB>, sessionId: string): Promise<MessageRow[]> {
   return db

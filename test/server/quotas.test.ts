@@ -18,8 +18,8 @@ import { text } from "../support/prompt.js";
 import { lastSeq, storedRows } from "../support/stored.js";
 import { sleep, waitFor } from "../support/wait.js";
 
-// Quotas (docs/security.md, "Quotas"): prompts per minute and concurrent loops per JWT principal
-// and per tenant, refused with RESOURCE_EXHAUSTED, QuotaFailure (and RetryInfo), nothing stored,
+// Quotas (docs/security.md, "Quotas"): prompts per minute, concurrent loops and stored bytes per
+// JWT principal and per tenant, refused with RESOURCE_EXHAUSTED, QuotaFailure (and RetryInfo), nothing stored,
 // counted per tenant in /metrics; the count is shared by ledgers on one Postgres database.
 
 const SECRET = "a-shared-secret-of-at-least-32-bytes!!";
@@ -107,13 +107,16 @@ describe("quotas config", () => {
   it("parses per principal and tenant limits (default: unlimited) and refuses non-positive or unknown keys", () => {
     const parse = (quotas: unknown) => buildConfig(configFileSchema.parse({ quotas }), undefined, "/tmp").quotas;
     expect(buildConfig(configFileSchema.parse({}), undefined, "/tmp").quotas).toEqual({ principal: {}, tenant: {} });
-    expect(parse({ principal: { prompts_per_minute: 60, concurrent_loops: 2 }, tenant: { prompts_per_minute: 600 } })).toEqual({
-      principal: { promptsPerMinute: 60, concurrentLoops: 2 },
-      tenant: { promptsPerMinute: 600, concurrentLoops: undefined },
+    expect(
+      parse({ principal: { prompts_per_minute: 60, concurrent_loops: 2, stored_bytes: 1e9 }, tenant: { prompts_per_minute: 600 } }),
+    ).toEqual({
+      principal: { promptsPerMinute: 60, concurrentLoops: 2, storedBytes: 1e9 },
+      tenant: { promptsPerMinute: 600, concurrentLoops: undefined, storedBytes: undefined },
     });
     expect(() => parse({ principal: { prompts_per_minute: 0 } })).toThrow();
     expect(() => parse({ principal: { concurrent_loops: 1.5 } })).toThrow();
-    expect(() => parse({ principal: { stored_bytes: 10 } })).toThrow();
+    expect(() => parse({ principal: { stored_bytes: -1 } })).toThrow();
+    expect(() => parse({ principal: { stored_kb: 10 } })).toThrow();
     expect(() => parse({ team: {} })).toThrow();
   });
 });
@@ -356,5 +359,63 @@ describe.runIf(TEST_ENGINE === "postgres")("two ledgers on one Postgres database
       { key: "p:acme/bob", count: 1 },
       { key: "t:acme", count: 4 },
     ]);
+  });
+});
+
+describe("stored bytes per principal and tenant", () => {
+  let t: TestLedger;
+  beforeAll(async () => {
+    t = await startTestLedger(
+      {
+        auth: { token: STATIC, jwt: { secret: SECRET, tenant_claim: "org" } },
+        quotas: { principal: { stored_bytes: 4000 }, tenant: { stored_bytes: 6000 } },
+      },
+      { transport: "http" },
+    );
+  });
+  afterAll(() => t?.close());
+
+  const big = (n: number) => "x".repeat(n) + Math.random().toString(36);
+
+  it("refuses a prompt once the caller's sessions hold the limit, naming it; other callers and the static token go on", async () => {
+    const amy = await as("amy", "umbrella");
+    const sessionId = (await t.client.createSession({ directory: t.dir }, amy)).session!.id;
+    // Random text: Postgres compresses what repeats, so the stored size follows the entropy.
+    const noise = (n: number) => Array.from({ length: n }, () => Math.random().toString(36).slice(2, 3)).join("");
+    await t.client.prompt({ sessionId, noReply: true, parts: [text(noise(5000))] }, amy);
+    const refused = detailsOf(await connectError(t.client.prompt({ sessionId, noReply: true, parts: [text("one more")] }, amy)));
+    expect(refused).toEqual({
+      code: Code.ResourceExhausted,
+      message:
+        "quota exceeded: principal amy has stored 4000 bytes or more in its sessions, the limit of quotas.principal.stored_bytes (4000); nothing was stored, delete sessions to make room",
+      errorInfo: [
+        {
+          reason: "QUOTA_EXCEEDED",
+          domain: "ledger.v1",
+          metadata: { quota: "stored_bytes", scope: "principal", subject: "principal:amy", limit: "4000" },
+        },
+      ],
+      violations: [{ subject: "principal:amy", description: "quotas.principal.stored_bytes: at most 4000 bytes stored" }],
+      retryMs: undefined,
+    });
+    expect((await t.client.listMessages({ sessionId }, amy)).messages).toHaveLength(1);
+    // Another principal of the tenant still has room; the operator is never limited.
+    const ben = await as("ben", "umbrella");
+    const bens = (await t.client.createSession({ directory: t.dir }, ben)).session!.id;
+    expect((await t.client.prompt({ sessionId: bens, noReply: true, parts: [text(big(10))] }, ben)).message).toBeDefined();
+    expect((await t.client.prompt({ sessionId, noReply: true, parts: [text("operator")] }, admin)).message).toBeDefined();
+  });
+
+  it("counts a tenant's principals together", async () => {
+    const noise = (n: number) => Array.from({ length: n }, () => Math.random().toString(36).slice(2, 3)).join("");
+    for (const who of ["cy", "di", "ed"]) {
+      const caller = await as(who, "initrode");
+      const sessionId = (await t.client.createSession({ directory: t.dir }, caller)).session!.id;
+      const outcome = await t.client.prompt({ sessionId, noReply: true, parts: [text(noise(3500))] }, caller).then(
+        () => "stored",
+        (e: unknown) => ConnectError.from(e).findDetails(ErrorInfoSchema)[0]?.metadata.scope,
+      );
+      expect([who, outcome]).toEqual([who, who === "ed" ? "tenant" : "stored"]);
+    }
   });
 });
