@@ -1,19 +1,17 @@
-import { mkdtemp, realpath, rm } from "node:fs/promises";
-import os from "node:os";
-import path from "node:path";
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startLedger, type RunningLedger } from "../../src/app.js";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { readEventPage } from "../../src/storage/event-store.js";
-import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { TEST_ENGINE, type TestDatabase } from "../support/db.js";
 import { failure } from "../support/errors.js";
 import { collectEvents } from "../support/event-stream.js";
 import { compatibleProvider } from "../support/mock-models.js";
-import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import type { FakeOpenAI } from "../support/openai-server.js";
+import { replicaLifecycle } from "../support/replica-fixture.js";
 import { text } from "../support/prompt.js";
 import { sleep, waitFor } from "../support/wait.js";
 
@@ -26,7 +24,7 @@ const POSTGRES = TEST_ENGINE === "postgres";
 let dir: string;
 let database: TestDatabase;
 let fake: FakeOpenAI;
-const running: RunningLedger[] = [];
+const running = replicaLifecycle("ledger-compaction-", POSTGRES, (shared) => void ({ dir, database, fake } = shared));
 
 async function ledger(): Promise<{ ledger: RunningLedger; client: Client<typeof SessionService> }> {
   const config = configFileSchema.parse({
@@ -57,19 +55,6 @@ function label(e: SessionEvent): string {
   if (e.kind.case === "sessionStatus") return `status:${e.kind.value.status.case}`;
   return e.kind.case ?? "";
 }
-
-beforeAll(async () => {
-  if (!POSTGRES) return;
-  dir = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-compaction-")));
-  database = await createTestDatabase("postgres");
-  fake = await startFakeOpenAI();
-});
-afterAll(async () => {
-  for (const r of running.reverse()) await r.close(1000);
-  await fake?.close();
-  await database?.drop();
-  if (dir) await rm(dir, { recursive: true, force: true });
-});
 
 describe.skipIf(!POSTGRES)("compaction seen from another replica", () => {
   let A: Awaited<ReturnType<typeof ledger>>;

@@ -1,6 +1,3 @@
-import { mkdtemp, realpath, rm } from "node:fs/promises";
-import os from "node:os";
-import path from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -9,10 +6,11 @@ import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startLedger, type RunningLedger } from "../../src/app.js";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { readEventPage } from "../../src/storage/event-store.js";
-import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { TEST_ENGINE, type TestDatabase } from "../support/db.js";
 import { watchAcross, type WatchSegment } from "../support/drain.js";
 import { compatibleProvider } from "../support/mock-models.js";
-import { startFakeOpenAI, type FakeOpenAI, type ScriptedReply } from "../support/openai-server.js";
+import type { FakeOpenAI, ScriptedReply } from "../support/openai-server.js";
+import { replicaLifecycle } from "../support/replica-fixture.js";
 import { text } from "../support/prompt.js";
 import { killReplicas, startReplicaPair, type ReplicaPair } from "../support/replica.js";
 import { waitFor } from "../support/wait.js";
@@ -28,7 +26,7 @@ const POSTGRES = TEST_ENGINE === "postgres";
 let dir: string;
 let database: TestDatabase;
 let fake: FakeOpenAI;
-const running: RunningLedger[] = [];
+const running = replicaLifecycle("ledger-drain-", POSTGRES, (shared) => void ({ dir, database, fake } = shared));
 
 interface Replica {
   ledger: RunningLedger;
@@ -62,19 +60,6 @@ function slowReply(n: number, delayMs: number): ScriptedReply {
 }
 
 const isIdle = (e: SessionEvent) => e.kind.case === "sessionStatus" && e.kind.value.status.case === "idle";
-
-beforeAll(async () => {
-  if (!POSTGRES) return;
-  dir = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-drain-")));
-  database = await createTestDatabase("postgres");
-  fake = await startFakeOpenAI();
-});
-afterAll(async () => {
-  for (const r of running.reverse()) await r.close(1000);
-  await fake?.close();
-  await database?.drop();
-  if (dir) await rm(dir, { recursive: true, force: true });
-});
 
 describe.skipIf(!POSTGRES)("drain across two replicas (in-process)", () => {
   it("a client watching a streaming answer through A reconnects to B with after_seq when A drains: every stored event exactly once, in order", async () => {

@@ -1,6 +1,3 @@
-import { mkdtemp, realpath, rm } from "node:fs/promises";
-import os from "node:os";
-import path from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -12,10 +9,11 @@ import { buildConfig, ConfigError, configFileSchema } from "../../src/config/con
 import type { NatsRelay } from "../../src/events/nats-relay.js";
 import { readEventPage } from "../../src/storage/event-store.js";
 import { collectEvents } from "../support/event-stream.js";
-import { createTestDatabase, TEST_ENGINE, type TestDatabase } from "../support/db.js";
+import { TEST_ENGINE, type TestDatabase } from "../support/db.js";
 import { compatibleProvider } from "../support/mock-models.js";
 import { closedNatsUrl, NATS_URL, natsReachable } from "../support/nats.js";
-import { startFakeOpenAI, type FakeOpenAI } from "../support/openai-server.js";
+import type { FakeOpenAI } from "../support/openai-server.js";
+import { replicaLifecycle } from "../support/replica-fixture.js";
 import { startReplicaPair, type ReplicaPair } from "../support/replica.js";
 import { text } from "../support/prompt.js";
 import { sleep, waitFor } from "../support/wait.js";
@@ -30,7 +28,7 @@ const NATS = POSTGRES && (await natsReachable());
 let dir: string;
 let database: TestDatabase;
 let fake: FakeOpenAI;
-const running: RunningLedger[] = [];
+const running = replicaLifecycle("ledger-nats-", POSTGRES, (shared) => void ({ dir, database, fake } = shared));
 
 /** Starts a ledger on the shared database with `bus.nats.servers = servers` and `events.catch_up_ms = catchUpMs`. */
 async function ledger(servers: string[], catchUpMs: number): Promise<{ ledger: RunningLedger; client: Client<typeof SessionService> }> {
@@ -45,19 +43,6 @@ async function ledger(servers: string[], catchUpMs: number): Promise<{ ledger: R
   running.push(started);
   return { ledger: started, client: createClient(SessionService, createGrpcTransport({ baseUrl: started.url })) };
 }
-
-beforeAll(async () => {
-  if (!POSTGRES) return;
-  dir = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-nats-")));
-  database = await createTestDatabase("postgres");
-  fake = await startFakeOpenAI();
-});
-afterAll(async () => {
-  for (const r of running.reverse()) await r.close(1000);
-  await fake?.close();
-  await database?.drop();
-  if (dir) await rm(dir, { recursive: true, force: true });
-});
 
 /** The session's stored events, in seq order, from the table. */
 async function stored(r: RunningLedger, sessionId: string): Promise<SessionEvent[]> {
