@@ -3,7 +3,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Code, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { createLogger, formatLine, levelFromEnv, logger, type LogLevel } from "../../src/observe/log.js";
 import { createMetrics } from "../../src/observe/metrics.js";
@@ -15,6 +15,7 @@ import { text } from "../support/prompt.js";
 import { connectError as failure } from "../support/errors.js";
 import { waitFor } from "../support/wait.js";
 import { parseExposition, sample } from "../support/exposition.js";
+import { captureStderr } from "../support/stderr.js";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const SERVICE = "/ledger.v1.SessionService";
@@ -30,17 +31,7 @@ function jsonLines(chunks: string[]): Record<string, unknown>[] {
 }
 
 /** What the code under test wrote to stderr during the current test (captured, not shown). */
-let written: string[] = [];
-beforeEach(() => {
-  written = [];
-  vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => {
-    written.push(typeof chunk === "string" ? chunk : Buffer.from(chunk).toString("utf8"));
-    return true;
-  });
-});
-afterEach(() => {
-  vi.restoreAllMocks();
-});
+const stderr = captureStderr();
 
 describe("an in-process ledger", () => {
   let t: TestLedger;
@@ -58,7 +49,7 @@ describe("an in-process ledger", () => {
     await t?.close();
   });
 
-  const rpcLines = (requestId: string) => jsonLines(written).filter((l) => l.msg === "rpc" && l.request_id === requestId);
+  const rpcLines = (requestId: string) => jsonLines(stderr.written()).filter((l) => l.msg === "rpc" && l.request_id === requestId);
 
   it("logs one JSON line per RPC (ok, failing, server stream) and echoes x-request-id", async () => {
     const echoed: Record<string, string | null> = {};
@@ -180,7 +171,11 @@ describe("an in-process ledger", () => {
     const unknown = await fetch(`${t.ledger.url}/no.such.Service/Method`, { method: "POST", headers: { "x-request-id": "req-unknown" } });
     expect(unknown.status).toBe(404);
     expect(unknown.headers.get("x-request-id")).toBe("req-unknown");
-    const http = await waitFor("the unknown path's log line", () => jsonLines(written).find((l) => l.request_id === "req-unknown"), 5000);
+    const http = await waitFor(
+      "the unknown path's log line",
+      () => jsonLines(stderr.written()).find((l) => l.request_id === "req-unknown"),
+      5000,
+    );
     expect(http).toMatchObject({ msg: "http", path: "/no.such.Service/Method", status: 404 });
   });
 
@@ -216,8 +211,8 @@ describe("an in-process ledger", () => {
       expect(line).toMatchObject({ level: "info", procedure: `${SERVICE}/WatchSession`, code: "canceled", session_id: sessionId });
     // Give a late write failure the time to be logged, then check nothing was.
     await new Promise((resolve) => setTimeout(resolve, 200));
-    expect(jsonLines(written).filter((l) => l.level === "error" || l.level === "warn")).toEqual([]);
-    expect(written.join("")).not.toMatch(/stack|Cannot call write|stream has been destroyed/);
+    expect(jsonLines(stderr.written()).filter((l) => l.level === "error" || l.level === "warn")).toEqual([]);
+    expect(stderr.written().join("")).not.toMatch(/stack|Cannot call write|stream has been destroyed/);
   });
 
   it("a request without a usable content type: 415 with a Connect error naming what to send, logged and counted as invalid_argument", async () => {

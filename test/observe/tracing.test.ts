@@ -5,7 +5,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { context, trace } from "@opentelemetry/api";
 import { TracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { parseConfigText } from "../../src/config/config.js";
 import { telemetryConfig, telemetrySchema } from "../../src/config/telemetry.js";
@@ -19,6 +19,7 @@ import { file, text } from "../support/prompt.js";
 import { listenLoopback, readJsonObject, sendJson } from "../support/fake-http.js";
 import { spawnServe } from "../support/serve-process.js";
 import { waitFor } from "../support/wait.js";
+import { captureStderr } from "../support/stderr.js";
 
 const call = (id: string, name: string, args: unknown): ScriptedReply => ({
   kind: "stream",
@@ -45,10 +46,13 @@ function tree(spans: ReadableSpan[], root: ReadableSpan): unknown {
 const hrNumber = ([s, ns]: [number, number]) => s * 1e9 + ns;
 const PG_SCOPE = "@opentelemetry/instrumentation-pg";
 
+/** What this file's tests write to stderr (captured, not shown). */
+const stderr = captureStderr();
+
 /** JSON log lines written to stderr during the current test. */
-let written: string[] = [];
 const jsonLines = () =>
-  written
+  stderr
+    .written()
     .join("")
     .split("\n")
     .filter((line) => line.startsWith("{"))
@@ -70,16 +74,6 @@ describe("tracing configured (telemetry.enabled)", () => {
   afterAll(async () => {
     logger.setLevel(level);
     await t?.close();
-  });
-  beforeEach(() => {
-    written = [];
-    vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => {
-      written.push(typeof chunk === "string" ? chunk : Buffer.from(chunk).toString("utf8"));
-      return true;
-    });
-  });
-  afterEach(() => {
-    vi.restoreAllMocks();
   });
 
   it("one Prompt with a file and a tool call is one span tree under the caller's traceparent", async () => {
