@@ -69,6 +69,9 @@ export async function* followSession(
   let missing = false;
   async function* catchUp(): AsyncGenerator<SessionEvent> {
     for (;;) {
+      // A replay stops when the feed's signal fires (the client left, its deadline, the server
+      // draining), not after the backlog: the caller then ends the stream with its cursor.
+      if (signal?.aborted) return;
       let page: EventPage;
       if (first) {
         first = false;
@@ -87,6 +90,7 @@ export async function* followSession(
         if (event.kind.case === "partUpdated" && event.kind.value.part) snapshots.set(event.kind.value.part.id, event.seq);
         yield event;
         tooSlow();
+        if (signal?.aborted) return;
       }
       if (!more) return;
     }

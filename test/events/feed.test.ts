@@ -46,3 +46,18 @@ describe("followSession replaying stored events", () => {
     for (let j = 0; j < a.length; j++) if (j !== i) expect(b[j]).not.toBe(a[j]);
   });
 });
+
+describe("followSession and its signal", () => {
+  it("stops replaying the backlog as soon as the signal fires (a client gone, a deadline, the server draining)", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    for (let i = 0; i < 20; i++) await t.client.prompt({ sessionId, noReply: true, parts: [text(`p${i}`)] });
+    expect(await lastSeq(t.ledger.database.db, sessionId)).toBeGreaterThan(60);
+    const stop = new AbortController();
+    const seqs: bigint[] = [];
+    for await (const event of followSession(t.ledger.deps, sessionId, 0n, stop.signal)) {
+      seqs.push(event.seq);
+      if (seqs.length === 3) stop.abort();
+    }
+    expect(seqs).toEqual([1n, 2n, 3n]);
+  });
+});
