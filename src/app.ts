@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import { createModelResolver, type ModelResolver } from "./agent/providers.js";
 import { recoverInterrupted } from "./agent/recovery.js";
 import { createRunner } from "./agent/runner.js";
@@ -56,6 +57,9 @@ export interface RunningLedger {
    */
   close(graceMs?: number): Promise<void>;
 }
+
+/** How long (ms) the last hand-over of agent loops may take before the database closes anyway. */
+const HAND_OVER_MAX_MS = 5000;
 
 /**
  * Opens the database (running migrations), loads plugins, recovers interrupted answers, and
@@ -119,8 +123,9 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
         await deps.replier?.handOver();
       };
       await server.close(graceMs, { busy: () => (deps.replier?.activeRuns() ?? 0) > 0, beforeForce: handOver });
-      // Loops that started after the grace period (a prompt in the last moment) go the same way.
-      await handOver();
+      // Loops that started after the grace period (a prompt in the last moment) go the same way,
+      // for at most HAND_OVER_MAX_MS (a tool that ignores its abort signal must not hold the exit).
+      await Promise.race([handOver(), sleep(HAND_OVER_MAX_MS, undefined, { ref: false })]);
       await openLocks.close();
       await deps.mcp?.close();
       clearInterval(retention);

@@ -50,7 +50,12 @@ export async function runServe(opts: ServeOptions, io: CliIo, mode: "serve" | "w
   }
   let stopping = false;
   const stop = (signal: string) => {
-    if (stopping) return;
+    if (stopping) {
+      // An operator who does not want to wait for the drain: a second signal ends the process now.
+      io.stderr.write(`${signal} again: exiting now without waiting for the drain (in-flight requests and loops are cut off)\n`);
+      io.exit(1);
+      return;
+    }
     stopping = true;
     const graceMs = opts.graceMs ?? 10_000;
     io.stderr.write(

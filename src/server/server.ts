@@ -225,7 +225,8 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
       if (busy() && hooks.beforeForce) {
         // Requests or loops still running: let the owner end them, then give their answers a
         // moment to be written.
-        await hooks.beforeForce();
+        // Bounded: a loop whose tool ignores its abort signal must not hold the shutdown forever.
+        await Promise.race([hooks.beforeForce(), delay(FORCE_WAIT_MS)]);
         const last = Date.now() + FORCE_WAIT_MS;
         while (Date.now() < last && inFlight > 0) await delay(DRAIN_POLL_MS);
       }

@@ -63,6 +63,23 @@ describe("ledger serve --grace-ms", () => {
     }
   });
 
+  it("a second signal during the drain exits at once with 1, saying so", async () => {
+    const exits: number[] = [];
+    const serve = startCli(["serve", "--port", "0", "--db", ":memory:", "--no-web", "--grace-ms", "20000"], place(), {
+      onExit: (code) => exits.push(code),
+    });
+    await serve.waitForStdout(LISTENING);
+    serve.signal("SIGTERM");
+    serve.signal("SIGTERM");
+    expect(exits).toEqual([1]);
+    expect(serve.stderr()).toContain(
+      "\nSIGTERM again: exiting now without waiting for the drain (in-flight requests and loops are cut off)\n",
+    );
+    // In this process the drain goes on: let it finish before the next test.
+    await waitFor("the server to close", () => serve.stderr().includes("database closed"));
+    await serve.done;
+  });
+
   it("refuses a --grace-ms that is not a whole number of milliseconds", async () => {
     const run = await runCli(["serve", "--port", "0", "--db", ":memory:", "--grace-ms", "1.5s"], place());
     expect(run.code).toBe(1);

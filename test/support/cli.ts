@@ -39,9 +39,13 @@ export interface InProcessCli {
  * Runs `ledger <args>` in this process: the CLI's own `main` with output into buffers, `place.cwd`
  * as its working directory and `place.env` as its environment (nothing read from this process's).
  * `code` is what `main` returned; a call of `io.exit` must agree with it (checked). `onStderr`
- * sees each write to stderr as it happens.
+ * sees each write to stderr as it happens, `onExit` each call of `io.exit`.
  */
-export function startCli(args: string[], place: CliPlace, options: { onStderr?: (text: string) => void } = {}): InProcessCli {
+export function startCli(
+  args: string[],
+  place: CliPlace,
+  options: { onStderr?: (text: string) => void; onExit?: (code: number) => void } = {},
+): InProcessCli {
   let stdout = "";
   let stderr = "";
   let exited: number | undefined;
@@ -60,7 +64,10 @@ export function startCli(args: string[], place: CliPlace, options: { onStderr?: 
       signals.on(signal, handler);
       return () => void signals.off(signal, handler);
     },
-    exit: (code) => void (exited ??= code),
+    exit: (code) => {
+      options.onExit?.(code);
+      exited ??= code;
+    },
   };
   let ended = false;
   const done = main(args, io).then((code) => {
