@@ -152,6 +152,21 @@ export class CommandsNotAllowedError extends LedgerError {
 }
 
 /**
+ * This server is shutting down (its agent loops were handed over): a prompt stored now is not
+ * answered here. Maps to `UNAVAILABLE` (reason `DRAINING`): retry on another replica, where
+ * `ResumeSession` answers the stored prompt.
+ */
+export class ShuttingDownError extends LedgerError {
+  readonly reason = "DRAINING";
+  constructor(readonly sessionId: string) {
+    super(
+      `the server is shutting down: the prompt is stored but not answered here; call ResumeSession(session_id=${sessionId}) on another replica`,
+      { session_id: sessionId },
+    );
+  }
+}
+
+/**
  * The operation cannot run in the current state (e.g. no model provider is configured, so the
  * agent loop cannot answer). Maps to `FAILED_PRECONDITION`; `metadata` says what was stored.
  */

@@ -8,7 +8,7 @@ import { sessionLedger } from "../ledger/session-ledger.js";
 import { storePrompt } from "../ledger/store-prompt.js";
 import { writeSession } from "../ledger/writer.js";
 import { createSession } from "../ledger/sessions.js";
-import { LockPoolExhaustedError, SessionBusyError, SessionNotFoundError } from "../errors.js";
+import { LockPoolExhaustedError, SessionBusyError, SessionNotFoundError, ShuttingDownError } from "../errors.js";
 import { lastStatusEvents } from "../storage/event-store.js";
 import { getSessionRow, rowToSession, sessionExists as sessionRowExists } from "../storage/session-store.js";
 import type { ToolOutput } from "../tools/tool-context.js";
@@ -145,7 +145,12 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
       if (entry.failure) throw entry.failure;
     });
 
+  // Set by handOver: this replica starts no loop any more (a prompt stored in the last moment is
+  // left for ResumeSession on another replica, instead of a loop that would hold the shutdown).
+  let closed = false;
+
   const run = (sessionId: string, options: { resume?: string } = {}): Promise<void> => {
+    if (closed) return Promise.reject(new ShuttingDownError(sessionId));
     const entry = running.get(sessionId);
     if (!entry) return ended(start(sessionId, options.resume));
     // A loop that stopped looking (or is being aborted) would miss this prompt: run again once it has let go.
@@ -167,6 +172,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     },
     isRunning: (sessionId) => running.has(sessionId),
     async exclusive(sessionId, fn) {
+      if (closed) throw new ShuttingDownError(sessionId);
       const current = running.get(sessionId);
       // A run that has stopped looking for work is only releasing the lock (a client may call right after its Prompt returned).
       if (current?.finishing) await current.done;
@@ -194,7 +200,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         running.delete(sessionId);
         await release();
         // A prompt that joined meanwhile is answered now.
-        if (entry.wake) void start(sessionId).done.then(settle);
+        if (entry.wake && !closed) void start(sessionId).done.then(settle);
         else settle();
       }
     },
@@ -219,6 +225,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     },
     activeRuns: () => [...running.values()].filter((e) => e.holding).length,
     async handOver() {
+      closed = true;
       const entries = [...running.values()];
       for (const entry of entries) entry.controller.abort(new LoopHandedOver());
       await Promise.all(entries.map((e) => e.done));

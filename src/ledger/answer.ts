@@ -1,6 +1,6 @@
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
-import { LockPoolExhaustedError, PreconditionError, StoppedWaitingError, WatcherTooSlowError } from "../errors.js";
+import { LockPoolExhaustedError, PreconditionError, ShuttingDownError, StoppedWaitingError, WatcherTooSlowError } from "../errors.js";
 import { bufferCaps, followSession } from "../events/feed.js";
 import type { BufferCaps } from "../events/subscription.js";
 import { getLastAnswerRow } from "../storage/message-store.js";
@@ -74,8 +74,9 @@ export async function startAnswer(
  * (e.g. aborted before its first step), nothing will answer it and this throws
  * `PreconditionError` NOT_ANSWERED. When `signal` fires first (deadline, client gone), throws
  * `StoppedWaitingError` (RUN_CONTINUES) naming the message and the last seq yielded: the run goes on.
- * When the run could not start (every session-lock connection taken), throws its
- * `LockPoolExhaustedError` (RESOURCE_EXHAUSTED, metadata `message_id`): the prompt stays stored.
+ * When the run could not start (every session-lock connection taken, or the server is shutting
+ * down), throws its `LockPoolExhaustedError` (RESOURCE_EXHAUSTED) or `ShuttingDownError`
+ * (UNAVAILABLE DRAINING), metadata `message_id`: the prompt stays stored.
  * When the caller reads too slowly (`caps`, default `limits.watch_buffer_events`/`watch_buffer_bytes`), throws
  * `WatcherTooSlowError` (RESOURCE_EXHAUSTED, metadata `last_seq` and `message_id`): the run goes
  * on too, and `WatchSession(after_seq = last_seq)` follows it from there.
@@ -92,15 +93,15 @@ export async function* untilAnswered(
   const stop = new AbortController();
   let answered = false;
   let grace: NodeJS.Timeout | undefined;
-  /** Why the run could not start (no session-lock connection free): told to the caller as is. */
-  let notStarted: LockPoolExhaustedError | undefined;
+  /** Why the run could not start (no session-lock connection free, the server shutting down): told to the caller as is. */
+  let notStarted: LockPoolExhaustedError | ShuttingDownError | undefined;
   void ran
     .then(async () => {
       await new Promise((resolve) => (grace = setTimeout(resolve, RUN_END_GRACE_MS)));
       if (!answered && !(await finalAnswer(deps, sessionId, userId))) stop.abort();
     })
     .catch((error: unknown) => {
-      if (error instanceof LockPoolExhaustedError) notStarted = error;
+      if (error instanceof LockPoolExhaustedError || error instanceof ShuttingDownError) notStarted = error;
       stop.abort();
     });
   const feedSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;

@@ -82,7 +82,9 @@ export interface Replier {
    * Hands every running loop over (shutdown, at the end of the grace period): aborts it with a
    * `LoopHandedOver` reason, so its current answer ends `interrupted` (not `aborted`), its
    * session returns to `idle` and its lock is released; `ResumeSession` on any replica then
-   * continues the answer. Resolves when every loop has let go.
+   * continues the answer. From then on this replica starts no loop: `run` and `exclusive` reject
+   * with `ShuttingDownError` (UNAVAILABLE `DRAINING`; the prompt stays stored for another
+   * replica's `ResumeSession`). Resolves when every loop has let go.
    */
   handOver(): Promise<void>;
 }

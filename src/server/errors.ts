@@ -18,6 +18,7 @@ import {
   PartNotFoundError,
   PathNotAllowedError,
   CommandsNotAllowedError,
+  ShuttingDownError,
   PermissionNotFoundError,
   PluginError,
   PreconditionError,
@@ -54,6 +55,7 @@ const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code
   [PreconditionError, Code.FailedPrecondition],
   [SessionBusyError, Code.FailedPrecondition],
   [NotImplementedError, Code.Unimplemented],
+  [ShuttingDownError, Code.Unavailable],
   [CursorOutOfRangeError, Code.OutOfRange],
   [PluginError, Code.Internal],
   // The signal's own code decides (deadline, cancel); see `codeOf`.

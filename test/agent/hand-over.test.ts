@@ -1,0 +1,42 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
+import { text } from "../support/prompt.js";
+
+// After the hand-over at shutdown, a replica starts no loop: a prompt that arrives in the last
+// moment is stored and answered UNAVAILABLE DRAINING, for ResumeSession on another replica,
+// instead of a loop that would hold the shutdown (docs/operations.md, "Running behind a load balancer").
+
+let t: FakeModelLedger;
+beforeAll(async () => {
+  t = await startFakeModelLedger();
+});
+afterAll(() => t?.close());
+
+describe("after the hand-over", () => {
+  it("a prompt is stored but not answered here: UNAVAILABLE DRAINING naming ResumeSession; Shell and Summarize likewise", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    await t.ledger.deps.replier!.handOver();
+    const requests = t.fake.requests.length;
+    const error = await t.client.prompt({ sessionId, parts: [text("last moment")] }).then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e),
+    );
+    expect([error?.code, error?.rawMessage, error?.findDetails(ErrorInfoSchema)[0]?.reason]).toEqual([
+      Code.Unavailable,
+      `the server is shutting down: the prompt is stored but not answered here; call ResumeSession(session_id=${sessionId}) on another replica`,
+      "DRAINING",
+    ]);
+    const stored = (await t.client.listMessages({ sessionId })).messages.map((m) => m.message!.kind.case);
+    expect(stored).toEqual(["user"]);
+    expect(t.fake.requests.length).toBe(requests);
+    for (const call of [t.client.shell({ sessionId, agent: "build", command: "echo hi" }), t.client.summarize({ sessionId })]) {
+      const refused = await call.then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
+      expect(refused?.code).toBe(Code.Unavailable);
+    }
+  });
+});
