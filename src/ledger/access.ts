@@ -126,6 +126,17 @@ export async function commandsAllowed(deps: Pick<LedgerDeps, "db" | "config">, s
 }
 
 /**
+ * Whether the model of session `sessionId` is offered the MCP servers' tools: always on servers
+ * without `tenants` and for sessions without a tenant; for a tenant's session only when
+ * `tenants.<name>.mcp` is true (docs/security.md, "Per-tenant file roots").
+ */
+export async function mcpToolsAllowed(deps: Pick<LedgerDeps, "db" | "config">, sessionId: string): Promise<boolean> {
+  if (!deps.config.tenants) return true;
+  const tenant = await tenantOf(deps.db, sessionId);
+  return !tenant || deps.config.tenants[tenant]?.mcp === true;
+}
+
+/**
  * The roots (besides the session directory) that `file:` drafts and tools of session `sessionId`
  * may read: `allowedRoots` of its tenant. Reads the session's tenant only when `tenants` is
  * configured, once per session and process (a session's tenant never changes).

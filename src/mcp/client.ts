@@ -41,8 +41,16 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
       if (closed) return [];
       const wanted = [...connections.values()].filter((c) => !c.failure || Date.now() - c.failure.at >= TOOLS_RETRY_MS);
       // A server that cannot start or list adds no tools: its status says why.
-      const lists = await Promise.all(wanted.map((c) => c.listTools(signal).catch((): McpTool[] => [])));
-      signal?.throwIfAborted();
+      const lists = await Promise.all(
+        wanted.map((c) =>
+          c.listTools(signal).catch((error: unknown): McpTool[] => {
+            // A failed start records its own failure; this is a running server that did not list its tools.
+            if (!signal?.aborted && c.status.status === "connected")
+              c.failure = { error: error instanceof Error ? error.message : String(error), at: Date.now() };
+            return [];
+          }),
+        ),
+      );
       return lists.flat();
     },
     async callTool(server, tool, args, signal) {

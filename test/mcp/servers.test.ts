@@ -1,6 +1,3 @@
-import { readdirSync, readFileSync } from "node:fs";
-import { createRequire } from "node:module";
-import path from "node:path";
 import { PassThrough } from "node:stream";
 import { afterEach, describe, expect, it } from "vitest";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
@@ -8,37 +5,8 @@ import { startMcp, type McpReader } from "../../src/mcp/client.js";
 import { logStderr, STDERR_LINES_PER_WINDOW, STDERR_WINDOW_MS } from "../../src/mcp/stderr-log.js";
 import { createLogger, logger } from "../../src/observe/log.js";
 import { startTestLedger } from "../support/ledger.js";
+import { childPids, everything } from "../support/mcp-servers.js";
 import { waitFor } from "../support/wait.js";
-
-/** The published reference server `@modelcontextprotocol/server-everything` (a devDependency), run over stdio. */
-export const EVERYTHING = path.join(
-  path.dirname(createRequire(import.meta.url).resolve("@modelcontextprotocol/server-everything/package.json")),
-  "dist/index.js",
-);
-
-/** The server-everything entry of ledger.json as an OpenCode user writes it (node instead of npx: no download in tests). */
-export const everything = (extra: Record<string, unknown> = {}) => ({
-  type: "local",
-  command: [process.execPath, EVERYTHING, "stdio"],
-  ...extra,
-});
-
-/** Pids of this process's live child processes (from /proc). */
-export function childPids(): number[] {
-  return readdirSync("/proc")
-    .filter((name) => /^\d+$/.test(name))
-    .filter((pid) => {
-      try {
-        const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-        // pid (comm) state ppid ...: comm may hold spaces, so read after the last ")".
-        const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-        return Number(fields[1]) === process.pid && fields[0] !== "Z";
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-}
 
 const opened: McpReader[] = [];
 afterEach(async () => {
