@@ -37,11 +37,11 @@ afterAll(async () => {
   await t?.close();
 });
 
-async function prompt(script: Parameters<typeof scriptedModel>[0], words: string, agent?: string) {
+async function prompt(script: Parameters<typeof scriptedModel>[0], words: string, agent?: string, tools?: Record<string, boolean>) {
   const mock = scriptedModel(script);
   models["mock/model"] = mock;
   const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-  await t.client.prompt({ sessionId, parts: [text(words)], agent });
+  await t.client.prompt({ sessionId, parts: [text(words)], agent, tools });
   const { messages } = await t.client.listMessages({ sessionId });
   return { mock, messages, sessionId };
 }
@@ -131,6 +131,19 @@ describe("MCP tools for the model", () => {
     expect(toolOf(messages[2])!.state!.status).toEqual({
       case: "completed",
       value: expect.objectContaining({ input: { message: "hi" }, output: "Echo: hi", title: "echo" }),
+    });
+  });
+
+  it("denies a call the session's rules deny (a prompt's tools map)", async () => {
+    const { messages } = await prompt(
+      [toolCallReply("call_1", "everything_echo", { message: "hi" }), textReply("denied")],
+      "echo",
+      undefined,
+      { everything_echo: false },
+    );
+    expect(toolOf(messages[1])!.state!.status).toEqual({
+      case: "error",
+      value: expect.objectContaining({ error: "permission denied: the build agent may not use the everything_echo tool" }),
     });
   });
 
