@@ -2,7 +2,7 @@ import { create, equals, type JsonObject } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { type AssistantMessage, type UserMessage, UserMessageSummarySchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
-import { commandsAllowed, mcpToolsAllowed, rootsForSession } from "../ledger/access.js";
+import { commandsAllowed, mcpRefusal, rootsForSession } from "../ledger/access.js";
 import { newId } from "../ids.js";
 import { sessionLedger, type SessionLedger } from "../ledger/session-ledger.js";
 import type { LedgerDeps } from "../ledger/deps.js";
@@ -313,7 +313,7 @@ async function answerStep(
  * tenant's session without `tenants.<name>.mcp`); starts the servers not running yet.
  */
 async function mcpToolsFor(deps: LoopDeps, sessionId: string, signal: AbortSignal): Promise<ToolDefinition<unknown>[]> {
-  if (!deps.mcp || Object.keys(deps.config.mcp).length === 0 || !(await mcpToolsAllowed(deps, sessionId))) return [];
+  if (!deps.mcp || Object.keys(deps.config.mcp).length === 0 || (await mcpRefusal(deps, sessionId)) !== undefined) return [];
   return mcpToolDefinitions(await deps.mcp.tools(signal), deps.mcp, deps.config.limits.text_part_bytes) as ToolDefinition<unknown>[];
 }
 

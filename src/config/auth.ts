@@ -143,8 +143,8 @@ export interface TenantConfig {
    */
   commands: boolean;
   /**
-   * Are its sessions' models offered the MCP servers' tools? The servers run with the server's
-   * rights and see no tenant, so the default is no.
+   * May its sessions use the MCP servers (their tools offered to the model, resource drafts read
+   * through them)? The servers run with the server's rights and see no tenant, so the default is no.
    */
   mcp?: boolean;
 }

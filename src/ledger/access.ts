@@ -126,14 +126,16 @@ export async function commandsAllowed(deps: Pick<LedgerDeps, "db" | "config">, s
 }
 
 /**
- * Whether the model of session `sessionId` is offered the MCP servers' tools: always on servers
- * without `tenants` and for sessions without a tenant; for a tenant's session only when
- * `tenants.<name>.mcp` is true (docs/security.md, "Per-tenant file roots").
+ * Why session `sessionId` may not use the MCP servers (their tools, and resource drafts), or
+ * undefined when it may: always on servers without `tenants` and for sessions without a tenant;
+ * a tenant's session only when `tenants.<name>.mcp` is true (docs/security.md, "Per-tenant file
+ * roots"). The reason reads `MCP servers are not available to sessions of tenant acme (tenants.acme.mcp)`.
  */
-export async function mcpToolsAllowed(deps: Pick<LedgerDeps, "db" | "config">, sessionId: string): Promise<boolean> {
-  if (!deps.config.tenants) return true;
+export async function mcpRefusal(deps: Pick<LedgerDeps, "db" | "config">, sessionId: string): Promise<string | undefined> {
+  if (!deps.config.tenants) return undefined;
   const tenant = await tenantOf(deps.db, sessionId);
-  return !tenant || deps.config.tenants[tenant]?.mcp === true;
+  if (!tenant || deps.config.tenants[tenant]?.mcp === true) return undefined;
+  return `MCP servers are not available to sessions of tenant ${tenant} (tenants.${tenant}.mcp)`;
 }
 
 /**

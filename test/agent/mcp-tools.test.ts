@@ -168,7 +168,7 @@ describe("MCP tools for the model", () => {
 });
 
 describe("MCP tools and tenants", () => {
-  it("offers them to a tenant's sessions only with tenants.<name>.mcp, and to sessions without a tenant", async () => {
+  it("offers them (and reads resources) for a tenant's sessions only with tenants.<name>.mcp, and for sessions without a tenant", async () => {
     const tenantModels: Partial<Record<ModelKey, LanguageModelV3>> = {};
     const tt = await startTestLedger(
       {
@@ -181,10 +181,24 @@ describe("MCP tools and tenants", () => {
       { models: mockResolver(tenantModels) },
     );
     try {
-      const offeredTo = async (tenant: string | null) => {
+      const session = async (tenant: string | null) => {
         const id = newId("ses");
         const ownership = tenant ? { owner: "alice", tenant } : { owner: null, tenant: null };
         await insertSession(tt.ledger.deps.db, create(SessionSchema, { id, directory: tt.dir, title: "t" }), new Date(), ownership);
+        return id;
+      };
+      const resourceNotes = async (tenant: string) => {
+        const uri = "demo://resource/static/document/architecture.md";
+        const source = { kind: { case: "resource" as const, value: { clientName: "everything", uri } } };
+        const { message } = await tt.client.prompt({
+          sessionId: await session(tenant),
+          noReply: true,
+          parts: [{ kind: { case: "file", value: { mime: "text/markdown", filename: "architecture.md", url: uri, source } } }],
+        });
+        return message!.parts.map((p) => (p.kind.case === "text" ? p.kind.value.text : p.kind.case));
+      };
+      const offeredTo = async (tenant: string | null) => {
+        const id = await session(tenant);
         const mock = scriptedModel([textReply("ok")]);
         tenantModels["mock/model"] = mock;
         await tt.client.prompt({ sessionId: id, parts: [text("hi")] });
@@ -193,6 +207,11 @@ describe("MCP tools and tenants", () => {
           .filter((name) => name.startsWith("everything_"));
       };
       expect(await offeredTo("acme")).toEqual([]);
+      expect(await resourceNotes("acme")).toEqual([
+        "Reading MCP resource: architecture.md (demo://resource/static/document/architecture.md)",
+        "Failed to read MCP resource architecture.md: MCP servers are not available to sessions of tenant acme (tenants.acme.mcp)",
+      ]);
+      expect((await resourceNotes("globex"))[1]).toContain("Architecture");
       expect(await offeredTo("globex")).toEqual(expect.arrayContaining(["everything_echo", "everything_get-sum"]));
       expect(await offeredTo(null)).toEqual(expect.arrayContaining(["everything_echo"]));
     } finally {
