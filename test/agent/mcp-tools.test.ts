@@ -8,6 +8,7 @@ import { newId } from "../../src/ids.js";
 import { insertSession } from "../../src/storage/session-store.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { mockResolver, NO_RETRY, scriptedModel, textReply, toolCallReply, type ModelKey } from "../support/mock-models.js";
+import { PermissionReply } from "../../gen/ledger/v1/permission_pb.js";
 import { text } from "../support/prompt.js";
 import { waitFor } from "../support/wait.js";
 import { everything } from "../support/mcp-servers.js";
@@ -28,7 +29,10 @@ beforeAll(async () => {
         off: everything({ enabled: false }),
         remote: { type: "remote", url: "https://mcp.example.com/mcp" },
       },
-      agent: { guarded: { mode: "primary", permission: { "everything_*": "deny", everything_echo: "allow" } } },
+      agent: {
+        guarded: { mode: "primary", permission: { "everything_*": "deny", everything_echo: "allow" } },
+        asking: { mode: "primary", permission: { "everything_*": "ask" } },
+      },
     },
     { models: mockResolver(models) },
   );
@@ -131,6 +135,21 @@ describe("MCP tools for the model", () => {
     expect(toolOf(messages[2])!.state!.status).toEqual({
       case: "completed",
       value: expect.objectContaining({ input: { message: "hi" }, output: "Echo: hi", title: "echo" }),
+    });
+  });
+
+  it('asks through the permission flow on "everything_*": "ask", and runs the call once allowed', async () => {
+    models["mock/model"] = scriptedModel([toolCallReply("call_1", "everything_echo", { message: "may I?" }), textReply("done")]);
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    await t.client.promptAsync({ sessionId, parts: [text("echo")], agent: "asking" });
+    const request = await waitFor("the permission request", async () => (await t.client.listPermissions({ sessionId })).permissions[0]);
+    expect(request).toMatchObject({ sessionId, permission: "everything_echo", patterns: ["*"], callId: "call_1" });
+    await t.client.replyPermission({ sessionId, permissionId: request.id, reply: PermissionReply.ONCE });
+    await waitFor("the session to go idle", async () => (await t.client.getStatus({})).statuses[sessionId] === undefined);
+    const { messages } = await t.client.listMessages({ sessionId });
+    expect(toolOf(messages[1])!.state!.status).toEqual({
+      case: "completed",
+      value: expect.objectContaining({ input: { message: "may I?" }, output: "Echo: may I?" }),
     });
   });
 
