@@ -129,20 +129,28 @@ export class Connection {
     const limit = timeoutMs ?? this.server.timeoutMs;
     const deadline = AbortSignal.timeout(limit);
     const startAbort = signal ? AbortSignal.any([signal, deadline]) : deadline;
-    const abort = timeoutMs === undefined ? signal : startAbort;
     const { McpError, ErrorCode } = await loadSdk();
-    try {
-      const client = await untilAborted(this.connect(), startAbort);
-      return await fn(client, abort);
-    } catch (error) {
-      const timedOut = deadline.aborted || (error instanceof McpError && error.code === ErrorCode.RequestTimeout);
+    const failure = (error: unknown, bounded: boolean): unknown => {
+      const timedOut = (bounded && deadline.aborted) || (error instanceof McpError && error.code === ErrorCode.RequestTimeout);
       if (timedOut && !signal?.aborted) {
-        const ms = deadline.aborted ? limit : ((error as { data?: { timeout?: number } }).data?.timeout ?? limit);
-        throw new Error(`MCP server ${JSON.stringify(this.name)} did not answer within ${ms} ms`);
+        const ms = bounded && deadline.aborted ? limit : ((error as { data?: { timeout?: number } }).data?.timeout ?? limit);
+        return new Error(`MCP server ${JSON.stringify(this.name)} did not answer within ${ms} ms`);
       }
       // The SDK prefixes a server's McpError message with "MCP error <code>: " a second time.
-      if (error instanceof McpError) throw new Error(error.message.replace(/^(MCP error -?\d+: )\1+/, "$1"), { cause: error });
-      throw error;
+      if (error instanceof McpError) return new Error(error.message.replace(/^(MCP error -?\d+: )\1+/, "$1"), { cause: error });
+      return error;
+    };
+    let client: Client;
+    try {
+      client = await untilAborted(this.connect(), startAbort);
+    } catch (error) {
+      throw failure(error, true);
+    }
+    try {
+      // Without `timeoutMs` the call itself is bounded by the SDK's request timeout, not the deadline.
+      return await fn(client, timeoutMs === undefined ? signal : startAbort);
+    } catch (error) {
+      throw failure(error, timeoutMs !== undefined);
     }
   }
 
