@@ -2,7 +2,7 @@ import { create, equals, type JsonObject } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { type AssistantMessage, type UserMessage, UserMessageSummarySchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
-import { commandsAllowed, rootsForSession } from "../ledger/access.js";
+import { commandsAllowed, mcpRefusal, rootsForSession } from "../ledger/access.js";
 import { newId } from "../ids.js";
 import { sessionLedger, type SessionLedger } from "../ledger/session-ledger.js";
 import type { LedgerDeps } from "../ledger/deps.js";
@@ -24,7 +24,9 @@ import { namesTool, type Rule } from "../tools/permission.js";
 import { runStep } from "./step.js";
 import { systemPrompt } from "./system.js";
 import { permissionRules } from "../tools/permission.js";
+import { mcpToolDefinitions } from "../tools/mcp-tools.js";
 import { createTools } from "../tools/registry.js";
+import type { ToolDefinition } from "../tools/tool-context.js";
 import type { TaskRunner } from "../tools/task.js";
 import { sessionTodoList } from "./todo-list.js";
 import { turnText } from "./summary.js";
@@ -213,6 +215,7 @@ async function answerStep(
   const snapshot = snapshots && new StepSnapshot(snapshots);
   const roots = await rootsForSession(deps, session.id);
   const withoutCommands = !(await commandsAllowed(deps, session.id));
+  const mcpTools = lastStep ? [] : await mcpToolsFor(deps, session.id, signal);
   for (let attempt = 1; ; attempt++) {
     result = await runStep({
       ledger,
@@ -233,6 +236,7 @@ async function answerStep(
             rules: session.permission,
             context: { directory: session.directory, roots },
             withoutCommands,
+            mcpTools,
             subagents,
             runTask: deps.runTask?.(sessionId),
             todos: sessionTodoList(deps, sessionId),
@@ -302,6 +306,15 @@ async function answerStep(
   });
   if (error) return "stop";
   return deps.config.compaction.auto && isOverflow(result.usage, model.config.limit) ? "overflow" : "continue";
+}
+
+/**
+ * The MCP servers' tools for a step of session `sessionId` (none without MCP servers, or for a
+ * tenant's session without `tenants.<name>.mcp`); starts the servers not running yet.
+ */
+async function mcpToolsFor(deps: LoopDeps, sessionId: string, signal: AbortSignal): Promise<ToolDefinition<unknown>[]> {
+  if (!deps.mcp || Object.keys(deps.config.mcp).length === 0 || (await mcpRefusal(deps, sessionId)) !== undefined) return [];
+  return mcpToolDefinitions(await deps.mcp.tools(signal), deps.mcp, deps.config.limits.text_part_bytes) as ToolDefinition<unknown>[];
 }
 
 /**

@@ -125,7 +125,12 @@ export function checkJwtKey(jwt: JwtConfig | undefined): void {
 
 /** The `tenants` key of ledger.json: per tenant, the directories its sessions may use. */
 export const tenantsSchema = z
-  .record(z.string().min(1), z.object({ roots: z.array(z.string().min(1)).default([]), commands: z.boolean().default(false) }).strict())
+  .record(
+    z.string().min(1),
+    z
+      .object({ roots: z.array(z.string().min(1)).default([]), commands: z.boolean().default(false), mcp: z.boolean().default(false) })
+      .strict(),
+  )
   .optional();
 
 /** A tenant's settings (docs/security.md, "Per-tenant file roots"). */
@@ -137,6 +142,11 @@ export interface TenantConfig {
    * runs with the server's rights and is not confined to any root, so the default is no.
    */
   commands: boolean;
+  /**
+   * May its sessions use the MCP servers (their tools offered to the model, resource drafts read
+   * through them)? The servers run with the server's rights and see no tenant, so the default is no.
+   */
+  mcp?: boolean;
 }
 
 /**
@@ -151,6 +161,9 @@ export function buildTenants(
   if (!file) return undefined;
   if (!jwt?.tenantClaim) throw new ConfigError("tenants: needs auth.jwt.tenant_claim (the token claim that names a caller's tenant)");
   return Object.fromEntries(
-    Object.entries(file).map(([name, t]) => [name, { roots: t.roots.map((r) => path.resolve(baseDir, r)), commands: t.commands }]),
+    Object.entries(file).map(([name, t]) => [
+      name,
+      { roots: t.roots.map((r) => path.resolve(baseDir, r)), commands: t.commands, mcp: t.mcp },
+    ]),
   );
 }

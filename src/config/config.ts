@@ -6,6 +6,7 @@ import { InvalidArgumentError } from "../errors.js";
 import { BUILT_IN_AGENTS, type AgentInfo } from "./agents.js";
 import { DEFAULT_LIMITS, type Limits } from "./limits.js";
 import { quotasConfig, quotasSchema, type QuotasConfig } from "./quotas.js";
+import { buildMcp, mcpSchema, type McpServerConfig } from "./mcp.js";
 import { telemetryConfig, telemetrySchema, type TelemetryConfig } from "./telemetry.js";
 import {
   authSchema,
@@ -81,12 +82,6 @@ const limitsSchema = z
   })
   .partial();
 
-const mcpServerSchema = z.object({
-  command: z.array(z.string().min(1)).min(1),
-  env: z.record(z.string(), z.string()).optional(),
-  timeout_ms: z.number().int().positive().default(10_000),
-});
-
 const commandSchema = z.object({
   template: z.string().min(1),
   description: z.string().optional(),
@@ -130,7 +125,7 @@ export const configFileSchema = z.object({
       max_total_ms: z.number().int().min(0).default(15_000),
     })
     .default({ attempts: 4, initial_ms: 2000, max_ms: 30_000, max_total_ms: 15_000 }),
-  mcp: z.record(z.string(), mcpServerSchema).default({}),
+  mcp: mcpSchema,
   command: z.record(z.string(), commandSchema).default({}),
   reference: z.record(z.string().regex(/^[^/\\\s]+$/, "expected an alias without slashes or spaces"), z.string().min(1)).default({}),
   bus: z
@@ -173,15 +168,7 @@ export type ProviderConfig = z.infer<typeof providerSchema>;
 /** A configured model entry. */
 export type ModelConfig = z.infer<typeof modelSchema>;
 
-/**
- * A local (stdio) MCP server: `command` is the executable and its arguments; the process gets
- * the SDK's safe default environment (HOME, PATH, ...) plus `env`. `timeoutMs` bounds each read.
- */
-export interface McpServerConfig {
-  command: string[];
-  env?: Record<string, string>;
-  timeoutMs: number;
-}
+export type { McpServerConfig } from "./mcp.js";
 
 /** Everything the ledger reads from configuration, with defaults applied. */
 export interface LedgerConfig {
@@ -238,7 +225,10 @@ export interface LedgerConfig {
    * `retry-after`), no retry starting later than `maxTotalMs` after the step's first call (ms).
    */
   retry: RetryConfig;
-  /** MCP servers whose resources file parts may name (`source.resource.client_name`), by name. */
+  /**
+   * MCP servers (`mcp` in ledger.json, docs/configuration.md#mcp), by name: file parts may name
+   * their resources (`source.resource.client_name`) and the model gets their tools.
+   */
   mcp: Record<string, McpServerConfig>;
   /** Prompt templates the `Command` RPC runs, by name (`command` in ledger.json). */
   commands: Record<string, CommandConfig>;
@@ -473,13 +463,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     shareWithinTenant: file.auth.share_within_tenant,
     tenants: buildTenants(file.tenants, buildJwtConfig(file.auth.jwt, baseDir), baseDir),
     quotas: quotasConfig(file.quotas),
-    mcp: Object.fromEntries(
-      Object.entries(file.mcp).map(([name, server]) => {
-        const [command, ...args] = server.command;
-        const executable = command!.startsWith(".") ? path.resolve(baseDir, command!) : command!;
-        return [name, { command: [executable, ...args], env: server.env, timeoutMs: server.timeout_ms }];
-      }),
-    ),
+    mcp: buildMcp(file.mcp, baseDir),
     commands: Object.fromEntries(
       Object.entries(file.command).map(([name, c]) => [
         name,

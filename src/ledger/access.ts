@@ -126,6 +126,19 @@ export async function commandsAllowed(deps: Pick<LedgerDeps, "db" | "config">, s
 }
 
 /**
+ * Why session `sessionId` may not use the MCP servers (their tools, and resource drafts), or
+ * undefined when it may: always on servers without `tenants` and for sessions without a tenant;
+ * a tenant's session only when `tenants.<name>.mcp` is true (docs/security.md, "Per-tenant file
+ * roots"). The reason reads `MCP servers are not available to sessions of tenant acme (tenants.acme.mcp)`.
+ */
+export async function mcpRefusal(deps: Pick<LedgerDeps, "db" | "config">, sessionId: string): Promise<string | undefined> {
+  if (!deps.config.tenants) return undefined;
+  const tenant = await tenantOf(deps.db, sessionId);
+  if (!tenant || deps.config.tenants[tenant]?.mcp === true) return undefined;
+  return `MCP servers are not available to sessions of tenant ${tenant} (tenants.${tenant}.mcp)`;
+}
+
+/**
  * The roots (besides the session directory) that `file:` drafts and tools of session `sessionId`
  * may read: `allowedRoots` of its tenant. Reads the session's tenant only when `tenants` is
  * configured, once per session and process (a session's tenant never changes).

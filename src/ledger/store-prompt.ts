@@ -7,7 +7,7 @@ import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Span } from "@opentelemetry/api";
 import { PermissionAction, PermissionRuleSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
-import { rootsForSession } from "./access.js";
+import { mcpRefusal, rootsForSession } from "./access.js";
 import { newId } from "../ids.js";
 import { annotateActiveSpan, inSpan } from "../observe/spans.js";
 import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
@@ -98,6 +98,7 @@ async function storeResolved(
   const spanAttributes = { "ledger.session_id": session.id, "ledger.message_id": messageId };
   annotateActiveSpan(spanAttributes);
   const roots = await rootsForSession(deps, session.id);
+  const mcpRefused = await mcpRefusal(deps, session.id);
   const drafts = await inSpan("ledger.resolve_drafts", { ...spanAttributes, "ledger.parts": request.parts.length }, () =>
     resolveDrafts(
       {
@@ -110,6 +111,7 @@ async function storeResolved(
         agent,
         agents: deps.config.agents,
         mcp: deps.mcp,
+        mcpRefused,
       },
       request.parts,
     ),

@@ -1,18 +1,78 @@
 /** One item of a read resource: its text, or a note that it is binary (never its bytes). */
 export type McpContent = { text: string } | { blob: true; mime: string };
 
-/** Reads resources of the configured MCP servers (`mcp` in ledger.json); made by `startMcp` (./client.ts). */
+/** One tool of an MCP server, as the model is offered it (see src/tools/mcp-tools.ts). */
+export interface McpTool {
+  /** The configured server's name (the key under `mcp`). */
+  server: string;
+  /** The tool's name as the server gives it (what `tools/call` is sent). */
+  name: string;
+  /**
+   * The tool id the model calls and permission rules name: `<server>_<tool>`, each side with every
+   * character outside `[a-zA-Z0-9_-]` replaced by `_` (as OpenCode names MCP tools).
+   */
+  id: string;
+  /** The server's description of the tool ("" when it gives none). */
+  description: string;
+  /** The tool's input JSON Schema (an object schema) as the server gives it. */
+  inputSchema: Record<string, unknown>;
+}
+
+/** One content item of a tool call's result (MCP `CallToolResult.content`), as far as the ledger reads it. */
+export type McpToolContent =
+  | { type: "text"; text: string }
+  | { type: "image" | "audio"; data: string; mimeType: string }
+  | { type: "resource"; resource: { uri: string; mimeType?: string; text?: string; blob?: string } }
+  | { type: "resource_link"; uri: string; name: string; mimeType?: string }
+  | { type: string };
+
+/** What a tool call answered (MCP `CallToolResult`). */
+export interface McpToolResult {
+  content: McpToolContent[];
+  /** Set when the tool itself failed: `content` says why. */
+  isError?: boolean;
+  /** JSON the tool returned besides (or instead of) `content`. */
+  structuredContent?: Record<string, unknown>;
+}
+
+/**
+ * Where a configured server stands: `connected` (its process runs), `idle` (not started yet, or
+ * its process ended; started on its next use), `disabled` (`"enabled": false`), `failed` (its
+ * last start failed, or a remote server, which is not supported yet: `error` says which).
+ */
+export type McpServerStatus = { status: "connected" | "idle" | "disabled" } | { status: "failed"; error: string };
+
+/** The error (and failed status) of a remote server, until remote servers are supported. */
+export const REMOTE_NOT_SUPPORTED = "remote MCP servers are not supported yet";
+
+/** The configured MCP servers (`mcp` in ledger.json): their resources and tools; made by `startMcp` (./client.ts). */
 export interface McpReader {
   /**
    * Reads `uri` from the server named `clientName`: its contents in order, text items cut to
    * `limits.text_part_bytes` (with a notice), binary items as `{ blob, mime }` (mime "" when the
    * server gave none; empty blobs are left out). Connects on first use and again after the
    * server's process died. Throws an `Error` naming the problem: server not configured (listing
-   * the configured ones), could not start, no answer within its `timeout_ms`, or the server's
-   * own error.
+   * the configured ones), disabled, remote (not supported yet), could not start, no answer within
+   * its `timeout`, or the server's own error.
    */
   read(clientName: string, uri: string, signal?: AbortSignal): Promise<McpContent[]>;
-  /** Stops every server process. Later reads fail. */
+  /**
+   * The tools of every enabled local server, server by server in config order, each server's in
+   * its own order; starts the servers not running. A server that cannot start, or does not list
+   * its tools within its `timeout`, adds none (its status says why; it is tried again on a later
+   * call, at most once a minute). Remote and disabled servers add none.
+   */
+  tools(signal?: AbortSignal): Promise<McpTool[]>;
+  /**
+   * Calls `tool` (its server-side name) of server `server` with `args`. Bounded by the SDK's
+   * request timeout (60 s, restarted by each progress notification) and by `signal`, whose abort
+   * cancels the call on the server (`notifications/cancelled`) and rejects with its reason.
+   * Throws an `Error` as {@link McpReader.read} does.
+   */
+  callTool(server: string, tool: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<McpToolResult>;
+  /** Every configured server's status, by name, in config order. */
+  status(): Record<string, McpServerStatus>;
+  /** Stops every server process. Later calls fail. */
   close(): Promise<void>;
 }
 
@@ -21,4 +81,13 @@ export function notConfigured(clientName: string, configured: string[]): Error {
   const known =
     configured.length === 0 ? "no MCP servers are configured" : `configured: ${configured.map((n) => JSON.stringify(n)).join(", ")}`;
   return new Error(`MCP server ${JSON.stringify(clientName)} is not configured (${known})`);
+}
+
+/**
+ * The model-facing id of `tool` of `server`: `<server>_<tool>` with every character outside
+ * `[a-zA-Z0-9_-]` replaced by `_` on each side (OpenCode's naming), e.g. `everything_get-sum`.
+ */
+export function mcpToolId(server: string, tool: string): string {
+  const clean = (s: string) => s.replace(/[^a-zA-Z0-9_-]/g, "_");
+  return `${clean(server)}_${clean(tool)}`;
 }

@@ -40,6 +40,8 @@ export interface ResolveContext {
   agents: ReadonlyMap<string, AgentInfo>;
   /** Reads MCP resources (`source.resource` file drafts); without it every such read fails as not configured. */
   mcp?: McpReader;
+  /** Set when the session may not use MCP servers (a tenant without `tenants.<name>.mcp`): every resource read fails with it. */
+  mcpRefused?: string;
 }
 
 /** A `file:` draft that could not be read; it becomes a failure text and a `session_error` event. */
@@ -196,6 +198,7 @@ async function fileDraft(
 async function resourceDraft(ctx: ResolveContext, draft: FilePartInput, source: { clientName: string; uri: string }): Promise<Piece[]> {
   const pieces = [synthetic(`Reading MCP resource: ${draft.filename} (${source.uri})`)];
   try {
+    if (ctx.mcpRefused) throw new Error(ctx.mcpRefused);
     if (!ctx.mcp) throw notConfigured(source.clientName, []);
     const contents = await ctx.mcp.read(source.clientName, source.uri);
     const items = contents.flatMap((item) =>

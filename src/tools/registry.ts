@@ -58,6 +58,8 @@ export type ProgressSink = (callId: string, update: { title?: string; metadata: 
  * @param options.beforeChange - awaited before a tool that may change files (write, edit, bash)
  *   runs: the step's snapshot is taken there.
  * @param options.withoutCommands - offer no `bash` tool (docs/security.md, "Per-tenant file roots").
+ * @param options.mcpTools - the MCP servers' tools (`mcpToolDefinitions` in ./mcp-tools.ts),
+ *   offered after the built-in ones and weighed like `read` (their id, the pattern `*`).
  */
 export function createTools(options: {
   agent: AgentInfo;
@@ -71,6 +73,8 @@ export function createTools(options: {
   beforeChange?: () => Promise<void>;
   /** Leave out `bash` (a tenant's session without `tenants.<name>.commands`). */
   withoutCommands?: boolean;
+  /** The MCP servers' tools, offered last. */
+  mcpTools?: readonly ToolDefinition<unknown>[];
 }): ToolSet {
   const { agent, context } = options;
   const rules = permissionRules(agent, options.rules);
@@ -79,6 +83,7 @@ export function createTools(options: {
     definitions.push(taskDefinition(options.subagents, options.runTask));
   }
   if (options.todos) definitions.push(...(todoDefinitions(options.todos) as ToolDefinition<unknown>[]));
+  if (options.mcpTools) definitions.push(...options.mcpTools);
   const tools: ToolSet = {};
   for (const definition of definitions) tools[definition.id] = guarded(definition, agent.name, rules, context, options);
   return tools;

@@ -1,4 +1,5 @@
 import { isAbsolute, relative, resolve } from "node:path";
+import type { Schema } from "ai";
 import type { z } from "zod";
 import { checkPathShape, confinePath } from "../files/confine.js";
 
@@ -65,8 +66,11 @@ export interface ToolDefinition<Input> {
   asks?: boolean;
   /** What the model is told the tool does. */
   description: string;
-  /** The input the model must send (zod); the AI SDK sends it to the model as JSON Schema and validates each call against it. */
-  inputSchema: z.ZodType<Input>;
+  /**
+   * The input the model must send: zod, or a JSON Schema (`jsonSchema()` of the AI SDK, for MCP
+   * tools); the AI SDK sends it to the model as JSON Schema and validates each call against it.
+   */
+  inputSchema: z.ZodType<Input> | Schema<Input>;
   /**
    * Runs one call with the validated input. Errors it throws become a tool error the model sees.
    *

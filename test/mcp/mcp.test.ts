@@ -182,7 +182,9 @@ describe("McpReader", () => {
 
   it("passes the configured env but not the ledger's own environment", async () => {
     process.env.LEDGER_SECRET = "do-not-leak";
-    const mcp = await startMcp(config({ mcp: { docs: { command: [process.execPath, script], env: { DOCS_GREETING: "hello" } } } }));
+    const mcp = await startMcp(
+      config({ mcp: { docs: { type: "local", command: [process.execPath, script], environment: { DOCS_GREETING: "hello" } } } }),
+    );
     try {
       expect(await mcp.read("docs", "docs://env")).toEqual([{ text: "hello|unset" }]);
     } finally {
@@ -209,9 +211,9 @@ describe("McpReader", () => {
     }
   });
 
-  it("gives up on a read after timeout_ms and keeps the connection usable", async () => {
+  it("gives up on a read after its timeout and keeps the connection usable", async () => {
     // 4 s: starting a node process on a busy CI machine must not hit it on the first read.
-    const mcp = await startMcp(config({ mcp: { slow: { command: [process.execPath, script], timeout_ms: 4000 } } }));
+    const mcp = await startMcp(config({ mcp: { slow: { command: [process.execPath, script], timeout: 4000 } } }));
     try {
       await mcp.read("slow", "docs://pid"); // started: the timeout below covers the read alone
       const started = Date.now();
@@ -260,15 +262,15 @@ describe("McpReader", () => {
   });
 });
 
-describe("mcp config", () => {
-  it("defaults timeout_ms and resolves a ./ command against the config directory", () => {
+describe("mcp config (the old keys)", () => {
+  it("reads env and timeout_ms as environment and timeout, and resolves a ./ command against the config directory", () => {
     const loaded = config(
       { mcp: { a: { command: ["./bin/server", "--stdio"] }, b: { command: ["npx", "x"], env: { K: "v" }, timeout_ms: 500 } } },
       "/etc/ledger",
     );
     expect(loaded.mcp).toEqual({
-      a: { command: ["/etc/ledger/bin/server", "--stdio"], env: undefined, timeoutMs: 10_000 },
-      b: { command: ["npx", "x"], env: { K: "v" }, timeoutMs: 500 },
+      a: { type: "local", command: ["/etc/ledger/bin/server", "--stdio"], environment: {}, enabled: true, timeoutMs: 10_000 },
+      b: { type: "local", command: ["npx", "x"], environment: { K: "v" }, enabled: true, timeoutMs: 500 },
     });
     expect(config({}).mcp).toEqual({});
   });
