@@ -26,8 +26,8 @@ export function storableText(text: string): string {
  * with its keys in the same order), so the object a caller stored is the one it answers and
  * publishes with: the response equals what a later read returns. Two keys that clean to the same
  * key keep the later value. Inside Struct/Value JSON (anything not a field of a message), a
- * number JSON cannot hold (NaN, ±Infinity: a binary client can send them) becomes `null`, as
- * `JSON.stringify` makes it; a message's own `double` fields keep theirs (proto JSON writes
+ * number JSON cannot hold (NaN, ±Infinity: a binary client can send them) becomes `null`, and
+ * -0 becomes 0, as `JSON.stringify` makes them; a message's own `double` fields keep theirs (proto JSON writes
  * `"NaN"`). Bytes fields (`Uint8Array`) are left alone. `value` must be a message (its own keys
  * are field names). Returns `value` (the same object).
  */
@@ -39,12 +39,16 @@ export function makeStorable<T extends object>(value: T): T {
 /** Cleans `value`; `inJson` is false for a direct field of a message, true inside JSON values and lists. */
 function clean(value: unknown, inJson: boolean): unknown {
   if (typeof value === "string") return storableText(value);
-  if (typeof value === "number") return inJson && !Number.isFinite(value) ? null : value;
+  if (typeof value === "number") {
+    if (!inJson) return value;
+    // JSON has no -0 (JSON.stringify writes 0): store and answer 0.
+    return !Number.isFinite(value) ? null : Object.is(value, -0) ? 0 : value;
+  }
   if (value === null || typeof value !== "object" || ArrayBuffer.isView(value)) return value;
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
       const item = clean(value[i], true);
-      if (item !== value[i]) value[i] = item;
+      if (!Object.is(item, value[i])) value[i] = item;
     }
     return value;
   }
@@ -54,7 +58,7 @@ function clean(value: unknown, inJson: boolean): unknown {
   if (keys.every(isStorableText)) {
     for (const key of keys) {
       const item = clean(record[key], inner);
-      if (item !== record[key]) record[key] = item;
+      if (!Object.is(item, record[key])) record[key] = item;
     }
     return record;
   }

@@ -31,8 +31,8 @@ describe("after the hand-over", () => {
     const stored = (await t.client.listMessages({ sessionId })).messages.map((m) => m.message!.kind.case);
     expect(stored).toEqual(["user"]);
     expect(t.fake.requests.length).toBe(requests);
-    for (const call of [t.client.shell({ sessionId, agent: "build", command: "echo hi" }), t.client.summarize({ sessionId })]) {
-      const refused = await call.then(
+    for (const call of [() => t.client.shell({ sessionId, agent: "build", command: "echo hi" }), () => t.client.summarize({ sessionId })]) {
+      const refused = await call().then(
         () => undefined,
         (e: unknown) => ConnectError.from(e),
       );

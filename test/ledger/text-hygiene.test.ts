@@ -138,6 +138,24 @@ describe("numbers JSON cannot hold", () => {
     const stored = await binary.getMessage({ sessionId, messageId: res.message!.message!.kind.value!.id });
     expect(stored.message!.parts).toEqual(res.message!.parts);
   });
+
+  it("-0 inside a Struct is stored and answered as 0 (JSON has no -0; found by the fuzz test)", async () => {
+    const binary = createClient(
+      SessionService,
+      createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true }),
+    );
+    const res = await binary.prompt({
+      sessionId,
+      noReply: true,
+      parts: [{ kind: { case: "text", value: { text: "z", metadata: { "": [-0], o: { z: -0 } } } } }],
+    });
+    const part = res.message!.parts[0]!;
+    const metadata = part.kind.case === "text" ? part.kind.value.metadata! : {};
+    expect(Object.is((metadata[""] as number[])[0], 0)).toBe(true);
+    expect(Object.is((metadata.o as { z: number }).z, 0)).toBe(true);
+    const stored = await binary.getMessage({ sessionId, messageId: res.message!.message!.kind.value!.id });
+    expect(stored.message!.parts).toEqual(res.message!.parts);
+  });
 });
 
 describe("sessions, parts and commands follow the same rule", () => {

@@ -12,6 +12,8 @@ import { grpcStatusOverH2c } from "../support/h2c.js";
 // one of the documented refusals, never INTERNAL, and the server stays up. `npm run fuzz` runs
 // FUZZ_RUNS=100000; CI runs a few thousand cases.
 const RUNS = Number(process.env.FUZZ_RUNS ?? 2500);
+// FUZZ_SEED replays a failure fast-check reported ("seed: ..."); unset: a fresh seed each run.
+const SEED = process.env.FUZZ_SEED ? { seed: Number(process.env.FUZZ_SEED) } : {};
 // A bound against a hang, not a speed goal: generous for a busy CI machine, and growing with RUNS.
 const LONG_MS = Math.max(180_000, RUNS * 60);
 const ALLOWED = new Set([
@@ -132,7 +134,7 @@ describe("fuzzing the prompt path", () => {
         const code = await outcome(client.prompt({ ...r, sessionId: r.sessionId === "__existing__" ? sessionId : r.sessionId }));
         if (code !== "ok" && !ALLOWED.has(code)) throw new Error(`unexpected ${Code[code]}`);
       }),
-      { numRuns: RUNS },
+      { numRuns: RUNS, ...SEED },
     );
     expect((await t.client.listAgents({})).defaultAgent).toBe("build");
   });
@@ -163,7 +165,7 @@ describe("fuzzing the prompt path", () => {
           const stored = await client.getMessage({ sessionId, messageId: res.message!.message!.kind.value!.id });
           expect(toJson(MessageWithPartsSchema, stored.message!)).toEqual(toJson(MessageWithPartsSchema, res.message!));
         }),
-        { numRuns: Math.ceil(RUNS / 5) },
+        { numRuns: Math.ceil(RUNS / 5), ...SEED },
       );
     },
   );
@@ -197,7 +199,7 @@ describe("fuzzing the prompt path", () => {
           if (error.code === "internal" || error.code === "unknown") throw new Error(`HTTP ${res.status} ${JSON.stringify(error)}`);
         },
       ),
-      { numRuns: Math.ceil(RUNS / 2) },
+      { numRuns: Math.ceil(RUNS / 2), ...SEED },
     );
     expect((await t.client.listAgents({})).defaultAgent).toBe("build");
   });
