@@ -1,4 +1,4 @@
-import { defineConfig } from "vitest/config";
+import { configDefaults, defineConfig } from "vitest/config";
 
 // `npm test` runs the whole suite on Postgres and the database-backed tests again on PGlite.
 // Each test file creates its own database (see test/support/db.ts). Tests that spawn
@@ -29,6 +29,14 @@ export default defineConfig({
           name: "pglite",
           env: { LEDGER_TEST_DB: "pglite", LEDGER_LOG_LEVEL: "warn" },
           include: ["test/{storage,events,ledger,server,cli,agent,security,observe}/**/*.test.ts"],
+          // Transport and process behaviour that no storage choice changes: Postgres covers them.
+          exclude: [
+            ...configDefaults.exclude,
+            "test/server/drain.test.ts",
+            "test/server/jwt.test.ts",
+            "test/server/access.test.ts",
+            "test/observe/tracing.test.ts",
+          ],
         },
       },
     ],

@@ -31,7 +31,7 @@ const jwt = (sub: string, org: string) =>
 const as = async (sub: string, org: string) => ({ headers: { authorization: `Bearer ${await jwt(sub, org)}` } });
 
 /** Waits, when less than `marginMs` is left in the current minute, until the next minute starts, so a test's prompts share one window. */
-async function sameMinute(marginMs = 20_000): Promise<void> {
+async function sameMinute(marginMs = 8_000): Promise<void> {
   const left = 60_000 - (Date.now() % 60_000);
   if (left < marginMs) await sleep(left + 250);
 }
