@@ -123,11 +123,12 @@ describe("bad strings in structured fields are stored as U+FFFD (Connect JSON, a
 });
 
 describe("numbers JSON cannot hold", () => {
+  /** A client over the binary protocol: NaN, ±Infinity and -0 reach the server as sent (JSON cannot carry them). */
+  const binaryClient = () =>
+    createClient(SessionService, createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true }));
+
   it("NaN and ±Infinity inside a Struct, sent over the binary protocol, are stored as null (JSON.stringify's rule); a double field keeps NaN", async () => {
-    const binary = createClient(
-      SessionService,
-      createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true }),
-    );
+    const binary = binaryClient();
     const res = await binary.prompt({
       sessionId,
       noReply: true,
@@ -140,10 +141,7 @@ describe("numbers JSON cannot hold", () => {
   });
 
   it("-0 inside a Struct is stored and answered as 0 (JSON has no -0; found by the fuzz test)", async () => {
-    const binary = createClient(
-      SessionService,
-      createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: true }),
-    );
+    const binary = binaryClient();
     const res = await binary.prompt({
       sessionId,
       noReply: true,
