@@ -28,12 +28,14 @@ export function metricsHandler(
   const authenticator = options.authenticator;
   return async (req, res, requestId) => {
     const start = performance.now();
-    let status: number;
+    let status = 0;
     if (req.method !== "GET" && req.method !== "HEAD") {
       status = plain(res, 405, "method not allowed\n", { allow: "GET, HEAD" });
-    } else if (authenticator?.required && (status = await refused(authenticator, req.headers.authorization, res))) {
-      // refused() answered 401 or 403
-    } else {
+    } else if (authenticator?.required) {
+      // 401 or 403 answered here; 0 when the caller may scrape.
+      status = await refused(authenticator, req.headers.authorization, res);
+    }
+    if (status === 0) {
       try {
         const body = await metrics.scrape();
         res.writeHead(200, { "content-type": metrics.contentType, "cache-control": "no-store" });
