@@ -219,8 +219,18 @@ describe("browser client", () => {
     await page.locator("#directory").fill(dir);
     await page.locator("#title").fill("permissions e2e");
     await page.locator("#create-session").click();
-    // The first test's session is open: wait until the new one is.
-    await page.locator("#session-head", { hasText: "permissions e2e" }).waitFor();
+    // The first test's session is open: wait until the new one is (or say what the page shows instead).
+    await page
+      .locator("#session-head", { hasText: "permissions e2e" })
+      .waitFor()
+      .catch(async (error: unknown) => {
+        const shown = await page.evaluate(
+          "({ error: document.querySelector('#error')?.textContent, status: document.querySelector('#status')?.textContent, head: document.querySelector('#session-head')?.textContent })",
+        );
+        throw new Error(`the new session did not open: ${JSON.stringify(shown)}; page errors: ${JSON.stringify(pageErrors)}`, {
+          cause: error,
+        });
+      });
     const sessionId = (await page.evaluate("location.hash.slice(1)")) as string;
     expect(sessionId).not.toBe(previous);
     expect(sessionId).toMatch(/^ses_[0-9A-HJKMNP-TV-Z]{26}$/);
