@@ -57,7 +57,7 @@ export async function checkSessionAccess(
   field = "session_id",
 ): Promise<void> {
   if (hasScope(principal, "ledger:admin")) return;
-  const ownership = sessionId ? await store.getSessionOwnership(deps.db, sessionId) : undefined;
+  const ownership = sessionId ? await ownershipOf(deps.db, sessionId) : undefined;
   if (!ownership || !mayAccess(principal, ownership, policyOf(deps))) throw new SessionNotFoundError(sessionId, field);
 }
 
@@ -148,16 +148,28 @@ export async function rootsForSession(deps: Pick<LedgerDeps, "db" | "config">, s
   return allowedRoots(deps.config, await tenantOf(deps.db, sessionId));
 }
 
-const TENANT_CACHE_ENTRIES = 10_000;
-const tenants = new WeakMap<Kysely<DB>, Map<string, string | null>>();
+/** Sessions whose ownership this process remembers, per database handle. */
+const OWNERSHIP_CACHE_ENTRIES = 10_000;
+const ownerships = new WeakMap<Kysely<DB>, Map<string, SessionOwnership>>();
+
+/**
+ * The owner and tenant of session `sessionId`, or undefined when it does not exist. Remembered
+ * once read (a session's owner and tenant never change and ids are never reused, so a remembered
+ * entry is never wrong; a deleted session's entry only lets the RPC answer its own NOT_FOUND),
+ * so the access check of every RPC reads the database once per session and process.
+ */
+async function ownershipOf(db: Kysely<DB>, sessionId: string): Promise<SessionOwnership | undefined> {
+  let cache = ownerships.get(db);
+  if (!cache) ownerships.set(db, (cache = new Map()));
+  const known = cache.get(sessionId);
+  if (known) return known;
+  const ownership = await store.getSessionOwnership(db, sessionId);
+  if (!ownership) return undefined;
+  cache.set(sessionId, ownership);
+  if (cache.size > OWNERSHIP_CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
+  return ownership;
+}
 
 async function tenantOf(db: Kysely<DB>, sessionId: string): Promise<string | null> {
-  let cache = tenants.get(db);
-  if (!cache) tenants.set(db, (cache = new Map()));
-  const known = cache.get(sessionId);
-  if (known !== undefined) return known;
-  const tenant = (await store.getSessionOwnership(db, sessionId))?.tenant ?? null;
-  cache.set(sessionId, tenant);
-  if (cache.size > TENANT_CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
-  return tenant;
+  return (await ownershipOf(db, sessionId))?.tenant ?? null;
 }
