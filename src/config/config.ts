@@ -413,6 +413,7 @@ export function parseModelRef(value: string, field = "model"): { providerId: str
  */
 export function buildConfig(file: ConfigFile, source: string | undefined, baseDir: string, env: NodeJS.ProcessEnv = {}): LedgerConfig {
   const agents = new Map<string, AgentInfo>(BUILT_IN_AGENTS.map((a) => [a.name, { ...a, permission: { ...a.permission } }]));
+  const jwt = buildJwtConfig(file.auth.jwt, baseDir);
   for (const [name, override] of Object.entries(file.agent)) {
     if (override.disable) {
       agents.delete(name);
@@ -459,9 +460,9 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     eventRetentionMs: file.events.retention_hours * 3600 * 1000,
     eventCatchUpMs: file.events.catch_up_ms,
     token: file.auth.token,
-    jwt: buildJwtConfig(file.auth.jwt, baseDir),
+    jwt,
     shareWithinTenant: file.auth.share_within_tenant,
-    tenants: buildTenants(file.tenants, buildJwtConfig(file.auth.jwt, baseDir), baseDir),
+    tenants: buildTenants(file.tenants, jwt, baseDir),
     quotas: quotasConfig(file.quotas),
     mcp: buildMcp(file.mcp, baseDir),
     commands: Object.fromEntries(
