@@ -36,8 +36,8 @@ export interface PostgresLockOptions {
  * while all of them hold or wait for a lock fails at once with `LockPoolExhaustedError` instead
  * of opening one more connection (or queueing behind loops that may run for minutes). A released
  * lock's connection drops every advisory lock it holds (`pg_advisory_unlock_all`) and goes back
- * to the pool; one that failed or was cancelled is closed. Waiting is cancelled by closing the
- * waiting connection.
+ * to the pool; one that failed or was cancelled is closed. Waiting is cancelled on the server
+ * (a cancel request for the waiting query) and then the waiting connection is closed.
  */
 export function postgresLocks(url: string, options: PostgresLockOptions): SessionLocks {
   const pool = new pg.Pool({ connectionString: url, max: options.max, application_name: "ledger-loop-lock", idleTimeoutMillis: 60_000 });
@@ -100,8 +100,13 @@ export function postgresLocks(url: string, options: PostgresLockOptions): Sessio
         client.off("error", lost);
         client.off("end", lost);
       };
-      // Closing the connection ends a wait for the lock (the server drops the session's query).
-      const cancel = () => giveBack(true);
+      // Postgres does not notice a closed client while its backend waits for a lock: the wait is
+      // cancelled on the server first (the cancel protocol, which needs no connection slot),
+      // then the connection is closed.
+      const cancel = () => {
+        cancelQuery(url, client);
+        giveBack(true);
+      };
       signal.addEventListener("abort", cancel, { once: true });
       try {
         // An abort that came while connecting must not leave us waiting for the lock.
@@ -134,6 +139,21 @@ export function postgresLocks(url: string, options: PostgresLockOptions): Sessio
     },
     close: () => pool.end(),
   };
+}
+
+/**
+ * Sends Postgres a cancel request for the query `client` is running (node-postgres's own
+ * `Client.cancel`: a new connection to the server carrying the backend's pid and secret key).
+ * Best effort: a failure to reach the server is ignored (the backend then ends once it gets the
+ * lock and finds its client gone).
+ */
+function cancelQuery(url: string, client: pg.PoolClient): void {
+  const active = (client as unknown as { activeQuery?: unknown }).activeQuery;
+  if (!active) return;
+  const canceller = new pg.Client({ connectionString: url });
+  const connection = (canceller as unknown as { connection: NodeJS.EventEmitter }).connection;
+  connection.on("error", () => {});
+  (canceller as unknown as { cancel(client: pg.PoolClient, query: unknown): void }).cancel(client, active);
 }
 
 /** In-process locks, for the embedded database (one process by construction). */
