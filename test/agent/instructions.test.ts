@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { mkdir, rm, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -77,10 +78,13 @@ async function sessionDir(rel: string): Promise<string> {
   return dir;
 }
 
-/** Prompts a new session in `directory` once; returns the system message the model server received. */
-async function systemSent(directory: string, system?: string): Promise<string> {
+/**
+ * Prompts once, in a new session in `directory` (or in `sessionId`); returns the system message
+ * the model server received.
+ */
+async function systemSent(directory: string, system?: string, sessionId?: string): Promise<string> {
   fake.push({ kind: "stream", chunks: [{ text: "ok" }] });
-  const sessionId = (await t.client.createSession({ directory })).session!.id;
+  sessionId ??= (await t.client.createSession({ directory })).session!.id;
   await t.client.prompt({ sessionId, parts: [text("hi")], system });
   const messages = fake.requests.at(-1)!.body.messages as Array<{ role: string; content: unknown }>;
   expect(messages[0]!.role).toBe("system");
@@ -109,6 +113,21 @@ describe("the project's AGENTS.md", () => {
     expect(await systemSent(dir, "be brief")).toBe(
       `${defaultPrompt(dir)}\n\nInstructions from: ${dir}/AGENTS.md\n# Rules\nUse tabs.\n\n\nbe brief`,
     );
+  });
+
+  it("is read again at each step: an edit counts from the next prompt of the same session", async () => {
+    const dir = await sessionDir("edited/project");
+    const sessionId = (await t.client.createSession({ directory: dir })).session!.id;
+    expect(await systemSent(dir, undefined, sessionId)).toBe(defaultPrompt(dir));
+    await layout({ "edited/project/AGENTS.md": "new rule" });
+    expect(await systemSent(dir, undefined, sessionId)).toBe(`${defaultPrompt(dir)}\n\nInstructions from: ${dir}/AGENTS.md\nnew rule`);
+  });
+
+  it("leaves out an AGENTS.md that is not a regular file (a FIFO never blocks the step)", async () => {
+    const dir = await sessionDir("fifo/project");
+    execFileSync("mkfifo", [path.join(dir, "AGENTS.md")]);
+    await layout({ "fifo/project/CLAUDE.md": "claude rules" });
+    expect(await systemSent(dir)).toBe(`${defaultPrompt(dir)}\n\nInstructions from: ${dir}/CLAUDE.md\nclaude rules`);
   });
 
   it("is sent from every directory up to the git root, nearest first, and not from above it", async () => {
@@ -141,11 +160,26 @@ describe("the project's AGENTS.md", () => {
     expect(await systemSent(dir)).toBe(defaultPrompt(dir));
   });
 
-  it("leaves out an AGENTS.md that leads outside the worktree through a symlink", async () => {
-    const dir = await sessionDir("escape/repo");
-    await layout({ "escape/secret.txt": "outside the worktree", "escape/repo/.git": "" });
-    await symlink(path.join(t.dir, "escape/secret.txt"), path.join(dir, "AGENTS.md"));
-    expect(await systemSent(dir)).toBe(defaultPrompt(dir));
+  describe("through a symlink", () => {
+    const stderr = captureStderr();
+    it("leaves out an AGENTS.md that leads outside the worktree, with a warning", async () => {
+      const dir = await sessionDir("escape/repo");
+      await layout({ "escape/secret.txt": "outside the worktree", "escape/repo/.git": "" });
+      await symlink(path.join(t.dir, "escape/secret.txt"), path.join(dir, "AGENTS.md"));
+      expect(await systemSent(dir)).toBe(defaultPrompt(dir));
+      const warnings = stderr
+        .written()
+        .filter((line) => line.includes("instructions:"))
+        .map((line) => JSON.parse(line) as Record<string, unknown>);
+      expect(warnings).toEqual([
+        {
+          time: expect.any(String),
+          level: "warn",
+          msg: "instructions: project instruction file leads outside its worktree through a symlink; left out",
+          file: `${dir}/AGENTS.md`,
+        },
+      ]);
+    });
   });
 });
 
