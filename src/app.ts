@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from "node:timers/promises";
+import { instructionUrlWarning } from "./agent/instructions.js";
 import { createModelResolver, type ModelResolver } from "./agent/providers.js";
 import { recoverInterrupted } from "./agent/recovery.js";
 import { createRunner } from "./agent/runner.js";
@@ -9,6 +10,7 @@ import { pruneEvents } from "./storage/event-store.js";
 import { ConfigError, type LedgerConfig } from "./config/config.js";
 import { EventBus } from "./events/bus.js";
 import type { LedgerDeps } from "./ledger/deps.js";
+import { logger } from "./observe/log.js";
 import { createMetrics } from "./observe/metrics.js";
 import type { Tracing, TracingOptions } from "./observe/tracing.js";
 import { startMcp } from "./mcp/client.js";
@@ -65,7 +67,8 @@ const HAND_OVER_MAX_MS = 5000;
  * Opens the database (running migrations), loads plugins, recovers interrupted answers, and
  * starts the server on one plaintext port. Throws `ConfigError` when a non-loopback `host` has
  * no token, when NATS is configured with the embedded PGlite database, and when the database cannot be opened or a plugin cannot be loaded (closing what
- * was opened). With `config.telemetry.enabled`, first starts OpenTelemetry tracing
+ * was opened). Logs one warning when `instructions` lists URLs (they are not fetched;
+ * docs/configuration.md#instructions). With `config.telemetry.enabled`, first starts OpenTelemetry tracing
  * (./observe/tracing.ts, imported only then; docs/operations.md#tracing).
  */
 export async function startLedger(options: StartOptions): Promise<RunningLedger> {
@@ -81,6 +84,8 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       "bus.nats (or LEDGER_NATS_URL) needs a Postgres database (DATABASE_URL): the embedded PGlite database serves one process only, so there is no other replica to fan out to",
     );
   }
+  const urlWarning = instructionUrlWarning(options.config.instructions);
+  if (urlWarning) logger.warn(urlWarning);
   const tracing = options.config.telemetry.enabled ? await startTracing(options) : undefined;
   const database = await openDatabase(options.database).catch(async (error: unknown) => {
     await tracing?.shutdown();

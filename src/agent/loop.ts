@@ -22,6 +22,7 @@ import { askPermission } from "../ledger/permissions.js";
 import { diffRange, snapshotRange } from "../ledger/diff.js";
 import { namesTool, type Rule } from "../tools/permission.js";
 import { runStep } from "./step.js";
+import { instructionSections } from "./instructions.js";
 import { systemPrompt } from "./system.js";
 import { permissionRules } from "../tools/permission.js";
 import { mcpToolDefinitions } from "../tools/mcp-tools.js";
@@ -202,8 +203,10 @@ async function answerStep(
   const schema = user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.schema ?? {}) : undefined;
   const tries =
     schema && user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.retryCount || DEFAULT_STRUCTURED_RETRIES) + 1 : 1;
+  // Read at every step, as OpenCode does: an edited AGENTS.md counts from the next step on.
+  const instructions = await instructionSections({ directory: session.directory, instructions: deps.config.instructions });
   const base =
-    systemPrompt(agent, session.directory, user.system) +
+    systemPrompt(agent, session.directory, user.system, instructions) +
     (lastStep ? "\n\nThis is your last step: answer now with text only, no more tool calls." : "");
   let hint = "";
   let result: StepResult;

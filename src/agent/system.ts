@@ -3,9 +3,11 @@ import { agentRules, evaluate } from "../tools/permission.js";
 
 /**
  * The system prompt of a step: the agent's own prompt (or the default one), where the agent
- * works, and the user message's extra `system` text.
+ * works, then the instruction sections (`instructionSections` in ./instructions.ts: AGENTS.md,
+ * the global file, `instructions`), then the user message's extra `system` text; blocks
+ * separated by a blank line. Without instructions nor extra, the agent's prompt alone.
  */
-export function systemPrompt(agent: AgentInfo, directory: string, extra: string | undefined): string {
+export function systemPrompt(agent: AgentInfo, directory: string, extra: string | undefined, instructions: string[] = []): string {
   const base =
     agent.prompt ??
     [
@@ -16,5 +18,5 @@ export function systemPrompt(agent: AgentInfo, directory: string, extra: string 
     ]
       .filter(Boolean)
       .join("\n");
-  return extra ? `${base}\n\n${extra}` : base;
+  return [base, ...instructions, ...(extra ? [extra] : [])].join("\n\n");
 }

@@ -159,6 +159,7 @@ export const configFileSchema = z.object({
       prune_minimum_tokens: DEFAULT_PRUNE_MINIMUM_TOKENS,
     }),
   telemetry: telemetrySchema,
+  instructions: z.array(z.string()).default([]),
 });
 
 /** A parsed `ledger.json` before defaults are merged. */
@@ -250,6 +251,13 @@ export interface LedgerConfig {
   compaction: CompactionConfig;
   /** OpenTelemetry traces (`telemetry` in ledger.json, `OTEL_*` variables; docs/operations.md#tracing). */
   telemetry: TelemetryConfig;
+  /**
+   * `instructions` in ledger.json (as in opencode.json): files and globs whose contents join the
+   * system prompt, kept as written (`entries`; `~/` and `http(s)://` URLs included) with the
+   * directory relative entries resolve against (`baseDir`: the config file's directory, else the
+   * working directory). Resolved and read by `src/agent/instructions.ts` (docs/configuration.md#instructions).
+   */
+  instructions: { baseDir: string; entries: string[] };
 }
 
 /**
@@ -491,6 +499,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
       minimumTokens: file.compaction.prune_minimum_tokens,
     },
     telemetry: telemetryConfig(file.telemetry, env),
+    instructions: { baseDir, entries: file.instructions },
   };
 }
 
