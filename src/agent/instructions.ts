@@ -31,6 +31,13 @@ export interface InstructionSources {
   directory: string;
   /** `instructions` of the config (files, globs, URLs) and the directory they are relative to. */
   instructions: LedgerConfig["instructions"];
+  /**
+   * A tenant's session: its tenant's roots (absolute). The project files are looked up no higher
+   * than the nearest of them holding the session directory (the session directory alone when
+   * none holds it), so a tenant never gets an AGENTS.md from above its roots. Undefined: up to
+   * the git root.
+   */
+  ceilings?: string[];
   /** Environment giving `HOME` and `XDG_CONFIG_HOME` (the global file and `~/`); default `process.env`. */
   env?: NodeJS.ProcessEnv;
 }
@@ -73,7 +80,7 @@ async function instructionFiles(sources: InstructionSources): Promise<string[]> 
   const env = sources.env ?? process.env;
   const global = await globalInstructionFile(env);
   return [
-    ...(await projectInstructionFiles(sources.directory)),
+    ...(await projectInstructionFiles(sources.directory, sources.ceilings)),
     ...(global ? [global] : []),
     ...(await configuredInstructionFiles(sources.instructions, env)),
   ];
@@ -85,10 +92,16 @@ async function instructionFiles(sources: InstructionSources): Promise<string[]> 
  * root (the nearest ancestor holding `.git`, a directory or a worktree's file; without one, the
  * session directory alone), nearest first; when there is none, the `CLAUDE.md` files the same way.
  * A file that is not a regular file, or whose real path (symlinks resolved) leaves the worktree
- * root, is skipped. Absolute paths; `[]` when none.
+ * root, is skipped. With `ceilings` (a tenant's roots), the walk stops at the nearest of them
+ * holding the directory, if that is below the git root (at the directory itself when none holds
+ * it). Absolute paths; `[]` when none.
  */
-export async function projectInstructionFiles(directory: string): Promise<string[]> {
-  const top = (await gitRoot(directory)) ?? directory;
+export async function projectInstructionFiles(directory: string, ceilings?: string[]): Promise<string[]> {
+  let top = (await gitRoot(directory)) ?? directory;
+  if (ceilings) {
+    const holding = ceilings.filter((root) => isInside(root, directory)).sort((a, b) => b.length - a.length)[0] ?? directory;
+    if (isInside(top, holding)) top = holding;
+  }
   const dirs = upTo(directory, top);
   const realTop = await realpath(top).catch(() => top);
   for (const name of PROJECT_FILES) {

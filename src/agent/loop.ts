@@ -2,7 +2,7 @@ import { create, equals, type JsonObject } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { type AssistantMessage, type UserMessage, UserMessageSummarySchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
-import { commandsAllowed, mcpRefusal, rootsForSession } from "../ledger/access.js";
+import { commandsAllowed, mcpRefusal, rootsForSession, tenantRootsOf } from "../ledger/access.js";
 import { newId } from "../ids.js";
 import { sessionLedger, type SessionLedger } from "../ledger/session-ledger.js";
 import type { LedgerDeps } from "../ledger/deps.js";
@@ -204,7 +204,11 @@ async function answerStep(
   const tries =
     schema && user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.retryCount || DEFAULT_STRUCTURED_RETRIES) + 1 : 1;
   // Read at every step, as OpenCode does: an edited AGENTS.md counts from the next step on.
-  const instructions = await instructionSections({ directory: session.directory, instructions: deps.config.instructions });
+  const instructions = await instructionSections({
+    directory: session.directory,
+    instructions: deps.config.instructions,
+    ceilings: await tenantRootsOf(deps, session.id),
+  });
   const base =
     systemPrompt(agent, session.directory, user.system, instructions) +
     (lastStep ? "\n\nThis is your last step: answer now with text only, no more tool calls." : "");

@@ -148,6 +148,17 @@ export async function rootsForSession(deps: Pick<LedgerDeps, "db" | "config">, s
   return allowedRoots(deps.config, await tenantOf(deps.db, sessionId));
 }
 
+/**
+ * The roots of the tenant that owns session `sessionId` (absolute), or undefined when it is not
+ * a tenant's session (or `tenants` is not configured): the project instruction files of such a
+ * session are looked up inside them only (src/agent/instructions.ts).
+ */
+export async function tenantRootsOf(deps: Pick<LedgerDeps, "db" | "config">, sessionId: string): Promise<string[] | undefined> {
+  if (!deps.config.tenants) return undefined;
+  const tenant = await tenantOf(deps.db, sessionId);
+  return tenant ? allowedRoots(deps.config, tenant) : undefined;
+}
+
 /** Sessions whose ownership this process remembers, per database handle. */
 const OWNERSHIP_CACHE_ENTRIES = 10_000;
 const ownerships = new WeakMap<Kysely<DB>, Map<string, SessionOwnership>>();

@@ -2,7 +2,12 @@ import { execFileSync } from "node:child_process";
 import { mkdir, rm, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { globalInstructionFile, INSTRUCTION_FILE_BYTES, INSTRUCTIONS_TOTAL_BYTES } from "../../src/agent/instructions.js";
+import {
+  globalInstructionFile,
+  INSTRUCTION_FILE_BYTES,
+  INSTRUCTIONS_TOTAL_BYTES,
+  projectInstructionFiles,
+} from "../../src/agent/instructions.js";
 import { loadConfig } from "../../src/config/config.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { compatibleProvider } from "../support/mock-models.js";
@@ -158,6 +163,22 @@ describe("the project's AGENTS.md", () => {
     const dir = await sessionDir("nogit/sub");
     await layout({ "nogit/AGENTS.md": "parent rules" });
     expect(await systemSent(dir)).toBe(defaultPrompt(dir));
+  });
+
+  it("stops at a tenant's root holding the session directory when that is below the git root (never above it)", async () => {
+    const dir = await sessionDir("hosted/tenants/acme/app");
+    await layout({
+      "hosted/.git": "",
+      "hosted/AGENTS.md": "the operator's rules",
+      "hosted/tenants/acme/AGENTS.md": "acme rules",
+      "hosted/tenants/acme/app/AGENTS.md": "app rules",
+    });
+    const acme = path.join(t.dir, "hosted/tenants/acme");
+    expect(await projectInstructionFiles(dir, [path.join(t.dir, "elsewhere"), acme])).toEqual([`${dir}/AGENTS.md`, `${acme}/AGENTS.md`]);
+    // No root of the tenant holds it: the session directory alone.
+    expect(await projectInstructionFiles(dir, [path.join(t.dir, "elsewhere")])).toEqual([`${dir}/AGENTS.md`]);
+    // A git root below the tenant's root stays the top.
+    expect(await projectInstructionFiles(dir, [t.dir])).toEqual([`${dir}/AGENTS.md`, `${acme}/AGENTS.md`, `${t.dir}/hosted/AGENTS.md`]);
   });
 
   describe("through a symlink", () => {
