@@ -5,9 +5,12 @@ import os from "node:os";
 import path from "node:path";
 import { STDIO_DEFAULT_MAX_BUFFER_SIZE } from "@modelcontextprotocol/sdk/shared/stdio.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { LanguageModelV3 } from "@ai-sdk/provider";
+import type { ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { DEFAULT_LIMITS } from "../../src/config/limits.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { everything } from "../support/mcp-servers.js";
+import { mockResolver, NO_RETRY, scriptedModel, textReply, toolCallReply, type ModelKey } from "../support/mock-models.js";
 import { promptOnce, shape, text, type Draft } from "../support/prompt.js";
 
 // Bounded MCP answers (docs/configuration.md "Limits"): a resource item over mcp_item_bytes, a
@@ -149,5 +152,36 @@ describe("default limits and the stdio buffer", () => {
     const after = await pid();
     expect(after).toBeGreaterThan(0);
     expect(after).not.toBe(before);
+  });
+});
+
+describe("an MCP tool's output and mcp_item_bytes", () => {
+  const models: Partial<Record<ModelKey, LanguageModelV3>> = {};
+  let t: TestLedger;
+  beforeAll(async () => {
+    t = await startTestLedger(
+      { model: "mock/model", retry: NO_RETRY, mcp: { everything: everything() }, limits: { mcp_item_bytes: 200 } },
+      { models: mockResolver(models) },
+    );
+  });
+  afterAll(() => t?.close());
+
+  it("stores the output cut to mcp_item_bytes with a note naming the limit, and the model sees the same", async () => {
+    const mock = scriptedModel([toolCallReply("call_1", "everything_echo", { message: "x".repeat(500) }), textReply("done")]);
+    models["mock/model"] = mock;
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    await t.client.prompt({ sessionId, parts: [text("echo it")] });
+    const { messages } = await t.client.listMessages({ sessionId });
+    const tool = messages[1]!.parts.find((p) => p.kind.case === "tool")!.kind.value as ToolPart;
+    const notice = "\n\n[MCP tool output truncated: 506 bytes, over limits.mcp_item_bytes (200 bytes)]";
+    const output = `Echo: ${"x".repeat(200 - notice.length - "Echo: ".length)}${notice}`;
+    expect(Buffer.byteLength(output)).toBe(200);
+    expect(tool.state!.status).toEqual({
+      case: "completed",
+      value: expect.objectContaining({ output, title: "echo", metadata: { server: "everything", tool: "echo", truncated: true } }),
+    });
+    expect(mock.doStreamCalls[1]!.prompt.at(-1)!.content).toEqual([
+      expect.objectContaining({ type: "tool-result", toolName: "everything_echo", output: { type: "text", value: output } }),
+    ]);
   });
 });
