@@ -358,3 +358,43 @@ export class QuotaExceededError extends LedgerError {
           : `${key}: at most ${limit} sessions with a running answer at once`;
   }
 }
+
+/**
+ * A name that is no configured MCP server (`mcp` in ledger.json). Maps to `NOT_FOUND`, listing
+ * the configured servers in `available` (metadata, comma-separated).
+ */
+export class McpServerNotFoundError extends LedgerError {
+  readonly reason = "MCP_SERVER_NOT_FOUND";
+  constructor(
+    readonly server: string,
+    readonly available: string[],
+    readonly field = "server",
+  ) {
+    super(
+      `${field}: MCP server ${JSON.stringify(server)} is not configured; configured MCP servers: ${available.length > 0 ? available.map((n) => JSON.stringify(n)).join(", ") : "(none)"}`,
+      { server, available: available.join(",") },
+    );
+  }
+}
+
+/**
+ * An MCP server could not answer: it cannot start, failed or did not answer within its
+ * `timeout`; `message` is its error. Maps to `UNAVAILABLE` (it may work on a later try).
+ */
+export class McpServerUnavailableError extends LedgerError {
+  readonly reason = "MCP_SERVER_UNAVAILABLE";
+  constructor(
+    readonly server: string,
+    message: string,
+  ) {
+    super(message, { server });
+  }
+}
+
+/** The caller's tenant may not use the MCP servers (`tenants.<name>.mcp` is not true). Maps to `PERMISSION_DENIED`. */
+export class McpNotAllowedError extends LedgerError {
+  readonly reason = "MCP_NOT_ALLOWED";
+  constructor(readonly tenant: string) {
+    super(`MCP servers are not available to tenant ${tenant} (tenants.${tenant}.mcp)`, { tenant });
+  }
+}

@@ -321,7 +321,7 @@ async function answerStep(
  */
 async function mcpToolsFor(deps: LoopDeps, sessionId: string, signal: AbortSignal): Promise<ToolDefinition<unknown>[]> {
   if (!deps.mcp || Object.keys(deps.config.mcp).length === 0 || (await mcpRefusal(deps, sessionId)) !== undefined) return [];
-  return mcpToolDefinitions(await deps.mcp.tools(signal), deps.mcp, deps.config.limits.text_part_bytes) as ToolDefinition<unknown>[];
+  return mcpToolDefinitions(await deps.mcp.tools(signal), deps.mcp, deps.config.limits.mcp_item_bytes) as ToolDefinition<unknown>[];
 }
 
 /**

@@ -9,6 +9,7 @@ import { parseModelRef } from "../config/config.js";
 import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
 import { withClient, type ClientOptions } from "./client.js";
 import { processIo, type CliIo } from "./io.js";
+import { listResources, listServers, parseResourceOption } from "./mcp.js";
 import { answerWhileRunning } from "./permissions.js";
 import { formatDiff, formatMessage, formatSession, formatTodos } from "./print.js";
 import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
@@ -107,6 +108,12 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .description("send a prompt (text plus files) and stream the reply, or print the stored message")
     .argument("<text>", "the prompt text")
     .option("--file <path>", "attach a file or directory (repeatable; must exist)", collect, [])
+    .option(
+      "--resource <server:uri>",
+      "attach an MCP server's resource, e.g. everything:demo://... (repeatable; see ledger mcp)",
+      collect,
+      [],
+    )
     .option("--session <id>", "prompt this session (default: a new session)")
     .option("--dir <dir>", "directory of the new session (default: the current directory)")
     .option("--agent <name>", "agent to answer (default: the configured default agent)")
@@ -144,6 +151,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .action(async (text: string, opts: PromptOptions) => {
       // A missing --file is the user's mistake: refuse it before starting or calling a server.
       await checkFiles(opts.file, io.cwd);
+      opts.resource.forEach(parseResourceOption);
       exitCode = await withClient(opts, io, (client) => runPrompt(client, text, opts, io));
     });
 
@@ -302,6 +310,17 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
         const { todos } = await client.getTodo({ sessionId });
         for (const line of opts.json ? todos.map((t) => toJsonString(TodoSchema, t)) : formatTodos(todos)) print(line);
       }),
+    );
+
+  clientCommand(program, "mcp")
+    .description("list the MCP servers (starting them) with their status, or one server's resources")
+    .argument("[server]", "list this server's resources and resource templates")
+    .option("--json", "print JSON Lines: one McpServer per line, or one McpResource then one McpResourceTemplate per line")
+    .addHelpText("after", '\nAttach a listed resource to a prompt with: ledger prompt "..." --resource SERVER:URI')
+    .action(async (server: string | undefined, opts: ClientOptions & { json?: boolean }) =>
+      withClient(opts, io, (client) =>
+        server ? listResources(client, server, opts.json === true, print) : listServers(client, opts.json === true, print),
+      ),
     );
 
   clientCommand(program, "sessions")

@@ -10,6 +10,7 @@ import type { ClientOptions, Ledger } from "./client.js";
 import type { CliIo } from "./io.js";
 import { errorKind, formatMessage } from "./print.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK, PromptRenderer } from "./render.js";
+import { parseResourceOption, resourceDraft } from "./mcp.js";
 import { createSpinner } from "./spinner.js";
 import { answerWhileRunning, permissionAsker, type PermissionPolicy } from "./permissions.js";
 
@@ -19,6 +20,8 @@ export const ABORT_GRACE_MS = 5_000;
 /** The options of `ledger prompt`. */
 export interface PromptOptions extends ClientOptions {
   file: string[];
+  /** `--resource SERVER:URI`: MCP resources to attach (see `resourceDraft`). */
+  resource: string[];
   session?: string;
   dir?: string;
   agent?: string;
@@ -39,7 +42,8 @@ interface Request {
 }
 
 /**
- * `ledger prompt`: sends the text and files, and returns the exit code. With `--no-reply`, or
+ * `ledger prompt`: sends the text, files and MCP resources (`--resource SERVER:URI`, looked up
+ * with `ListMcpResources` first: see `resourceDraft`), and returns the exit code. With `--no-reply`, or
  * when no model is configured (a note on stderr says how to add one), it stores the message and
  * prints it (unary `Prompt`). Otherwise it streams the run with `PromptStream` and renders it
  * live (see `PromptRenderer`), or, with `--json`, waits for the final assistant message
@@ -54,6 +58,8 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
   // Refuse a malformed --model before any request (and before a session is made for it).
   const model = opts.model ? parseModelRef(opts.model, "--model") : undefined;
   const files = await Promise.all(opts.file.map((file) => fileDraft(file, io.cwd)));
+  // Looked up before a session is made: an unknown or failing server is refused first.
+  for (const ref of opts.resource ?? []) files.push(await resourceDraft(client, parseResourceOption(ref)));
   let noReply = !opts.reply;
   if (!noReply && !opts.model && (await client.listModels({})).models.length === 0) {
     noReply = true;

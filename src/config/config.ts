@@ -79,6 +79,8 @@ const limitsSchema = z
     watch_buffer_events: z.number().int().positive(),
     watch_buffer_bytes: z.number().int().positive(),
     lock_connections: z.number().int().positive(),
+    mcp_item_bytes: z.number().int().positive(),
+    mcp_prompt_bytes: z.number().int().positive(),
   })
   .partial();
 

@@ -56,6 +56,19 @@ export interface Limits {
    * `max_connections` for every replica. Unused with the embedded database. Default 50.
    */
   lock_connections: number;
+  /**
+   * Largest text item of an MCP resource a prompt stores (bytes of UTF-8), and the most of an MCP
+   * tool's output stored (cut, with a note). A resource draft with a bigger item gets a failure
+   * text naming this limit instead of its content; the prompt is still stored. Default 1 MiB
+   * (as `text_part_bytes`, the largest text a client may send itself).
+   */
+  mcp_item_bytes: number;
+  /**
+   * Most MCP resource text one prompt stores, all its resource drafts together, in draft order
+   * (bytes of UTF-8). A resource draft that would pass it gets a failure text naming this limit;
+   * the prompt is still stored. Default 8 MiB (a quarter of `request_bytes`).
+   */
+  mcp_prompt_bytes: number;
 }
 
 /** The defaults of every limit. */
@@ -71,4 +84,6 @@ export const DEFAULT_LIMITS: Limits = {
   watch_buffer_events: 10_000,
   watch_buffer_bytes: 64 * 1024 * 1024,
   lock_connections: 50,
+  mcp_item_bytes: 1024 * 1024,
+  mcp_prompt_bytes: 8 * 1024 * 1024,
 };

@@ -1,6 +1,15 @@
 import type { LedgerConfig } from "../config/config.js";
 import { Connection } from "./connection.js";
-import { notConfigured, REMOTE_NOT_SUPPORTED, type McpContent, type McpReader, type McpServerStatus, type McpTool } from "./reader.js";
+import {
+  notConfigured,
+  REMOTE_NOT_SUPPORTED,
+  type McpContent,
+  type McpReader,
+  type McpResourceListing,
+  type McpServerInfo,
+  type McpServerStatus,
+  type McpTool,
+} from "./reader.js";
 
 export type { McpContent, McpReader, McpTool } from "./reader.js";
 
@@ -18,7 +27,6 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
   const connections = new Map(
     servers.flatMap(([name, server]) => (server.type === "local" && server.enabled ? [[name, new Connection(name, server)] as const] : [])),
   );
-  const maxTextBytes = config.limits.text_part_bytes;
   let closed = false;
   const connectionOf = (name: string): Connection => {
     if (closed) throw new Error("MCP is shut down");
@@ -29,11 +37,17 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
     if (!server.enabled) throw new Error(`MCP server ${JSON.stringify(name)} is disabled ("enabled": false)`);
     throw new Error(`MCP server ${JSON.stringify(name)}: ${REMOTE_NOT_SUPPORTED}`);
   };
+  const statusOf = (name: string): McpServerStatus => {
+    const server = config.mcp[name]!;
+    if (!server.enabled) return { status: "disabled" };
+    if (server.type === "remote") return { status: "failed", error: REMOTE_NOT_SUPPORTED };
+    return connections.get(name)!.status;
+  };
   return {
     async read(clientName, uri, signal) {
       const contents = await connectionOf(clientName).read(uri, signal);
       return contents.flatMap((item): McpContent[] => {
-        if ("text" in item) return [{ text: truncateText(item.text, maxTextBytes) }];
+        if ("text" in item) return [{ text: item.text }];
         return item.blob ? [{ blob: true, mime: item.mimeType ?? "" }] : [];
       });
     },
@@ -57,13 +71,31 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
       return connectionOf(server).callTool(tool, args, signal);
     },
     status() {
-      return Object.fromEntries(
-        servers.map(([name, server]): [string, McpServerStatus] => {
-          if (!server.enabled) return [name, { status: "disabled" }];
-          if (server.type === "remote") return [name, { status: "failed", error: REMOTE_NOT_SUPPORTED }];
-          return [name, connections.get(name)!.status];
+      return Object.fromEntries(servers.map(([name]): [string, McpServerStatus] => [name, statusOf(name)]));
+    },
+    async servers(options = {}, signal) {
+      if (options.connect && !closed)
+        // A server that cannot start records its failure: its status says why.
+        await Promise.all([...connections.values()].map((c) => c.listTools(signal).catch(() => undefined)));
+      return Promise.all(
+        servers.map(async ([name, server]): Promise<McpServerInfo> => {
+          const info: McpServerInfo = { name, type: server.type, status: statusOf(name) };
+          const connection = connections.get(name);
+          if (!connection || info.status.status !== "connected" || closed) return info;
+          const [tools, listing] = await Promise.all([
+            connection.listTools(signal).catch(() => undefined),
+            listResources(connection, signal).catch(() => undefined),
+          ]);
+          return {
+            ...info,
+            ...(tools ? { toolCount: tools.length } : {}),
+            ...(listing ? { resourceCount: listing.resources.length, resourceTemplateCount: listing.templates.length } : {}),
+          };
         }),
       );
+    },
+    async resources(server, signal) {
+      return listResources(connectionOf(server), signal);
     },
     async close() {
       closed = true;
@@ -72,14 +104,37 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
   };
 }
 
+/** Most pages of `resources/list` (and of `resources/templates/list`) read from one server. */
+export const MAX_RESOURCE_PAGES = 50;
+
+/** Every page of `connection`'s resources, then of its resource templates (at most {@link MAX_RESOURCE_PAGES} of each). */
+async function listResources(connection: Connection, signal?: AbortSignal): Promise<McpResourceListing> {
+  const listing: McpResourceListing = { resources: [], templates: [] };
+  let cursor: string | undefined;
+  for (let page = 0; page < MAX_RESOURCE_PAGES; page++) {
+    const result = await connection.listResources(cursor, signal);
+    listing.resources.push(...result.resources);
+    cursor = result.nextCursor;
+    if (!cursor) break;
+  }
+  cursor = undefined;
+  for (let page = 0; page < MAX_RESOURCE_PAGES; page++) {
+    const result = await connection.listResourceTemplates(cursor, signal);
+    listing.templates.push(...result.templates);
+    cursor = result.nextCursor;
+    if (!cursor) break;
+  }
+  return listing;
+}
+
 /**
  * `text` cut to at most `maxBytes` of UTF-8 (on a character boundary), the cut noted at its end:
- * `[<what> truncated: N bytes, over the M-byte limit]`.
+ * `[<what> truncated: N bytes, over limits.<limit> (M bytes)]`.
  */
-export function truncateText(text: string, maxBytes: number, what = "MCP resource text"): string {
+export function truncateText(text: string, maxBytes: number, what = "MCP tool output", limit = "mcp_item_bytes"): string {
   const bytes = Buffer.from(text, "utf8");
   if (bytes.byteLength <= maxBytes) return text;
-  const notice = `\n\n[${what} truncated: ${bytes.byteLength} bytes, over the ${maxBytes}-byte limit]`;
+  const notice = `\n\n[${what} truncated: ${bytes.byteLength} bytes, over limits.${limit} (${maxBytes} bytes)]`;
   let keep = Math.max(0, maxBytes - Buffer.byteLength(notice, "utf8"));
   while (keep > 0 && (bytes[keep]! & 0xc0) === 0x80) keep--;
   return bytes.subarray(0, keep).toString("utf8") + notice;

@@ -2,13 +2,29 @@ import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { Readable } from "node:stream";
 import type { McpLocalConfig } from "../config/mcp.js";
 import { loadOnce } from "../load-once.js";
-import { mcpToolId, type McpServerStatus, type McpTool, type McpToolResult } from "./reader.js";
+import {
+  mcpToolId,
+  type McpResourceInfo,
+  type McpResourceTemplateInfo,
+  type McpServerStatus,
+  type McpTool,
+  type McpToolResult,
+} from "./reader.js";
+import { logger } from "../observe/log.js";
 import { logStderr } from "./stderr-log.js";
 
 type ResourceContents = Awaited<ReturnType<Client["readResource"]>>["contents"];
 
 /** Most pages of `tools/list` read from one server (a server paging forever lists the first ones only). */
 const MAX_TOOL_PAGES = 50;
+
+/** The SDK's stdio transport error when a message passes its read buffer (`ReadBuffer`, shared/stdio.js): it then closes the connection. */
+const STDIO_OVERFLOW = /ReadBuffer exceeded maximum size of (\d+) bytes/;
+
+/** Clients whose transport hit the stdio buffer limit, with that limit (bytes). */
+const overflowed = new WeakMap<Client, number>();
+/** Clients whose errors are watched for {@link STDIO_OVERFLOW}. */
+const watched = new WeakSet<Client>();
 
 /** The parts of the MCP SDK the connections use. */
 interface Sdk {
@@ -75,6 +91,8 @@ export class Connection {
       if (current?.client === client && current.tools) return current.tools;
       const listing = (async () => {
         const tools: McpTool[] = [];
+        // A server without the tools capability (resources only) has none: asking would fail.
+        if (!client.getServerCapabilities()?.tools) return tools;
         let cursor: string | undefined;
         for (let page = 0; page < MAX_TOOL_PAGES; page++) {
           const result = await client.listTools(cursor ? { cursor } : {}, { signal: abort, timeout: this.server.timeoutMs });
@@ -146,11 +164,12 @@ export class Connection {
     } catch (error) {
       throw failure(error, true);
     }
+    this.watchOverflow(client);
     try {
       // Without `timeoutMs` the call itself is bounded by the SDK's request timeout, not the deadline.
       return await fn(client, timeoutMs === undefined ? signal : startAbort);
     } catch (error) {
-      throw failure(error, timeoutMs !== undefined);
+      throw this.overflowError(client) ?? failure(error, timeoutMs !== undefined);
     }
   }
 
@@ -189,6 +208,63 @@ export class Connection {
     this.current = { client, ready, connected: false };
     return ready;
   }
+
+  /**
+   * One page of the server's resources (MCP `resources/list` from `cursor`), bounded by the
+   * server's `timeout` (start included) and `signal`; none when the server does not declare the
+   * `resources` capability.
+   */
+  listResources(cursor?: string, signal?: AbortSignal): Promise<{ resources: McpResourceInfo[]; nextCursor?: string }> {
+    return this.request(signal, this.server.timeoutMs, async (client, abort) => {
+      if (!client.getServerCapabilities()?.resources) return { resources: [] };
+      const result = await client.listResources(cursor ? { cursor } : {}, { signal: abort, timeout: this.server.timeoutMs });
+      const resources = result.resources.map((r): McpResourceInfo => ({
+        uri: r.uri,
+        name: r.name,
+        ...described(r),
+        ...(typeof r.size === "number" ? { size: r.size } : {}),
+      }));
+      return { resources, nextCursor: result.nextCursor };
+    });
+  }
+
+  /** One page of the server's resource templates (MCP `resources/templates/list`), as {@link listResources}. */
+  listResourceTemplates(cursor?: string, signal?: AbortSignal): Promise<{ templates: McpResourceTemplateInfo[]; nextCursor?: string }> {
+    return this.request(signal, this.server.timeoutMs, async (client, abort) => {
+      if (!client.getServerCapabilities()?.resources) return { templates: [] };
+      const result = await client.listResourceTemplates(cursor ? { cursor } : {}, { signal: abort, timeout: this.server.timeoutMs });
+      const templates = result.resourceTemplates.map((t): McpResourceTemplateInfo => ({
+        uriTemplate: t.uriTemplate,
+        name: t.name,
+        ...described(t),
+      }));
+      return { templates, nextCursor: result.nextCursor };
+    });
+  }
+
+  /** Notes on `client` when its stdio transport reports a message over the SDK's read buffer (the SDK then closes the connection). */
+  private watchOverflow(client: Client): void {
+    if (watched.has(client)) return;
+    watched.add(client);
+    const previous = client.onerror;
+    client.onerror = (error: Error) => {
+      const limit = STDIO_OVERFLOW.exec(error.message)?.[1];
+      if (limit) {
+        overflowed.set(client, Number(limit));
+        logger.warn("mcp server message over the stdio limit", { server: this.name, limit: Number(limit) });
+      }
+      previous?.(error);
+    };
+  }
+
+  /** The error naming the stdio limit, when `client`'s connection was closed for a message over it. */
+  private overflowError(client: Client): Error | undefined {
+    const limit = overflowed.get(client);
+    if (limit === undefined) return undefined;
+    return new Error(
+      `MCP server ${JSON.stringify(this.name)} sent a message larger than the stdio limit (${limit} bytes); the connection was closed and the server starts again on its next use`,
+    );
+  }
 }
 
 /** `promise`, or a rejection as soon as `signal` aborts (the promise itself goes on). */
@@ -208,4 +284,17 @@ function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
       },
     );
   });
+}
+
+/** The optional descriptive fields of a listed resource or template, those the server gave. */
+function described(entry: { title?: string; description?: string; mimeType?: string }): {
+  title?: string;
+  description?: string;
+  mimeType?: string;
+} {
+  return {
+    ...(entry.title ? { title: entry.title } : {}),
+    ...(entry.description ? { description: entry.description } : {}),
+    ...(entry.mimeType ? { mimeType: entry.mimeType } : {}),
+  };
 }

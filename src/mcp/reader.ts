@@ -36,11 +36,50 @@ export interface McpToolResult {
 }
 
 /**
- * Where a configured server stands: `connected` (its process runs), `idle` (not started yet, or
- * its process ended; started on its next use), `disabled` (`"enabled": false`), `failed` (its
- * last start failed, or a remote server, which is not supported yet: `error` says which).
+ * Where a configured server stands: `connected` (its process runs), `idle` (not started yet,
+ * starting, or its process ended; started on its next use), `disabled` (`"enabled": false`),
+ * `failed` (its last start failed, or a remote server, which is not supported yet: `error` says
+ * which), `needs_auth` (a remote server asking for authorization the ledger cannot give).
  */
-export type McpServerStatus = { status: "connected" | "idle" | "disabled" } | { status: "failed"; error: string };
+export type McpServerStatus = { status: "connected" | "idle" | "disabled" } | { status: "failed" | "needs_auth"; error: string };
+
+/** One configured server as discovery reports it (the `ListMcpServers` RPC). */
+export interface McpServerInfo {
+  /** Its key under `mcp`. */
+  name: string;
+  type: "local" | "remote";
+  status: McpServerStatus;
+  /** Its tools, its resources and its resource templates, counted only while it is connected and when they could be listed. */
+  toolCount?: number;
+  resourceCount?: number;
+  resourceTemplateCount?: number;
+}
+
+/** A resource a server lists (MCP `Resource`); optional fields are absent when the server gives none. */
+export interface McpResourceInfo {
+  uri: string;
+  name: string;
+  title?: string;
+  description?: string;
+  mimeType?: string;
+  /** Bytes, when the server says. */
+  size?: number;
+}
+
+/** A resource template a server lists (MCP `ResourceTemplate`, `uriTemplate` per RFC 6570). */
+export interface McpResourceTemplateInfo {
+  uriTemplate: string;
+  name: string;
+  title?: string;
+  description?: string;
+  mimeType?: string;
+}
+
+/** Everything a server lists: its resources and its resource templates, each in the server's order. */
+export interface McpResourceListing {
+  resources: McpResourceInfo[];
+  templates: McpResourceTemplateInfo[];
+}
 
 /** The error (and failed status) of a remote server, until remote servers are supported. */
 export const REMOTE_NOT_SUPPORTED = "remote MCP servers are not supported yet";
@@ -48,8 +87,8 @@ export const REMOTE_NOT_SUPPORTED = "remote MCP servers are not supported yet";
 /** The configured MCP servers (`mcp` in ledger.json): their resources and tools; made by `startMcp` (./client.ts). */
 export interface McpReader {
   /**
-   * Reads `uri` from the server named `clientName`: its contents in order, text items cut to
-   * `limits.text_part_bytes` (with a notice), binary items as `{ blob, mime }` (mime "" when the
+   * Reads `uri` from the server named `clientName`: its contents in order, text items whole
+   * (a prompt bounds them: `limits.mcp_item_bytes`), binary items as `{ blob, mime }` (mime "" when the
    * server gave none; empty blobs are left out). Connects on first use and again after the
    * server's process died. Throws an `Error` naming the problem: server not configured (listing
    * the configured ones), disabled, remote (not supported yet), could not start, no answer within
@@ -72,6 +111,21 @@ export interface McpReader {
   callTool(server: string, tool: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<McpToolResult>;
   /** Every configured server's status, by name, in config order. */
   status(): Record<string, McpServerStatus>;
+  /**
+   * Every configured server, in config order, with its status and, when it is connected, its
+   * tool, resource and resource template counts (tools from the listing kept per process;
+   * resources listed now, bounded by the server's `timeout`; a count that could not be had is
+   * left out). With `connect`, the enabled servers that are not running are started first
+   * (together, each bounded by its `timeout`); without it nothing is started.
+   */
+  servers(options?: { connect?: boolean }, signal?: AbortSignal): Promise<McpServerInfo[]>;
+  /**
+   * The resources and resource templates of server `server` (every page the server gives, at
+   * most 50 of each), starting it when it is not running; each listing is bounded by the
+   * server's `timeout`. A server without the `resources` capability lists none. Throws an
+   * `Error` as {@link McpReader.read} does.
+   */
+  resources(server: string, signal?: AbortSignal): Promise<McpResourceListing>;
   /** Stops every server process. Later calls fail. */
   close(): Promise<void>;
 }

@@ -19,6 +19,7 @@ import { confinePath } from "../files/confine.js";
 import { ReadFailure, readPath, type ReadResult } from "../files/read-file.js";
 import { dataUrlText, parseDataUrl, toDataUrl } from "./data-url.js";
 import { parseFileUrl } from "./file-url.js";
+import { McpBudget, type McpTurn } from "./mcp-budget.js";
 import { findSymbolAt } from "./symbols/index.js";
 import { referenceNote } from "./reference.js";
 import { isImageMime, normalizeImage, sniffImage } from "./image.js";
@@ -101,8 +102,11 @@ export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): P
   const blank = (d: PartInput) => d.kind.case === "text" && d.kind.value.text.trim() === "";
   if (drafts.every(blank)) throw new InvalidArgumentError("parts", "has no content: every draft is an empty or whitespace-only text");
   const symbols = symbolDrafts(drafts, ctx.limits.symbol_lookups);
+  // Turns taken here, in draft order, before any read starts.
+  const budget = new McpBudget(ctx.limits.mcp_prompt_bytes);
+  const turns = new Map(drafts.flatMap((d, i) => (isResourceDraft(d) && !blank(d) ? [[i, budget.turn()] as const] : [])));
   const resolved = await Promise.all(
-    drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, `parts[${i}]`, problems, symbols.has(i)))),
+    drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, `parts[${i}]`, problems, symbols.has(i), turns.get(i)))),
   );
   const parts: Part[] = [];
   const syntheticIds: string[] = [];
@@ -120,6 +124,10 @@ export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): P
  * Indexes of the drafts allowed a symbol lookup: the first `max` `file:` drafts (in draft order)
  * whose URL is a one-line range. A URL that does not parse is skipped here; resolving it fails.
  */
+function isResourceDraft(draft: PartInput): boolean {
+  return draft.kind.case === "file" && draft.kind.value.source?.kind.case === "resource";
+}
+
 function symbolDrafts(drafts: PartInput[], max: number): Set<number> {
   const allowed = new Set<number>();
   drafts.forEach((draft, i) => {
@@ -139,11 +147,14 @@ async function resolveDraft(
   field: string,
   problems: ReadProblem[],
   symbol: boolean,
+  turn: McpTurn | undefined,
 ): Promise<Piece[]> {
   switch (draft.kind.case) {
     case "text":
       return [textDraft(ctx, draft.kind.value, `${field}.text.text`)];
     case "file":
+      if (draft.kind.value.source?.kind.case === "resource")
+        return resourceDraft(ctx, draft.kind.value, draft.kind.value.source.kind.value, turn!);
       return fileDraft(ctx, draft.kind.value, `${field}.file`, problems, symbol);
     case "agent":
       requireSubagent(ctx.agents, draft.kind.value.name, `${field}.agent.name`);
@@ -187,27 +198,51 @@ async function fileDraft(
   problems: ReadProblem[],
   symbol: boolean,
 ): Promise<Piece[]> {
-  if (draft.source?.kind.case === "resource") return resourceDraft(ctx, draft, draft.source.kind.value);
   const scheme = urlScheme(`${field}.url`, draft.url);
   if (scheme === "data") return dataDraft(ctx, draft, field);
   if (scheme === "file") return fileUrlDraft(ctx, draft, field, problems, symbol);
   return [filePart(draft, {})];
 }
 
-/** OpenCode `createUserMessage`, MCP resource branch. */
-async function resourceDraft(ctx: ResolveContext, draft: FilePartInput, source: { clientName: string; uri: string }): Promise<Piece[]> {
+/**
+ * OpenCode `createUserMessage`, MCP resource branch, bounded: a text item over
+ * `limits.mcp_item_bytes`, or text that would bring the prompt's MCP resources over
+ * `limits.mcp_prompt_bytes` (counted in draft order through `turn`), fails the draft naming the limit.
+ */
+async function resourceDraft(
+  ctx: ResolveContext,
+  draft: FilePartInput,
+  source: { clientName: string; uri: string },
+  turn: McpTurn,
+): Promise<Piece[]> {
   const pieces = [synthetic(`Reading MCP resource: ${draft.filename} (${source.uri})`)];
+  const failed = (message: string) => [...pieces, synthetic(`Failed to read MCP resource ${draft.filename}: ${message}`)];
   try {
-    if (ctx.mcpRefused) throw new Error(ctx.mcpRefused);
-    if (!ctx.mcp) throw notConfigured(source.clientName, []);
-    const contents = await ctx.mcp.read(source.clientName, source.uri);
+    let contents;
+    try {
+      if (ctx.mcpRefused) throw new Error(ctx.mcpRefused);
+      if (!ctx.mcp) throw notConfigured(source.clientName, []);
+      contents = await ctx.mcp.read(source.clientName, source.uri);
+    } catch (error) {
+      return failed(error instanceof Error ? error.message : String(error));
+    }
+    const { mcp_item_bytes: itemMax, mcp_prompt_bytes: promptMax } = ctx.limits;
+    const sizes = contents.map((item) => ("text" in item ? Buffer.byteLength(item.text, "utf8") : 0));
+    const over = sizes.findIndex((bytes) => bytes > itemMax);
+    if (over >= 0)
+      return failed(`item ${over + 1} of ${source.uri} is ${sizes[over]} bytes of text, over limits.mcp_item_bytes (${itemMax} bytes)`);
+    const total = sizes.reduce((a, b) => a + b, 0);
+    const room = await turn.take(total);
+    if (!room.ok)
+      return failed(
+        `its ${total} bytes of text would bring the prompt's MCP resources to ${room.used + total} bytes, over limits.mcp_prompt_bytes (${promptMax} bytes)`,
+      );
     const items = contents.flatMap((item) =>
       "text" in item ? (item.text ? [synthetic(item.text)] : []) : [synthetic(`[Binary content: ${item.mime || draft.mime}]`)],
     );
     return [...pieces, ...items, filePart(draft, {})];
-  } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    return [...pieces, synthetic(`Failed to read MCP resource ${draft.filename}: ${message}`)];
+  } finally {
+    turn.done();
   }
 }
 

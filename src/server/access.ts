@@ -6,7 +6,7 @@ import type { Scope } from "../ledger/principal.js";
  * What an RPC of `ledger.v1.SessionService` needs (docs/security.md, "Scopes"): the scope a
  * caller's token must grant, and what it touches — `session` (it names one by `session_id`),
  * `list` (it lists sessions or what they hold), `create` (it makes a new session) or `catalog`
- * (agents and models: no session's data).
+ * (agents, models and MCP servers: no session's data).
  */
 export interface AccessRule {
   scope: Scope;
@@ -52,4 +52,7 @@ export const SESSION_SERVICE_ACCESS: Readonly<Record<keyof ServiceImpl<typeof Se
   shell: write("session"),
   getTodo: read("session"),
   summarize: write("session"),
+  // Discovery starts servers on demand (as a prompt's resource read does) but reads no session.
+  listMcpServers: read("catalog"),
+  listMcpResources: read("catalog"),
 };

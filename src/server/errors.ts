@@ -28,6 +28,9 @@ import {
   StoppedWaitingError,
   WatcherTooSlowError,
   LockPoolExhaustedError,
+  McpNotAllowedError,
+  McpServerNotFoundError,
+  McpServerUnavailableError,
 } from "../errors.js";
 
 /** `google.rpc.ErrorInfo.domain` of every error this service raises. */
@@ -45,6 +48,7 @@ const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code
   [PermissionNotFoundError, Code.NotFound],
   [AgentNotFoundError, Code.NotFound],
   [CommandNotFoundError, Code.NotFound],
+  [McpServerNotFoundError, Code.NotFound],
   [AlreadyExistsError, Code.AlreadyExists],
   [LimitExceededError, Code.ResourceExhausted],
   [WatcherTooSlowError, Code.ResourceExhausted],
@@ -52,10 +56,12 @@ const CODES: ReadonlyArray<[abstract new (...args: never[]) => LedgerError, Code
   [QuotaExceededError, Code.ResourceExhausted],
   [PathNotAllowedError, Code.PermissionDenied],
   [CommandsNotAllowedError, Code.PermissionDenied],
+  [McpNotAllowedError, Code.PermissionDenied],
   [PreconditionError, Code.FailedPrecondition],
   [SessionBusyError, Code.FailedPrecondition],
   [NotImplementedError, Code.Unimplemented],
   [ShuttingDownError, Code.Unavailable],
+  [McpServerUnavailableError, Code.Unavailable],
   [CursorOutOfRangeError, Code.OutOfRange],
   [PluginError, Code.Internal],
   // The signal's own code decides (deadline, cancel); see `codeOf`.

@@ -26,7 +26,9 @@ import { summarizeSession } from "../ledger/summarize.js";
 import { watchSession } from "../ledger/watch.js";
 import * as sessions from "../ledger/sessions.js";
 import { filterVisible, ownershipFor, policyOf, visibilityFor } from "../ledger/access.js";
+import { listMcpResources, listMcpServers } from "../ledger/mcp.js";
 import { principalKey } from "./auth.js";
+import { mcpResourceMessage, mcpResourceTemplateMessage, mcpServerMessage } from "./mcp-messages.js";
 
 /**
  * The `ledger.v1.SessionService` implementation: thin adapters that decode a request, make one
@@ -136,6 +138,18 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     },
     async summarize(req) {
       return { message: await summarizeSession(deps, req) };
+    },
+    async listMcpServers(req, ctx) {
+      const servers = await listMcpServers(deps, ctx.values.get(principalKey), { connect: req.connect }, ctx.signal);
+      return { servers: servers.map(mcpServerMessage) };
+    },
+    async listMcpResources(req, ctx) {
+      const page = await listMcpResources(deps, ctx.values.get(principalKey), req, ctx.signal);
+      return {
+        resources: page.resources.map(mcpResourceMessage),
+        resourceTemplates: page.templates.map(mcpResourceTemplateMessage),
+        nextPageToken: page.nextPageToken,
+      };
     },
   };
 }

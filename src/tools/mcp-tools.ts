@@ -12,7 +12,8 @@ export type McpToolInput = Record<string, unknown>;
  * description and its input JSON Schema (as an object schema without other properties, as
  * OpenCode sends it). A second tool with an id already taken is left out. Each call goes to the
  * server through `mcp.callTool` with the call's abort signal (an abort cancels it on the server);
- * its result becomes a {@link ToolOutput} by {@link mcpToolOutput}, cut to `maxTextBytes`.
+ * its result becomes a {@link ToolOutput} by {@link mcpToolOutput}, cut to `maxTextBytes`
+ * (`limits.mcp_item_bytes`).
  * Permission rules name the tool by its id, weighed on the pattern `*` (by the registry).
  */
 export function mcpToolDefinitions(
@@ -45,7 +46,7 @@ export function mcpToolDefinitions(
  * its text, binary items as one line describing them (`[Image: image/png, 1234 bytes, not
  * shown]`; their bytes are neither stored nor sent to the model), a resource link as `[Resource
  * link: <name> (<uri>)]` — or, with no content, the structured content as JSON; cut to
- * `maxTextBytes` of UTF-8 with a notice. `title` is the tool's name on its server; `metadata`
+ * `maxTextBytes` of UTF-8 (`limits.mcp_item_bytes`) with a notice naming that limit. `title` is the tool's name on its server; `metadata`
  * `{ server, tool, truncated }`. Throws an `Error` with that output when the tool reports a
  * failure (`isError`), which the model sees as the tool's error.
  */

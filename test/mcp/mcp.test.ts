@@ -167,14 +167,10 @@ describe("MCP resources in prompts", () => {
 });
 
 describe("McpReader", () => {
-  it("cuts a text item over text_part_bytes on a character boundary and says so", async () => {
+  it("returns a text item whole, whatever text_part_bytes says (a prompt bounds it: mcp_item_bytes, test/mcp/limits.test.ts)", async () => {
     const mcp = await startMcp(config({ limits: { text_part_bytes: 300 }, mcp: { docs: { command: [process.execPath, script] } } }));
     try {
-      const [item, ...rest] = await mcp.read("docs", "docs://big");
-      expect(rest).toEqual([]);
-      const value = item && "text" in item ? item.text : "";
-      expect(Buffer.byteLength(value)).toBeLessThanOrEqual(300);
-      expect(value).toMatch(/^(é)+\n\n\[MCP resource text truncated: 2000 bytes, over the 300-byte limit\]$/);
+      expect(await mcp.read("docs", "docs://big")).toEqual([{ text: "é".repeat(1000) }]);
     } finally {
       await mcp.close();
     }

@@ -63,7 +63,7 @@ describe("mcpToolOutput", () => {
   it("cuts the output to the limit and says so", () => {
     const result = mcpToolOutput(tool, { content: [{ type: "text", text: "x".repeat(5000) }] }, 200);
     expect(Buffer.byteLength(result.output)).toBeLessThanOrEqual(200);
-    expect(result.output).toMatch(/^x+\n\n\[MCP tool output truncated: 5000 bytes, over the 200-byte limit\]$/);
+    expect(result.output).toMatch(/^x+\n\n\[MCP tool output truncated: 5000 bytes, over limits.mcp_item_bytes \(200 bytes\)\]$/);
     expect(result.metadata).toEqual({ server: "docs", tool: "look-up", truncated: true });
   });
 
