@@ -33,7 +33,15 @@ export interface StepRequest {
   snapshot?: StepSnapshot;
   /** Whether the AI SDK's spans carry prompts and answers (`telemetry.record_content`); default false. */
   recordContent?: boolean;
+  /**
+   * The agent's sampling settings and provider options (`agent.<name>.temperature`, `top_p`,
+   * `options`); absent ones are not sent (the provider's defaults apply).
+   */
+  agent?: { temperature?: number; topP?: number; options?: Record<string, unknown> };
 }
+
+/** OpenCode's `OUTPUT_TOKEN_MAX`: the most output tokens a step asks for, whatever the model's `limit.output`. */
+export const OUTPUT_TOKEN_MAX = 32_000;
 
 /**
  * Runs one model step (`streamText` limited to one step, no SDK retries) and writes it with
@@ -90,7 +98,13 @@ export async function runStep(request: StepRequest): Promise<StepResult> {
 }
 
 async function* modelEvents(request: StepRequest): AsyncIterable<LoopEvent> {
-  const options = { ...request.model.config.options, ...(request.variant ? request.model.config.variants[request.variant] : undefined) };
+  // As OpenCode merges them: the model's options, then the agent's, then the variant's.
+  const options = {
+    ...request.model.config.options,
+    ...request.agent?.options,
+    ...(request.variant ? request.model.config.variants[request.variant] : undefined),
+  };
+  const outputLimit = request.model.config.limit?.output;
   const stream = streamText({
     model: request.model.model,
     system: request.system,
@@ -100,6 +114,11 @@ async function* modelEvents(request: StepRequest): AsyncIterable<LoopEvent> {
     maxRetries: 0,
     abortSignal: request.signal,
     providerOptions: Object.keys(options).length > 0 ? { [request.model.optionsKey]: options as never } : undefined,
+    temperature: request.agent?.temperature,
+    topP: request.agent?.topP,
+    // OpenCode `ProviderTransform.maxOutputTokens`: the model's `limit.output`, at most OUTPUT_TOKEN_MAX
+    // (OpenCode sends OUTPUT_TOKEN_MAX when the limit is unknown; here nothing is sent then).
+    maxOutputTokens: outputLimit ? Math.min(outputLimit, OUTPUT_TOKEN_MAX) : undefined,
     output: request.schema ? Output.object({ schema: jsonSchema(request.schema as JSONSchema7) }) : undefined,
     onError: () => {},
     // The AI SDK's own spans (ai.streamText, ai.streamText.doStream, ai.toolCall) while tracing runs (docs/operations.md#tracing).
