@@ -10,7 +10,7 @@ import type { SessionLedger } from "../ledger/session-ledger.js";
 import { toLoopEvents, type LoopEvent } from "./ai-sdk-events.js";
 import { retryAdvice, toMessageError } from "./message-error.js";
 import { processStep, type StepResult, type StepSnapshot, type ToolProgress } from "./processor.js";
-import type { ResolvedModel } from "./providers.js";
+import { OUTPUT_TOKEN_MAX, type ResolvedModel } from "./providers.js";
 import { stepCost } from "./usage.js";
 
 /** One model call: what to send, where to write. */
@@ -39,9 +39,6 @@ export interface StepRequest {
    */
   agent?: { temperature?: number; topP?: number; options?: Record<string, unknown> };
 }
-
-/** OpenCode's `OUTPUT_TOKEN_MAX`: the most output tokens a step asks for, whatever the model's `limit.output`. */
-export const OUTPUT_TOKEN_MAX = 32_000;
 
 /**
  * Runs one model step (`streamText` limited to one step, no SDK retries) and writes it with
