@@ -126,6 +126,14 @@ export function stripIgnoredKeys(raw: unknown): { value: unknown; ignored: Ignor
               { input: "OpenCode's input-token limit; here overflow is judged by context and output" },
               `provider.${id}.models.${modelId}.limit.`,
             );
+          if (isObject(model.variants))
+            for (const [variant, options] of Object.entries(model.variants))
+              if (isObject(options))
+                take(
+                  options,
+                  { disabled: "OpenCode hides a disabled variant; here every configured variant is offered (remove it instead)" },
+                  `provider.${id}.models.${modelId}.variants.${variant}.`,
+                );
           if (isObject(model.cost))
             take(
               model.cost,

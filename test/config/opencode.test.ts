@@ -162,6 +162,20 @@ describe("a realistic opencode.json (written from OpenCode's docs)", () => {
     ]);
   });
 
+  it("a variant's disabled flag is set aside, not sent to the provider as an option", () => {
+    const read = readConfigText(
+      '{ "provider": { "p": { "models": { "m": { "variants": { "high": { "reasoningEffort": "high" }, "low": { "disabled": true } } } } } } }',
+      "opencode.json",
+    );
+    expect(read.config.provider.p!.models.m!.variants).toEqual({ high: { reasoningEffort: "high" }, low: {} });
+    expect(read.ignored).toEqual([
+      {
+        path: "provider.p.models.m.variants.low.disabled",
+        reason: "OpenCode hides a disabled variant; here every configured variant is offered (remove it instead)",
+      },
+    ]);
+  });
+
   it("a ledger.json without OpenCode keys gives no warning", async () => {
     const where = await place({
       "ledger.json": '{ "agent": { "build": { "permission": { "bash": { "*": "ask", "git status*": "allow" } } } } }',
