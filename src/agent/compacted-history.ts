@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { MessageWithPartsSchema, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { StepUsage } from "./ai-sdk-events.js";
+import { OUTPUT_TOKEN_MAX } from "./providers.js";
 
 /** Characters per token of the estimates below (OpenCode `Token.estimate`). */
 export const CHARS_PER_TOKEN = 4;
@@ -80,15 +81,15 @@ export interface ModelLimit {
 /**
  * Whether a finished step left the conversation too long for the next one (OpenCode
  * `SessionCompaction.isOverflow`): its input tokens (uncached, cache reads and cache writes) plus
- * the model's output reserve (`limit.output`, 0 when unknown) exceed `limit.context`. A model
- * without a known context limit never overflows. OpenCode also counts the step's output tokens
- * and caps the reserve at 32,000 (its own output cap); we count only what the next step will be
- * sent again as input, and reserve the whole configured output.
+ * the model's output reserve (`limit.output`, at most `OUTPUT_TOKEN_MAX` as each step asks for
+ * no more; 0 when unknown) exceed `limit.context`. A model without a known context limit never
+ * overflows. OpenCode also counts the step's output tokens (and reserves 32,000 when the output
+ * limit is unknown); we count only what the next step will be sent again as input.
  */
 export function isOverflow(usage: StepUsage | undefined, limit: ModelLimit | undefined): boolean {
   if (!usage || !limit?.context) return false;
   const input = usage.input + usage.cacheRead + usage.cacheWrite;
-  return input + (limit.output ?? 0) > limit.context;
+  return input + Math.min(limit.output ?? 0, OUTPUT_TOKEN_MAX) > limit.context;
 }
 
 /** The thresholds of {@link toPrune}, in estimated tokens. */

@@ -230,6 +230,7 @@ async function answerStep(
       messageId: assistant.id,
       model,
       variant: user.variant,
+      agent: { temperature: agent.temperature, topP: agent.topP, options: agent.options },
       system: base + hint,
       recordContent: deps.config.telemetry.recordContent,
       messages: toModelMessages(modelHistory(work.conversation, { continuing: true }), {

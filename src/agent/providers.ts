@@ -3,6 +3,12 @@ import type { LedgerConfig, ModelConfig, ProviderConfig } from "../config/config
 import { loadOncePerKey } from "../load-once.js";
 import { tracedFetch } from "../observe/spans.js";
 
+/**
+ * OpenCode's `OUTPUT_TOKEN_MAX`: the most output tokens a step asks for, whatever the model's
+ * `limit.output`, and the most the overflow check keeps free for them.
+ */
+export const OUTPUT_TOKEN_MAX = 32_000;
+
 /** A model as the loop uses it: the AI SDK model, its config entry and the provider-options key. */
 export interface ResolvedModel {
   providerId: string;

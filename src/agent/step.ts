@@ -10,7 +10,7 @@ import type { SessionLedger } from "../ledger/session-ledger.js";
 import { toLoopEvents, type LoopEvent } from "./ai-sdk-events.js";
 import { retryAdvice, toMessageError } from "./message-error.js";
 import { processStep, type StepResult, type StepSnapshot, type ToolProgress } from "./processor.js";
-import type { ResolvedModel } from "./providers.js";
+import { OUTPUT_TOKEN_MAX, type ResolvedModel } from "./providers.js";
 import { stepCost } from "./usage.js";
 
 /** One model call: what to send, where to write. */
@@ -33,6 +33,11 @@ export interface StepRequest {
   snapshot?: StepSnapshot;
   /** Whether the AI SDK's spans carry prompts and answers (`telemetry.record_content`); default false. */
   recordContent?: boolean;
+  /**
+   * The agent's sampling settings and provider options (`agent.<name>.temperature`, `top_p`,
+   * `options`); absent ones are not sent (the provider's defaults apply).
+   */
+  agent?: { temperature?: number; topP?: number; options?: Record<string, unknown> };
 }
 
 /**
@@ -90,7 +95,13 @@ export async function runStep(request: StepRequest): Promise<StepResult> {
 }
 
 async function* modelEvents(request: StepRequest): AsyncIterable<LoopEvent> {
-  const options = { ...request.model.config.options, ...(request.variant ? request.model.config.variants[request.variant] : undefined) };
+  // As OpenCode merges them: the model's options, then the agent's, then the variant's.
+  const options = {
+    ...request.model.config.options,
+    ...request.agent?.options,
+    ...(request.variant ? request.model.config.variants[request.variant] : undefined),
+  };
+  const outputLimit = request.model.config.limit?.output;
   const stream = streamText({
     model: request.model.model,
     system: request.system,
@@ -100,6 +111,11 @@ async function* modelEvents(request: StepRequest): AsyncIterable<LoopEvent> {
     maxRetries: 0,
     abortSignal: request.signal,
     providerOptions: Object.keys(options).length > 0 ? { [request.model.optionsKey]: options as never } : undefined,
+    temperature: request.agent?.temperature,
+    topP: request.agent?.topP,
+    // OpenCode `ProviderTransform.maxOutputTokens`: the model's `limit.output`, at most OUTPUT_TOKEN_MAX
+    // (OpenCode sends OUTPUT_TOKEN_MAX when the limit is unknown; here nothing is sent then).
+    maxOutputTokens: outputLimit ? Math.min(outputLimit, OUTPUT_TOKEN_MAX) : undefined,
     output: request.schema ? Output.object({ schema: jsonSchema(request.schema as JSONSchema7) }) : undefined,
     onError: () => {},
     // The AI SDK's own spans (ai.streamText, ai.streamText.doStream, ai.toolCall) while tracing runs (docs/operations.md#tracing).

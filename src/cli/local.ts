@@ -101,12 +101,12 @@ function listenError(error: unknown, host: string, port: number): Error | undefi
  * also takes the embedded database's lock as the serving process, and serves `serve.web` if given).
  */
 export function startLocalForCli(
-  opts: { config?: string; db?: string },
+  opts: { config?: string; db?: string; lenientConfig?: boolean },
   io: { cwd: string; env: NodeJS.ProcessEnv },
   serve?: { host: string; port: number; web?: WebPage },
 ): Promise<RunningLedger> {
   return startLocal({
-    config: loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env }),
+    config: loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env, lenient: opts.lenientConfig }),
     db: opts.db,
     cwd: io.cwd,
     env: io.env,

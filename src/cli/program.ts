@@ -61,7 +61,8 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .option("--host <host>", "interface to bind", "127.0.0.1")
     .addOption(new Option("--port <port>", "port (0 = random)").default(7411).argParser(parsePort))
     .option("--db <dir>", "embedded database directory, or :memory: (ignored when DATABASE_URL is set)")
-    .option("--config <path>", "config file (default ./ledger.json, or LEDGER_CONFIG)")
+    .option("--config <path>", "config file (default LEDGER_CONFIG, else ./ledger.json, ledger.jsonc, opencode.json, opencode.jsonc)")
+    .option("--lenient-config", "unknown config keys are warnings, not errors (also LEDGER_LENIENT_CONFIG=1)")
     .option("--no-web", "do not serve the browser page at /")
     .addOption(
       new Option(

@@ -1,3 +1,4 @@
+import { logger } from "../observe/log.js";
 import { defaultWebDir, loadWebPage, type WebPage } from "../server/web-page.js";
 import type { RunningLedger } from "../app.js";
 import type { CliIo } from "./io.js";
@@ -10,8 +11,10 @@ export interface ServeOptions {
   port: number;
   /** Embedded database directory or `:memory:` (`--db`; ignored with DATABASE_URL). */
   db?: string;
-  /** Config file (`--config`; default LEDGER_CONFIG, else ./ledger.json). */
+  /** Config file (`--config`; default LEDGER_CONFIG, else ./ledger.json, ledger.jsonc, opencode.json, opencode.jsonc). */
   config?: string;
+  /** `--lenient-config`: unknown config keys are dropped with a warning instead of stopping the start. */
+  lenientConfig?: boolean;
   /** False with `--no-web`: no page at `/`. */
   web: boolean;
   /** `--grace-ms`: how long (ms) in-flight requests and agent loops get after SIGTERM/SIGINT; default 10,000 (`DEFAULT_GRACE_MS` of src/server/server.ts, not imported here: the server stack loads on use). */
@@ -35,6 +38,17 @@ export async function runServe(opts: ServeOptions, io: CliIo, mode: "serve" | "w
   // Loaded on use: the server stack (database, AI SDK, ...) is not needed for --help or --url.
   const { startLocalForCli } = await import("./local.js");
   const ledger = await startLocalForCli(opts, io, { host: opts.host, port: opts.port, web: page });
+  // Keys of the config file that mean nothing here (docs/opencode-migration.md): said once, at start.
+  for (const warning of ledger.deps.config.warnings) {
+    io.stderr.write(`warning: ${warning}\n`);
+    logger.warn(`config: ${warning.split("\n")[0]}`, {
+      config: ledger.deps.config.source,
+      detail: warning
+        .split("\n")
+        .slice(1)
+        .map((l) => l.trim()),
+    });
+  }
   io.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
   io.stderr.write(`${relayLine(ledger)}\n`);
   if (ledger.database.kind === "pglite") {

@@ -18,6 +18,18 @@ export type PermissionAction = "allow" | "deny" | "ask";
  */
 export type PermissionSetting = PermissionAction | Record<string, PermissionAction>;
 
+/**
+ * One permission rule: `action` for calls of the tool `permission` whose pattern (a file path
+ * relative to the session directory, a bash command, ...) matches `pattern`. Both are wildcards
+ * where `*` matches any characters, `/` and spaces included (case sensitive). Follows OpenCode
+ * `Permission.Rule`.
+ */
+export interface AgentRule {
+  permission: string;
+  pattern: string;
+  action: PermissionAction;
+}
+
 /** One agent as the ledger sees it after config is merged. */
 export interface AgentInfo {
   name: string;
@@ -32,10 +44,30 @@ export interface AgentInfo {
   variant?: string;
   /** System prompt of the agent. */
   prompt?: string;
-  /** Tool name (or `*`) → decision, or pattern → decision. `*` is weighed first, then later entries win. */
+  /**
+   * Tool name (or `*`) → decision, or pattern → decision. `*` is weighed first, then later entries
+   * win. For an agent built from config, the agent's own layer merged over the built-in one (for
+   * reading); what is weighed is `rules`.
+   */
   permission: Record<string, PermissionSetting>;
-  /** Maximum model steps per run. */
+  /**
+   * The rules weighed for this agent, in order (the last match wins): the built-in agent's, then
+   * the top-level `tools` and `permission`, then the agent's own `tools` and `permission` (OpenCode
+   * `Permission.merge(defaults, agent, user, agentConfig)`). Set by the config loader; when absent
+   * (an agent built by hand), `permission` alone is weighed.
+   */
+  rules?: AgentRule[];
+  /** Maximum model steps per run (`steps`, or OpenCode's older `maxSteps`). */
   steps?: number;
+  /** Sampling temperature sent with each model call (`temperature`); the provider's default when absent. */
+  temperature?: number;
+  /** Nucleus sampling sent with each model call (`top_p`); the provider's default when absent. */
+  topP?: number;
+  /**
+   * Provider options of this agent's model calls (`options`), laid over the model's `options` and
+   * under the variant's (OpenCode merges model, agent, variant options in that order).
+   */
+  options?: Record<string, unknown>;
   builtIn: boolean;
 }
 

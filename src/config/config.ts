@@ -19,6 +19,10 @@ import {
   type TenantConfig,
 } from "./auth.js";
 import { ConfigError } from "./config-error.js";
+import { ignoredKeysWarning, stripIgnoredKeys, type IgnoredKey } from "./opencode-keys.js";
+import { configPermission, configRules, permissionSchema, toolsSchema, wildcardLastWarnings } from "./permission-config.js";
+import { unknownKeys, withoutKeys } from "./unknown-keys.js";
+import { substituteVariables } from "./variables.js";
 
 /** A session directory with more bytes than this (in files git would track) gets no snapshot. */
 export const DEFAULT_SNAPSHOT_MAX_BYTES = 100 * 1024 * 1024;
@@ -32,9 +36,6 @@ export const DEFAULT_PRUNE_PROTECT_TOKENS = 40_000;
 export const DEFAULT_PRUNE_MINIMUM_TOKENS = 20_000;
 
 const modelRef = z.string().regex(/^[^/\s]+\/\S+$/, 'expected "provider/model"');
-const permissionAction = z.enum(["allow", "deny", "ask"]);
-/** A tool's permission: one action, or an action per pattern (`{"git status*": "allow", "*": "ask"}`). */
-const permission = z.union([permissionAction, z.record(z.string(), permissionAction)]);
 
 const modelSchema = z.object({
   name: z.string().optional(),
@@ -61,8 +62,16 @@ const agentSchema = z.object({
   model: modelRef.optional(),
   variant: z.string().optional(),
   prompt: z.string().optional(),
-  permission: z.record(z.string(), permission).optional(),
+  permission: permissionSchema.optional(),
+  /** OpenCode's deprecated form of `permission`: tool → enabled (`false` = deny). */
+  tools: toolsSchema.optional(),
+  temperature: z.number().optional(),
+  top_p: z.number().optional(),
+  /** Provider options of this agent's model calls (OpenCode `agent.options`). */
+  options: z.record(z.string(), z.unknown()).optional(),
   steps: z.number().int().positive().optional(),
+  /** OpenCode's older name of `steps` (`steps` wins when both are given). */
+  maxSteps: z.number().int().positive().optional(),
   disable: z.boolean().optional(),
 });
 
@@ -103,6 +112,12 @@ export const configFileSchema = z.object({
   $schema: z.string().optional(),
   model: modelRef.optional(),
   default_agent: z.string().optional(),
+  /** Permission of every agent, laid over the built-in ones and under each agent's own (as in opencode.json). */
+  permission: permissionSchema.optional(),
+  /** OpenCode's deprecated form of the top-level `permission`: tool → enabled (`false` = deny). */
+  tools: toolsSchema.optional(),
+  /** Instruction files and globs for the system prompt (paths relative to the config file). */
+  instructions: z.array(z.string()).default([]),
   agent: z.record(z.string(), agentSchema).default({}),
   provider: z.record(z.string(), providerSchema).default({}),
   roots: z.array(z.string()).default([]),
@@ -161,7 +176,6 @@ export const configFileSchema = z.object({
       prune_minimum_tokens: DEFAULT_PRUNE_MINIMUM_TOKENS,
     }),
   telemetry: telemetrySchema,
-  instructions: z.array(z.string()).default([]),
 });
 
 /** A parsed `ledger.json` before defaults are merged. */
@@ -260,6 +274,11 @@ export interface LedgerConfig {
    * working directory). Resolved and read by `src/agent/instructions.ts` (docs/configuration.md#instructions).
    */
   instructions: { baseDir: string; entries: string[] };
+   * What the start should warn about, one message each (`ledger serve` prints them on stderr and
+   * logs them): the OpenCode keys the file has that are ignored here, and with
+   * `--lenient-config` the unknown keys that were dropped. Empty when there is nothing to say.
+   */
+  warnings: string[];
 }
 
 /**
@@ -307,27 +326,38 @@ export interface CommandConfig {
   subtask?: boolean;
 }
 
-/** Config file names looked up in the working directory, in order. */
-export const CONFIG_FILE_NAMES = ["ledger.json", "ledger.jsonc"];
+/**
+ * Config file names looked up in the working directory, in order; the first one found is read
+ * (an opencode.json is read as it is: docs/opencode-migration.md).
+ */
+export const CONFIG_FILE_NAMES = ["ledger.json", "ledger.jsonc", "opencode.json", "opencode.jsonc"];
 
 /**
- * Loads configuration: `explicitPath` (from `--config`), else `LEDGER_CONFIG`, else `ledger.json`
- * / `ledger.jsonc` in `cwd`, else built-in defaults; `LEDGER_TOKEN` and `LEDGER_NATS_URL`
- * override the file's `auth.token` and `bus.nats.servers` (`LEDGER_JWT_SECRET` sets `auth.jwt.secret`). `{env:NAME}` in any string is replaced by
- * that environment variable (empty when unset). Throws `ConfigError` naming the file and the
- * offending key when the file is missing (explicit path), not JSONC (naming the line and column),
- * or fails the schema.
+ * Loads configuration: `explicitPath` (from `--config`), else `LEDGER_CONFIG`, else the first of
+ * `CONFIG_FILE_NAMES` (ledger.json, ledger.jsonc, opencode.json, opencode.jsonc) in `cwd`, else
+ * built-in defaults; `LEDGER_TOKEN` and `LEDGER_NATS_URL` override the file's `auth.token` and
+ * `bus.nats.servers` (`LEDGER_JWT_SECRET` sets `auth.jwt.secret`). `{env:NAME}` and `{file:PATH}`
+ * in any string are replaced (`substituteVariables`). The OpenCode keys this service ignores
+ * become one entry of `warnings`; an unknown key is an error, or with `lenient` (`--lenient-config`,
+ * or `LEDGER_LENIENT_CONFIG=1`) a warning. Throws `ConfigError` naming the file and the offending
+ * key when the file is missing (explicit path), not JSONC (naming the line and column), names an
+ * unreadable `{file:}`, has an unknown key, or fails the schema.
  */
-export function loadConfig(options: { explicitPath?: string; cwd?: string; env?: NodeJS.ProcessEnv } = {}): LedgerConfig {
+export function loadConfig(
+  options: { explicitPath?: string; cwd?: string; env?: NodeJS.ProcessEnv; lenient?: boolean } = {},
+): LedgerConfig {
   const env = options.env ?? process.env;
   const cwd = options.cwd ?? process.cwd();
+  const lenient = options.lenient ?? isTrue(env.LEDGER_LENIENT_CONFIG);
   const wanted = options.explicitPath ?? env.LEDGER_CONFIG;
   const file = wanted ? path.resolve(cwd, wanted) : CONFIG_FILE_NAMES.map((n) => path.join(cwd, n)).find((p) => existsSync(p));
-  const config = !file
-    ? buildConfig(configFileSchema.parse({}), undefined, cwd, env)
-    : existsSync(file)
-      ? buildConfig(parseConfigText(readFileSync(file, "utf8"), file, env), file, path.dirname(file), env)
-      : undefined;
+  let config: LedgerConfig | undefined;
+  if (!file) config = buildConfig(configFileSchema.parse({}), undefined, cwd, env);
+  else if (existsSync(file)) {
+    const read = readConfigText(readFileSync(file, "utf8"), file, { env, lenient });
+    config = buildConfig(read.config, file, path.dirname(file), env);
+    config.warnings = read.warnings;
+  }
   if (!config) throw new ConfigError(`config file ${file} does not exist`);
   if (env.LEDGER_TOKEN) {
     if (env.LEDGER_TOKEN.length < 16) throw new ConfigError("LEDGER_TOKEN: must be at least 16 characters");
@@ -346,11 +376,30 @@ export function loadConfig(options: { explicitPath?: string; cwd?: string; env?:
 }
 
 /**
- * Parses JSONC text into a validated `ConfigFile`; `{env:NAME}` substituted. Throws `ConfigError`:
- * `<file>: invalid JSONC at line L, column C: value expected` (1-based) for a syntax error,
- * `<file>: <key path>: <why>` for a schema failure.
+ * Parses JSONC text into a validated `ConfigFile` (see {@link readConfigText}; warnings dropped,
+ * unknown keys are errors). Throws `ConfigError` as `readConfigText` does.
  */
 export function parseConfigText(text: string, file: string, env: NodeJS.ProcessEnv = process.env): ConfigFile {
+  return readConfigText(text, file, { env }).config;
+}
+
+/**
+ * Reads a config file's JSONC text (`file` names it in messages; `{file:}` paths are relative to
+ * its directory): the OpenCode keys this service ignores are set aside (`stripIgnoredKeys`),
+ * `{env:}`/`{file:}` replaced, unknown keys looked for, then the schema applied. Returns the
+ * parsed file and the warnings: `ignoredKeysWarning`'s, and with `lenient` one
+ * `<file>: unknown keys ignored (--lenient-config): a.b, c` (those keys dropped). Throws
+ * `ConfigError`: `<file>: invalid JSONC at line L, column C: value expected` (1-based) for a
+ * syntax error; `<file>: unknown key agent.review.colour (not a ledger.json or opencode.json key;
+ * --lenient-config ignores unknown keys)` (every unknown key named, comma-separated);
+ * `<file>: <key path>: <why>` for a `{file:}` that cannot be read or a schema failure.
+ */
+export function readConfigText(
+  text: string,
+  file: string,
+  options: { env?: NodeJS.ProcessEnv; lenient?: boolean } = {},
+): { config: ConfigFile; warnings: string[]; ignored: IgnoredKey[] } {
+  const env = options.env ?? process.env;
   const errors: ParseError[] = [];
   const raw: unknown = parseJsonc(text, errors, { allowTrailingComma: true });
   if (errors.length > 0) {
@@ -361,12 +410,37 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
       .toLowerCase();
     throw new ConfigError(`${file}: invalid JSONC at line ${line}, column ${column}: ${what}`);
   }
-  const parsed = configFileSchema.safeParse(substituteEnv(raw, env));
+  const { value, ignored } = stripIgnoredKeys(raw);
+  const warnings: string[] = [];
+  const ignoredWarning = ignoredKeysWarning(file, ignored);
+  if (ignoredWarning) warnings.push(ignoredWarning);
+  let substituted = substituteVariables(value, { env, baseDir: path.dirname(path.resolve(file)), source: file });
+  const unknown = unknownKeys(configFileSchema, substituted);
+  if (unknown.length > 0) {
+    const names = unknown.map((k) => k.join(".")).join(", ");
+    if (!options.lenient)
+      throw new ConfigError(
+        `${file}: unknown key${unknown.length > 1 ? "s" : ""} ${names} (not a ledger.json or opencode.json key; --lenient-config ignores unknown keys)`,
+      );
+    warnings.push(`${file}: unknown keys ignored (--lenient-config): ${names}`);
+    substituted = withoutKeys(substituted, unknown);
+  }
+  const parsed = configFileSchema.safeParse(substituted);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     throw new ConfigError(`${file}: ${issue.path.join(".") || "(root)"}: ${issue.message}`);
   }
-  return parsed.data;
+  const permissions = [
+    ["permission", parsed.data.permission] as const,
+    ...Object.entries(parsed.data.agent).map(([name, a]) => [`agent.${name}.permission`, a.permission] as const),
+  ];
+  warnings.push(...wildcardLastWarnings(permissions).map((w) => `${file}: ${w}`));
+  return { config: parsed.data, warnings, ignored };
+}
+
+/** Whether an environment switch is on (`1`, `true`, `yes`, case-insensitive). */
+function isTrue(value: string | undefined): boolean {
+  return value !== undefined && ["1", "true", "yes"].includes(value.trim().toLowerCase());
 }
 
 /** The 1-based line and column (in UTF-16 code units, as editors count) of `offset` in `text`. */
@@ -422,40 +496,11 @@ export function parseModelRef(value: string, field = "model"): { providerId: str
  * `env` (none by default). Throws `ConfigError` when `default_agent` names no agent.
  */
 export function buildConfig(file: ConfigFile, source: string | undefined, baseDir: string, env: NodeJS.ProcessEnv = {}): LedgerConfig {
-  const agents = new Map<string, AgentInfo>(BUILT_IN_AGENTS.map((a) => [a.name, { ...a, permission: { ...a.permission } }]));
   const jwt = buildJwtConfig(file.auth.jwt, baseDir);
-  for (const [name, override] of Object.entries(file.agent)) {
-    if (override.disable) {
-      agents.delete(name);
-      continue;
-    }
-    const base = agents.get(name) ?? {
-      name,
-      description: "",
-      mode: "all" as const,
-      hidden: false,
-      permission: { "*": "allow" as const },
-      builtIn: false,
-    };
-    agents.set(name, {
-      ...base,
-      description: override.description ?? base.description,
-      mode: override.mode ?? base.mode,
-      hidden: override.hidden ?? base.hidden,
-      model: override.model ? parseModelRef(override.model) : base.model,
-      variant: override.variant ?? base.variant,
-      prompt: override.prompt ?? base.prompt,
-      permission: { ...base.permission, ...override.permission },
-      steps: override.steps ?? base.steps,
-    });
-  }
-  const defaultAgent = file.default_agent ?? "build";
-  if (!agents.has(defaultAgent)) throw new ConfigError(`${source ?? "config"}: default_agent: agent "${defaultAgent}" is not defined`);
   return {
+    ...buildAgents(file, source),
     source,
     model: file.model ? parseModelRef(file.model) : firstModel(file.provider),
-    defaultAgent,
-    agents,
     providers: file.provider,
     roots: file.roots.map((r) => path.resolve(baseDir, r)),
     limits: { ...DEFAULT_LIMITS, ...file.limits },
@@ -502,7 +547,60 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     },
     telemetry: telemetryConfig(file.telemetry, env),
     instructions: { baseDir, entries: file.instructions },
+    warnings: [],
   };
+}
+
+/**
+ * The agents of a config file: the built-in ones, each `agent.<name>` overriding fields of one or
+ * adding one (`disable: true` removes it), and their permission rules laid out as OpenCode's
+ * `Agent` state merges them, the last match winning: the built-in agent's own rules (a new agent:
+ * `"*": "allow"`), then the top-level `tools` and `permission`, then the agent's `tools` and
+ * `permission` (session rules come after all of these when a call is weighed). Throws
+ * `ConfigError` when `default_agent` names no agent.
+ */
+function buildAgents(file: ConfigFile, source: string | undefined): { agents: Map<string, AgentInfo>; defaultAgent: string } {
+  const global = configPermission(file.tools, file.permission);
+  const agents = new Map<string, AgentInfo>(
+    BUILT_IN_AGENTS.map((a) => [
+      a.name,
+      { ...a, permission: { ...a.permission, ...global }, rules: [...configRules(a.permission), ...configRules(global)] },
+    ]),
+  );
+  for (const [name, override] of Object.entries(file.agent)) {
+    if (override.disable) {
+      agents.delete(name);
+      continue;
+    }
+    const base: AgentInfo = agents.get(name) ?? {
+      name,
+      description: "",
+      mode: "all" as const,
+      hidden: false,
+      permission: { "*": "allow" as const, ...global },
+      rules: [...configRules({ "*": "allow" }), ...configRules(global)],
+      builtIn: false,
+    };
+    const own = configPermission(override.tools, override.permission);
+    agents.set(name, {
+      ...base,
+      description: override.description ?? base.description,
+      mode: override.mode ?? base.mode,
+      hidden: override.hidden ?? base.hidden,
+      model: override.model ? parseModelRef(override.model) : base.model,
+      variant: override.variant ?? base.variant,
+      prompt: override.prompt ?? base.prompt,
+      permission: { ...base.permission, ...own },
+      rules: [...(base.rules ?? configRules(base.permission)), ...configRules(own)],
+      steps: override.steps ?? override.maxSteps ?? base.steps,
+      temperature: override.temperature ?? base.temperature,
+      topP: override.top_p ?? base.topP,
+      options: override.options ? { ...base.options, ...override.options } : base.options,
+    });
+  }
+  const defaultAgent = file.default_agent ?? "build";
+  if (!agents.has(defaultAgent)) throw new ConfigError(`${source ?? "config"}: default_agent: agent "${defaultAgent}" is not defined`);
+  return { agents, defaultAgent };
 }
 
 /**
@@ -522,11 +620,4 @@ function firstModel(providers: Record<string, ProviderConfig>): LedgerConfig["mo
     if (modelId) return { providerId, modelId };
   }
   return undefined;
-}
-
-function substituteEnv(value: unknown, env: NodeJS.ProcessEnv): unknown {
-  if (typeof value === "string") return value.replace(/\{env:([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => env[name] ?? "");
-  if (Array.isArray(value)) return value.map((v) => substituteEnv(v, env));
-  if (value && typeof value === "object") return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substituteEnv(v, env)]));
-  return value;
 }

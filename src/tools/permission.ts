@@ -1,35 +1,20 @@
 import { isMatch } from "matcher";
 import { PermissionAction as ProtoAction, type PermissionRule } from "../../gen/ledger/v1/session_pb.js";
-import type { AgentInfo, PermissionAction } from "../config/agents.js";
+import type { AgentInfo, AgentRule, PermissionAction } from "../config/agents.js";
+import { configRules } from "../config/permission-config.js";
 import type { ToolAsk } from "./tool-context.js";
 
-/**
- * One permission rule: `action` for calls of the tool `permission` whose pattern (a file path
- * relative to the session directory, a bash command, ...) matches `pattern`. Both are wildcards
- * where `*` matches any characters, `/` and spaces included (the `matcher` library, case
- * sensitive). Follows OpenCode `PermissionNext.Rule`.
- */
-export interface Rule {
-  permission: string;
-  pattern: string;
-  action: PermissionAction;
-}
+/** One permission rule (see `AgentRule` in src/config/agents.ts; OpenCode `PermissionNext.Rule`). */
+export type Rule = AgentRule;
 
 /**
- * An agent's `permission` config as rules, in the order they are weighed: the top-level `"*"`
- * entry first (so any named tool overrides it, wherever it is written), then every other entry
- * in the order written; a tool given a pattern map (`"bash": {"git status*": "allow", "*":
- * "ask"}`) contributes one rule per pattern in order, a plain action one rule with pattern `*`.
- * Follows OpenCode `PermissionNext.fromConfig`.
+ * The rules of `agent`'s permission config, in the order they are weighed: `agent.rules` when the
+ * config loader set them (built-in, top-level and agent layers), else its `permission` map
+ * (`configRules`: the `"*"` entry first, then the others in the order written, one rule per
+ * pattern; `edit` also covers `write` and `patch`). Follows OpenCode `PermissionNext.fromConfig`.
  */
-export function agentRules(agent: Pick<AgentInfo, "permission">): Rule[] {
-  const entries = Object.entries(agent.permission);
-  const ordered = [...entries.filter(([k]) => k === "*"), ...entries.filter(([k]) => k !== "*")];
-  return ordered.flatMap(([permission, value]) =>
-    typeof value === "string"
-      ? [{ permission, pattern: "*", action: value }]
-      : Object.entries(value).map(([pattern, action]) => ({ permission, pattern, action })),
-  );
+export function agentRules(agent: Pick<AgentInfo, "permission" | "rules">): Rule[] {
+  return agent.rules ?? configRules(agent.permission);
 }
 
 /** A session's stored rules (`Session.permission`) as rules; an unspecified action counts as allow. */
@@ -81,7 +66,7 @@ export type Asker = (request: ToolAsk & { callId: string }, signal: AbortSignal)
  * map, ALWAYS replies), so with the last match winning the session's rules win. Follows OpenCode
  * `PermissionNext.merge(agent.permission, session.permission)`.
  */
-export function permissionRules(agent: Pick<AgentInfo, "permission">, rules: readonly PermissionRule[]): Rule[] {
+export function permissionRules(agent: Pick<AgentInfo, "permission" | "rules">, rules: readonly PermissionRule[]): Rule[] {
   return [...agentRules(agent), ...sessionRules(rules)];
 }
 

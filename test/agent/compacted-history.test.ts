@@ -59,6 +59,11 @@ describe("isOverflow", () => {
     expect(isOverflow(usage, { context: 950 })).toBe(false);
     expect(isOverflow(usage, { context: 899 })).toBe(true);
   });
+  it("reserves at most 32,000 output tokens (OpenCode's output cap, which each step asks for at most)", () => {
+    const big = { input: 160_000, output: 0, reasoning: 0, cacheRead: 0, cacheWrite: 0 };
+    expect(isOverflow(big, { context: 200_000, output: 64_000 })).toBe(false); // 160,000 + 32,000 ≤ 200,000
+    expect(isOverflow({ ...big, input: 168_001 }, { context: 200_000, output: 64_000 })).toBe(true);
+  });
   it("never for a model without a context limit, or a step without usage", () => {
     expect(isOverflow(usage, undefined)).toBe(false);
     expect(isOverflow(usage, { output: 100 })).toBe(false);

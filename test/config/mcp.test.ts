@@ -61,13 +61,13 @@ describe("mcp config in the opencode.json style", () => {
 
   it("names unknown keys instead of ignoring them", () => {
     expect(failure(`{ "mcp": { "a": { "type": "local", "command": ["x"], "enviroment": {}, "cwd": "/" } } }`)).toBe(
-      'ledger.json: mcp.a: Unrecognized keys: "enviroment", "cwd"',
+      "ledger.json: unknown keys mcp.a.enviroment, mcp.a.cwd (not a ledger.json or opencode.json key; --lenient-config ignores unknown keys)",
     );
     expect(failure(`{ "mcp": { "a": { "type": "remote", "url": "https://x.example/mcp", "command": ["x"] } } }`)).toBe(
-      'ledger.json: mcp.a: Unrecognized key: "command"',
+      "ledger.json: unknown key mcp.a.command (not a ledger.json or opencode.json key; --lenient-config ignores unknown keys)",
     );
     expect(failure(`{ "mcp": { "a": { "command": ["x"], "url": "https://x.example/mcp" } } }`)).toBe(
-      'ledger.json: mcp.a: Unrecognized key: "url"',
+      "ledger.json: unknown key mcp.a.url (not a ledger.json or opencode.json key; --lenient-config ignores unknown keys)",
     );
   });
 

@@ -1,0 +1,87 @@
+import { z } from "zod";
+import type { AgentRule, PermissionAction, PermissionSetting } from "./agents.js";
+
+const permissionAction = z.enum(["allow", "deny", "ask"]);
+/** A tool's permission: one action, or an action per pattern (`{"git status*": "allow", "*": "ask"}`). */
+const permissionSetting = z.union([permissionAction, z.record(z.string(), permissionAction)]);
+
+/**
+ * `permission` (top level or of an agent), as in opencode.json: tool (or wildcard, `"mymcp_*"`)
+ * → setting, or one action for every tool (`"permission": "ask"` = `{"*": "ask"}`).
+ */
+export const permissionSchema = z.union([permissionAction, z.record(z.string(), permissionSetting)]);
+
+/** `tools` (top level or of an agent), OpenCode's deprecated form: tool (or wildcard) → enabled. */
+export const toolsSchema = z.record(z.string(), z.boolean());
+
+/**
+ * The tools OpenCode checks under the `edit` permission (its `EDIT_TOOLS`): a `tools` entry for
+ * any of them sets `edit`, and an `edit` permission covers them all here too.
+ */
+export const EDIT_TOOLS = ["edit", "write", "patch", "multiedit"] as const;
+
+/**
+ * One `permission` + `tools` pair (top level, or one agent's) as a permission map, the way
+ * OpenCode's config reads them: each `tools` entry becomes `allow` (true) or `deny` (false) for
+ * that tool, where `write`, `edit`, `patch` and `multiedit` all set `edit`; then `permission`'s
+ * entries are laid over it (they win; a key keeps its first position). A string `permission` is
+ * `{"*": action}`. Follows OpenCode `Config.Agent`'s transform and `Config.state` (legacy `tools`).
+ */
+export function configPermission(
+  tools: Record<string, boolean> | undefined,
+  permission: PermissionAction | Record<string, PermissionSetting> | undefined,
+): Record<string, PermissionSetting> {
+  const out: Record<string, PermissionSetting> = {};
+  for (const [tool, enabled] of Object.entries(tools ?? {})) {
+    out[(EDIT_TOOLS as readonly string[]).includes(tool) ? "edit" : tool] = enabled ? "allow" : "deny";
+  }
+  Object.assign(out, typeof permission === "string" ? { "*": permission } : (permission ?? {}));
+  return out;
+}
+
+/**
+ * A permission map as rules, in the order they are weighed (the last match wins): the `"*"`
+ * entry first (so any named tool overrides it, wherever it is written: a deliberate difference,
+ * OpenCode keeps the order written), then every other entry in the order written; a pattern map
+ * (`"bash": {"git status*": "allow", "*": "ask"}`) gives one rule per pattern in order, a plain
+ * action one rule with pattern `*`. An `edit` entry also gives the same rules for `write` and
+ * `patch` (OpenCode checks them under `edit`) unless the map has its own entry for them (a
+ * ledger.json may set them apart). Follows OpenCode `Permission.fromConfig`.
+ */
+export function configRules(permission: Record<string, PermissionSetting>): AgentRule[] {
+  const entries = Object.entries(permission);
+  const ordered = [...entries.filter(([k]) => k === "*"), ...entries.filter(([k]) => k !== "*")];
+  return ordered.flatMap(([tool, value]) =>
+    (tool === "edit" ? ["edit", ...["write", "patch"].filter((t) => !Object.hasOwn(permission, t))] : [tool]).flatMap((name) =>
+      typeof value === "string"
+        ? [{ permission: name, pattern: "*", action: value }]
+        : Object.entries(value).map(([pattern, action]) => ({ permission: name, pattern, action })),
+    ),
+  );
+}
+
+/**
+ * Pattern maps whose `"*"` comes after more specific patterns, which it then overrides (the
+ * last matching pattern wins, as in OpenCode: `{"git push": "ask", "*": "allow"}` allows `git
+ * push`). One message per such map, naming its key path: `permission.bash: "*" is written after
+ * "git push" and wins over it (the last matching pattern wins, as in OpenCode); write "*" first`.
+ */
+export function wildcardLastWarnings(
+  permissions: readonly (readonly [string, PermissionAction | Record<string, PermissionSetting> | undefined])[],
+): string[] {
+  const out: string[] = [];
+  for (const [where, permission] of permissions) {
+    if (!permission || typeof permission === "string") continue;
+    for (const [tool, setting] of Object.entries(permission)) {
+      if (typeof setting === "string") continue;
+      const patterns = Object.keys(setting);
+      const star = patterns.indexOf("*");
+      if (star <= 0) continue;
+      const before = patterns.slice(0, star).map((p) => JSON.stringify(p));
+      out.push(
+        `${where}.${tool}: "*" is written after ${before.join(", ")} and wins over ${before.length > 1 ? "them" : "it"} (the last matching pattern wins, as in OpenCode); write "*" first`,
+      );
+    }
+  }
+  return out;
+}
