@@ -274,6 +274,7 @@ export interface LedgerConfig {
    * working directory). Resolved and read by `src/agent/instructions.ts` (docs/configuration.md#instructions).
    */
   instructions: { baseDir: string; entries: string[] };
+  /**
    * What the start should warn about, one message each (`ledger serve` prints them on stderr and
    * logs them): the OpenCode keys the file has that are ignored here, and with
    * `--lenient-config` the unknown keys that were dropped. Empty when there is nothing to say.
