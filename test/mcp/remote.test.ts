@@ -75,16 +75,17 @@ describe("a remote server over Streamable HTTP (server-everything streamableHttp
   });
 
   it("a tool call honours timeout: progress notifications restart it; without progress it ends the call", async () => {
-    const mcp = await mcpOf({ web: { type: "remote", url: server.url, timeout: 1500 } });
-    // 3 s in 6 steps: a progress notification every 0.5 s keeps the call alive past 1.5 s.
-    expect(textOf(await mcp.callTool("web", "trigger-long-running-operation", { duration: 3, steps: 6 }))).toBe(
-      "Long running operation completed. Duration: 3 seconds, Steps: 6.",
+    const mcp = await mcpOf({ web: { type: "remote", url: server.url, timeout: 2500 } });
+    // 5 s in 10 steps: a progress notification every 0.5 s keeps the call alive past 2.5 s.
+    expect(textOf(await mcp.callTool("web", "trigger-long-running-operation", { duration: 5, steps: 10 }))).toBe(
+      "Long running operation completed. Duration: 5 seconds, Steps: 10.",
     );
+    // One step of 20 s: no progress before the end, so the call ends after 2.5 s.
     const started = Date.now();
-    await expect(mcp.callTool("web", "trigger-long-running-operation", { duration: 3, steps: 1 })).rejects.toThrow(
-      new RegExp(`^MCP server "web" at http://127\\.0\\.0\\.1:${server.port} did not answer within 1500 ms$`),
+    await expect(mcp.callTool("web", "trigger-long-running-operation", { duration: 20, steps: 1 })).rejects.toThrow(
+      new RegExp(`^MCP server "web" at http://127\\.0\\.0\\.1:${server.port} did not answer within 2500 ms$`),
     );
-    expect(Date.now() - started).toBeLessThan(2900);
+    expect(Date.now() - started).toBeLessThan(15_000);
     // The connection is still usable.
     expect(textOf(await mcp.callTool("web", "echo", { message: "still here" }))).toBe("Echo: still here");
   });
@@ -119,8 +120,14 @@ describe("a remote server that is down or goes away", () => {
     const mcp = await mcpOf({ down: { type: "remote", url: `http://127.0.0.1:${port}/mcp?token=secret` }, everything: everything() });
     const refused = `MCP server "down" at http://127.0.0.1:${port} could not connect: connect ECONNREFUSED 127.0.0.1:${port}`;
     await expect(mcp.read("down", ARCHITECTURE)).rejects.toThrow(new Error(refused));
-    // Within the wait before the next attempt, a use fails at once with the same error.
-    await expect(mcp.read("down", ARCHITECTURE)).rejects.toThrow(new RegExp(`^${escape(refused)} \\(next attempt in \\d+ ms\\)$`));
+    // Within the wait before the next attempt (1 s, then 2 s, …), a use fails at once with the same
+    // error. (On a machine so busy that the wait passed, the use tried again: the next wait is longer.)
+    const waiting = new RegExp(`^${escape(refused)} \\(next attempt in \\d+ ms\\)$`);
+    const errors: string[] = [];
+    for (let i = 0; i < 3 && !errors.some((e) => waiting.test(e)); i++)
+      errors.push(await mcp.read("down", ARCHITECTURE).then(String, (e: Error) => e.message));
+    expect(errors.at(-1)).toMatch(waiting);
+    expect(errors.slice(0, -1).every((e) => e === refused)).toBe(true);
     await waitFor("the next attempt", async () => {
       const error = await mcp.callTool("down", "echo", { message: "x" }).catch((e: unknown) => e as Error);
       return error instanceof Error && error.message === refused;
