@@ -192,6 +192,48 @@ describe("a remote server that is down or goes away", () => {
   });
 });
 
+describe("a remote server and discovery", () => {
+  it("is listed with its counts once connected (ListMcpServers{connect})", async () => {
+    const server = await startEverythingHttp("streamableHttp");
+    try {
+      const mcp = await mcpOf({ web: { type: "remote", url: server.url } });
+      expect(await mcp.servers({ connect: true })).toEqual([
+        {
+          name: "web",
+          type: "remote",
+          status: { status: "connected" },
+          toolCount: expect.any(Number),
+          resourceCount: expect.any(Number),
+          resourceTemplateCount: expect.any(Number),
+        },
+      ]);
+      const listing = await mcp.resources("web");
+      expect(listing.resources.map((r) => r.uri)).toContain(ARCHITECTURE);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("a server that answers 401 needs auth: not tried over SSE, status needs_auth with the reason", async () => {
+    const server = await startEverythingHttp("streamableHttp");
+    const proxy = await recordingProxy(new URL(server.url).origin);
+    proxy.answer = () => 401;
+    try {
+      const mcp = await mcpOf({ locked: { type: "remote", url: `${proxy.url}/mcp` } });
+      const error =
+        `MCP server "locked" at ${proxy.url} could not connect: it asks for authorization (HTTP 401); ` +
+        `OAuth is not supported yet: put a token in "headers" (Streamable HTTP error: Error POSTing to endpoint: ` +
+        `{"jsonrpc":"2.0","error":{"code":-32001,"message":"answered 401 by the test proxy"},"id":null})`;
+      await expect(mcp.read("locked", ARCHITECTURE)).rejects.toThrow(new Error(error));
+      expect(mcp.status()).toEqual({ locked: { status: "needs_auth", error } });
+      expect(proxy.requests.map((r) => `${r.method} ${r.path}`)).toEqual(["POST /mcp"]);
+    } finally {
+      await proxy.close();
+      await server.stop();
+    }
+  });
+});
+
 describe("a remote connection that breaks", () => {
   it("a request answered 404 (the session is gone) is sent again on a new session, once", async () => {
     const server = await startEverythingHttp("streamableHttp");
@@ -201,7 +243,8 @@ describe("a remote connection that breaks", () => {
       expect(textOf(await mcp.callTool("web", "echo", { message: "one" }))).toBe("Echo: one");
       const sessions = () => new Set(proxy.requests.map((r) => r.headers["mcp-session-id"]).filter(Boolean));
       expect(sessions().size).toBe(1);
-      proxy.answer404 = (r) => r.method === "POST" && r.headers["mcp-session-id"] !== undefined;
+      let once = false;
+      proxy.answer = (r) => (r.method === "POST" && r.headers["mcp-session-id"] !== undefined && !once ? ((once = true), 404) : undefined);
       expect(textOf(await mcp.callTool("web", "echo", { message: "two" }))).toBe("Echo: two");
       expect(sessions().size).toBe(2);
       expect(mcp.status()).toEqual({ web: { status: "connected" } });

@@ -77,8 +77,8 @@ export interface RecordingProxy {
   url: string;
   /** Every request so far, in order. */
   requests: Recorded[];
-  /** When set, the next request it matches is answered 404 by the proxy (not forwarded); then it is cleared. */
-  answer404?: (request: Recorded) => boolean;
+  /** When set, a request it gives a status for is answered with that status by the proxy itself (not forwarded). */
+  answer?: (request: Recorded) => number | undefined;
   close(): Promise<void>;
 }
 
@@ -93,13 +93,12 @@ export async function recordingProxy(target: string): Promise<RecordingProxy> {
   const server = http.createServer((req, res) => {
     const record: Recorded = { method: req.method ?? "", path: req.url ?? "", headers: req.headers };
     requests.push(record);
-    if (proxy.answer404?.(record)) {
-      proxy.answer404 = undefined;
-      record.status = 404;
+    const status = proxy.answer?.(record);
+    if (status !== undefined) {
+      record.status = status;
       req.resume();
-      res
-        .writeHead(404, { "content-type": "application/json" })
-        .end('{"jsonrpc":"2.0","error":{"code":-32001,"message":"Session not found"},"id":null}');
+      const body = { jsonrpc: "2.0", error: { code: -32001, message: `answered ${status} by the test proxy` }, id: null };
+      res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
       return;
     }
     const forward = http.request(
