@@ -1,7 +1,7 @@
 import path from "node:path";
 import { z } from "zod";
 
-/** How long (ms) a server may take to start, to list its tools or to answer a resource read, unless `timeout` says otherwise. */
+/** How long (ms) a server may take to start or connect, to list its tools, to answer a resource read or (between progress notifications) a tool call, unless `timeout` says otherwise. */
 export const DEFAULT_MCP_TIMEOUT_MS = 10_000;
 
 const environment = z.record(z.string(), z.string());
@@ -69,20 +69,29 @@ export interface McpLocalConfig {
   environment: Record<string, string>;
   /** False: never started; its resources fail and it offers no tools. */
   enabled: boolean;
-  /** Bounds (ms) the start (spawn and initialize), the listing of its tools and each resource read. */
+  /**
+   * Bounds (ms) the start (spawn and initialize), the listing of its tools, each resource read,
+   * and a tool call's wait for its answer (restarted by each progress notification).
+   */
   timeoutMs: number;
 }
 
-/** A remote MCP server (Streamable HTTP). Not connected yet: it is listed with the status "remote MCP servers are not supported yet". */
+/**
+ * A remote MCP server: Streamable HTTP, or HTTP+SSE for a server that answers Streamable HTTP
+ * with a 4xx status (src/mcp/connection.ts). No OAuth yet: a token goes in `headers`.
+ */
 export interface McpRemoteConfig {
   type: "remote";
   /** The server's http(s) URL. */
   url: string;
-  /** Headers of every request (e.g. `Authorization`). */
+  /** Headers of every HTTP request to the server, of both transports (e.g. `Authorization`). */
   headers: Record<string, string>;
   /** False: never connected. */
   enabled: boolean;
-  /** Bounds (ms) the connection, the listing of its tools and each resource read. */
+  /**
+   * Bounds (ms) the connection (both transports together), the listing of its tools, each
+   * resource read, and a tool call's wait for its answer (restarted by each progress notification).
+   */
   timeoutMs: number;
 }
 

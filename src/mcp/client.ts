@@ -2,7 +2,6 @@ import type { LedgerConfig } from "../config/config.js";
 import { Connection } from "./connection.js";
 import {
   notConfigured,
-  REMOTE_NOT_SUPPORTED,
   type McpContent,
   type McpReader,
   type McpResourceListing,
@@ -17,16 +16,14 @@ export type { McpContent, McpReader, McpTool } from "./reader.js";
 export const TOOLS_RETRY_MS = 60_000;
 
 /**
- * Makes the MCP reader for `config.mcp`. Local servers are started lazily, on their first use
- * (a resource read, or a loop listing tools), so a broken server never stops the ledger from
- * starting; disabled servers are never started; remote servers fail their uses with
- * {@link REMOTE_NOT_SUPPORTED}. Call `close()` on shutdown.
+ * Makes the MCP reader for `config.mcp`. Servers are started (local) or connected to (remote)
+ * lazily, on their first use (a resource read, or a loop listing tools), so a broken or
+ * unreachable server never stops the ledger from starting; disabled servers are never started.
+ * See {@link Connection} for the transports, timeouts and reconnection. Call `close()` on shutdown.
  */
 export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Promise<McpReader> {
   const servers = Object.entries(config.mcp);
-  const connections = new Map(
-    servers.flatMap(([name, server]) => (server.type === "local" && server.enabled ? [[name, new Connection(name, server)] as const] : [])),
-  );
+  const connections = new Map(servers.flatMap(([name, server]) => (server.enabled ? [[name, new Connection(name, server)] as const] : [])));
   let closed = false;
   const connectionOf = (name: string): Connection => {
     if (closed) throw new Error("MCP is shut down");
@@ -34,13 +31,11 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
     if (connection) return connection;
     const server = config.mcp[name];
     if (!server) throw notConfigured(name, Object.keys(config.mcp));
-    if (!server.enabled) throw new Error(`MCP server ${JSON.stringify(name)} is disabled ("enabled": false)`);
-    throw new Error(`MCP server ${JSON.stringify(name)}: ${REMOTE_NOT_SUPPORTED}`);
+    throw new Error(`MCP server ${JSON.stringify(name)} is disabled ("enabled": false)`);
   };
   const statusOf = (name: string): McpServerStatus => {
     const server = config.mcp[name]!;
     if (!server.enabled) return { status: "disabled" };
-    if (server.type === "remote") return { status: "failed", error: REMOTE_NOT_SUPPORTED };
     return connections.get(name)!.status;
   };
   return {

@@ -1,6 +1,6 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { Readable } from "node:stream";
-import type { McpLocalConfig } from "../config/mcp.js";
+import type { McpLocalConfig, McpRemoteConfig, McpServerConfig } from "../config/mcp.js";
 import { loadOnce } from "../load-once.js";
 import {
   mcpToolId,
@@ -30,6 +30,10 @@ const watched = new WeakSet<Client>();
 interface Sdk {
   Client: typeof import("@modelcontextprotocol/sdk/client/index.js").Client;
   StdioClientTransport: typeof import("@modelcontextprotocol/sdk/client/stdio.js").StdioClientTransport;
+  StreamableHTTPClientTransport: typeof import("@modelcontextprotocol/sdk/client/streamableHttp.js").StreamableHTTPClientTransport;
+  StreamableHTTPError: typeof import("@modelcontextprotocol/sdk/client/streamableHttp.js").StreamableHTTPError;
+  SSEClientTransport: typeof import("@modelcontextprotocol/sdk/client/sse.js").SSEClientTransport;
+  SseError: typeof import("@modelcontextprotocol/sdk/client/sse.js").SseError;
   McpError: typeof import("@modelcontextprotocol/sdk/types.js").McpError;
   ErrorCode: typeof import("@modelcontextprotocol/sdk/types.js").ErrorCode;
   ToolListChangedNotificationSchema: typeof import("@modelcontextprotocol/sdk/types.js").ToolListChangedNotificationSchema;
@@ -45,34 +49,74 @@ const loadSdk: () => Promise<Sdk> = loadOnce(() =>
     import("@modelcontextprotocol/sdk/client/index.js"),
     import("@modelcontextprotocol/sdk/client/stdio.js"),
     import("@modelcontextprotocol/sdk/types.js"),
-  ]).then(([client, stdio, types]) => ({
+    import("@modelcontextprotocol/sdk/client/streamableHttp.js"),
+    import("@modelcontextprotocol/sdk/client/sse.js"),
+  ]).then(([client, stdio, types, streamableHttp, sse]) => ({
     Client: client.Client,
     StdioClientTransport: stdio.StdioClientTransport,
+    StreamableHTTPClientTransport: streamableHttp.StreamableHTTPClientTransport,
+    StreamableHTTPError: streamableHttp.StreamableHTTPError,
+    SSEClientTransport: sse.SSEClientTransport,
+    SseError: sse.SseError,
     McpError: types.McpError,
     ErrorCode: types.ErrorCode,
     ToolListChangedNotificationSchema: types.ToolListChangedNotificationSchema,
   })),
 );
 
+/** The first wait (ms) before connecting again to a remote server whose connection attempt failed. */
+export const RECONNECT_FIRST_MS = 1_000;
+/** The longest wait (ms) between two connection attempts to a remote server. */
+export const RECONNECT_MAX_MS = 30_000;
+
 /**
- * One local (stdio) server: a client connected on demand, dropped when its process ends (the
- * next use starts a new one). Concurrent users of a start wait for the same one.
+ * How long (ms) a remote server is left alone after `failures` failed connection attempts in a
+ * row (1, 2, …): {@link RECONNECT_FIRST_MS} doubled for each failure after the first, at most
+ * {@link RECONNECT_MAX_MS} (1 s, 2 s, 4 s, … 30 s).
+ */
+export function reconnectDelayMs(failures: number): number {
+  return Math.min(RECONNECT_FIRST_MS * 2 ** Math.max(0, failures - 1), RECONNECT_MAX_MS);
+}
+
+/**
+ * One configured server: a client connected on demand and dropped when the connection ends (the
+ * next use connects again). Concurrent users of a start wait for the same one.
+ *
+ * - A local server is a child process spoken to over stdio; it ends when its process ends.
+ * - A remote server is spoken to over Streamable HTTP, or, when the server answers the first
+ *   request with a 4xx status, over the older HTTP+SSE transport (as the MCP SDK's docs advise),
+ *   with the configured `headers` on every request. A request that fails at the HTTP level
+ *   (unreachable, an HTTP error status), or an event stream that breaks for good, drops the
+ *   connection: the next use connects again (a request answered 404, the session gone, is sent
+ *   again at once on a new one). Failed connection attempts in a row are spaced by
+ *   {@link reconnectDelayMs}: meanwhile uses fail at once with the last error.
+ *
+ * Errors name the server, and a remote server's URL origin (never its path or query, which may
+ * hold a token).
  */
 export class Connection {
   private current?: { client: Client; ready: Promise<Client>; connected: boolean; tools?: Promise<McpTool[]> };
   private closed = false;
+  /** Remote servers: failed connection attempts in a row, and when (ms since the epoch) the next may start. */
+  private retry = { failures: 0, at: 0 };
   /** The last start's failure and when (ms since the epoch); cleared by a successful start. */
-  failure?: { error: string; at: number };
+  failure?: { error: string; at: number; needsAuth?: boolean };
 
   constructor(
     private readonly name: string,
-    private readonly server: McpLocalConfig,
+    private readonly server: McpServerConfig,
   ) {}
+
+  /** `MCP server "<name>"`, and for a remote server ` at <origin of its url>`. */
+  private get label(): string {
+    const name = `MCP server ${JSON.stringify(this.name)}`;
+    return this.server.type === "remote" ? `${name} at ${new URL(this.server.url).origin}` : name;
+  }
 
   /** Where the server stands (see {@link McpServerStatus}). */
   get status(): McpServerStatus {
     if (this.current?.connected) return { status: "connected" };
-    if (this.failure) return { status: "failed", error: this.failure.error };
+    if (this.failure) return { status: this.failure.needsAuth ? "needs_auth" : "failed", error: this.failure.error };
     return { status: "idle" };
   }
 
@@ -118,41 +162,60 @@ export class Connection {
     });
   }
 
-  /** Calls `tool` with `args`: bounded by the server's start `timeout` to start, then by the SDK's 60 s request timeout (reset on progress) and `signal`. */
+  /**
+   * Calls `tool` with `args`: the start is bounded by the server's `timeout`, then the call by
+   * the same `timeout` without an answer, restarted by each progress notification the server
+   * sends (the call asks for them with a progress token), and by `signal`.
+   */
   callTool(tool: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<McpToolResult> {
     return this.request(signal, undefined, async (client, abort) => {
-      const result = await client.callTool({ name: tool, arguments: args }, undefined, { signal: abort, resetTimeoutOnProgress: true });
+      const result = await client.callTool({ name: tool, arguments: args }, undefined, {
+        signal: abort,
+        timeout: this.server.timeoutMs,
+        resetTimeoutOnProgress: true,
+        // Without a progress handler the SDK sends no progress token, and the server no progress.
+        onprogress: () => undefined,
+      });
       return result as McpToolResult;
     });
   }
 
-  /** Stops the server's process; later uses fail with "MCP is shut down". */
+  /** Stops the server's process (local) or ends its session (remote); later uses fail with "MCP is shut down". */
   async close(): Promise<void> {
     this.closed = true;
     const current = this.current;
     this.current = undefined;
-    await current?.client.close().catch(() => undefined);
+    if (current) await closeClient(current.client);
   }
 
   /**
    * Runs `fn` on a started client. `timeoutMs` (when given) bounds the start and `fn` together;
    * otherwise the start alone is bounded by the server's `timeout`. Errors: the server's error
-   * without the SDK's doubled "MCP error <code>: " prefix, or `did not answer within <ms> ms`.
+   * without the SDK's doubled "MCP error <code>: " prefix, `did not answer within <ms> ms`,
+   * `Connection closed (…)` when the process ended or the connection was closed during the
+   * request, or (remote) `the connection failed: <why>` for an HTTP-level failure, which also
+   * drops the connection so that the next use connects again. A remote request answered 404
+   * (the session is gone) is sent once more, on a new connection.
    */
   private async request<T>(
     signal: AbortSignal | undefined,
     timeoutMs: number | undefined,
     fn: (client: Client, abort: AbortSignal | undefined) => Promise<T>,
+    retried = false,
   ): Promise<T> {
     const limit = timeoutMs ?? this.server.timeoutMs;
     const deadline = AbortSignal.timeout(limit);
     const startAbort = signal ? AbortSignal.any([signal, deadline]) : deadline;
-    const { McpError, ErrorCode } = await loadSdk();
+    const { McpError, ErrorCode, StreamableHTTPError } = await loadSdk();
     const failure = (error: unknown, bounded: boolean): unknown => {
       const timedOut = (bounded && deadline.aborted) || (error instanceof McpError && error.code === ErrorCode.RequestTimeout);
       if (timedOut && !signal?.aborted) {
         const ms = bounded && deadline.aborted ? limit : ((error as { data?: { timeout?: number } }).data?.timeout ?? limit);
-        return new Error(`MCP server ${JSON.stringify(this.name)} did not answer within ${ms} ms`);
+        return new Error(`${this.label} did not answer within ${ms} ms`);
+      }
+      if (error instanceof McpError && error.code === ErrorCode.ConnectionClosed && !signal?.aborted) {
+        const next = this.server.type === "local" ? "its process ended; the next use starts a new one" : "the next use connects again";
+        return new Error(`${this.label}: Connection closed (${next})`, { cause: error });
       }
       // The SDK prefixes a server's McpError message with "MCP error <code>: " a second time.
       if (error instanceof McpError) return new Error(error.message.replace(/^(MCP error -?\d+: )\1+/, "$1"), { cause: error });
@@ -165,48 +228,90 @@ export class Connection {
       throw failure(error, true);
     }
     this.watchOverflow(client);
+    const abort = timeoutMs === undefined ? signal : startAbort;
     try {
-      // Without `timeoutMs` the call itself is bounded by the SDK's request timeout, not the deadline.
-      return await fn(client, timeoutMs === undefined ? signal : startAbort);
+      // Without `timeoutMs` the call bounds itself (a request timeout), not the deadline.
+      return await fn(client, abort);
     } catch (error) {
-      throw this.overflowError(client) ?? failure(error, timeoutMs !== undefined);
+      const overflow = this.overflowError(client);
+      if (overflow) throw overflow;
+      // An HTTP-level failure (not an answer of the server, nor our abort): the connection is gone.
+      if (this.server.type === "remote" && !(error instanceof McpError) && !abort?.aborted) {
+        this.drop(client);
+        // 404: the server ended the session (e.g. it restarted), and never saw the request; the
+        // spec has the client start a new session, so the request is sent once more on a new one.
+        if (!retried && error instanceof StreamableHTTPError && error.code === 404) return this.request(signal, timeoutMs, fn, true);
+        throw new Error(`${this.label}: the connection failed: ${reason(error)}`, { cause: error });
+      }
+      throw failure(error, timeoutMs !== undefined);
     }
+  }
+
+  /** Forgets `client` if it is the current one and closes it (the next use connects again). */
+  private drop(client: Client): void {
+    if (this.current?.client === client) this.current = undefined;
+    void closeClient(client);
   }
 
   private async connect(): Promise<Client> {
     if (this.closed) throw new Error("MCP is shut down");
     if (this.current) return this.current.ready;
+    const wait = this.retry.at - Date.now();
+    if (this.server.type === "remote" && this.failure && wait > 0) throw new Error(`${this.failure.error} (next attempt in ${wait} ms)`);
     const sdk = await loadSdk();
     if (this.closed) throw new Error("MCP is shut down");
     if (this.current) return (this.current as { ready: Promise<Client> }).ready;
-    const [command, ...args] = this.server.command;
-    const transport = new sdk.StdioClientTransport({ command: command!, args, env: this.server.environment, stderr: "pipe" });
-    if (transport.stderr) logStderr(this.name, transport.stderr as Readable);
-    const client = new sdk.Client({ name: "session-ledger", version: "0.1.0" }, { capabilities: {} });
-    const drop = () => {
-      if (this.current?.client === client) this.current = undefined;
+    const entry = { connected: false } as NonNullable<Connection["current"]>;
+    // A client of this start: it is `entry.client` until the next one (a transport fallback).
+    const newClient = (): Client => {
+      const client = new sdk.Client({ name: "session-ledger", version: "0.1.0" }, { capabilities: {} });
+      // The process ended (or the connection was closed): the next use starts a new one. A start
+      // that fails drops its entry itself.
+      client.onclose = () => {
+        if (this.current === entry && entry.client === client && entry.connected) this.current = undefined;
+      };
+      client.setNotificationHandler(sdk.ToolListChangedNotificationSchema, () => {
+        if (this.current === entry && entry.client === client) entry.tools = undefined;
+      });
+      // A remote server's event stream broke for good: the HTTP+SSE stream failed (the SDK's
+      // `SseError`), or the Streamable HTTP one could not be opened again (the SDK gives up with
+      // "Maximum reconnection attempts (N) exceeded."). The connection is dropped: the next use
+      // connects again, and the status says `idle` meanwhile.
+      client.onerror = (error) => {
+        const broken = error instanceof sdk.SseError || error.message.startsWith("Maximum reconnection attempts");
+        if (broken && this.current === entry && entry.client === client && entry.connected) this.drop(client);
+      };
+      entry.client = client;
+      return client;
     };
-    // The process ended (or the connection broke): the next use starts a new one.
-    client.onclose = drop;
-    client.setNotificationHandler(sdk.ToolListChangedNotificationSchema, () => {
-      if (this.current?.client === client) this.current.tools = undefined;
-    });
-    const ready = client.connect(transport, { timeout: this.server.timeoutMs }).then(
-      () => {
-        if (this.current?.client === client) this.current.connected = true;
+    const server = this.server;
+    const start = server.type === "local" ? this.startLocal(sdk, server, newClient) : this.startRemote(sdk, server, newClient);
+    entry.ready = start.then(
+      async (client) => {
+        // Closed meanwhile: by close(), or the process ended right after the start.
+        if (this.closed || this.current !== entry || !client.transport) {
+          if (this.current === entry) this.current = undefined;
+          await closeClient(client);
+          throw new Error(this.closed ? "MCP is shut down" : `${this.label}: Connection closed right after it opened`);
+        }
+        entry.connected = true;
         this.failure = undefined;
+        this.retry = { failures: 0, at: 0 };
         return client;
       },
       async (error: unknown) => {
-        drop();
-        await client.close().catch(() => undefined);
-        const message = `MCP server ${JSON.stringify(this.name)} could not start: ${error instanceof Error ? error.message : String(error)}`;
-        this.failure = { error: message, at: Date.now() };
-        throw new Error(message);
+        if (this.current === entry) this.current = undefined;
+        if (entry.client) await closeClient(entry.client);
+        const needsAuth = error instanceof NeedsAuth;
+        const message = `${this.label} could not ${server.type === "local" ? "start" : "connect"}: ${reason(error)}`;
+        this.failure = { error: message, at: Date.now(), ...(needsAuth ? { needsAuth } : {}) };
+        const failures = this.retry.failures + 1;
+        this.retry = { failures, at: Date.now() + reconnectDelayMs(failures) };
+        throw new Error(message, { cause: error });
       },
     );
-    this.current = { client, ready, connected: false };
-    return ready;
+    this.current = entry;
+    return entry.ready;
   }
 
   /**
@@ -265,6 +370,90 @@ export class Connection {
       `MCP server ${JSON.stringify(this.name)} sent a message larger than the stdio limit (${limit} bytes); the connection was closed and the server starts again on its next use`,
     );
   }
+
+  /** Starts the local server's process and connects to it over stdio, its stderr logged. */
+  private async startLocal(sdk: Sdk, server: McpLocalConfig, newClient: () => Client): Promise<Client> {
+    const [command, ...args] = server.command;
+    const transport = new sdk.StdioClientTransport({ command: command!, args, env: server.environment, stderr: "pipe" });
+    if (transport.stderr) logStderr(this.name, transport.stderr as Readable);
+    const client = newClient();
+    await client.connect(transport, { timeout: server.timeoutMs });
+    return client;
+  }
+
+  /**
+   * Connects to the remote server within its `timeout`: over Streamable HTTP, or, when that is
+   * answered with a 4xx status other than 401 (a server of the older protocol), over HTTP+SSE at
+   * the same URL, as the MCP SDK's docs advise. `headers` go on every request of both. A 401
+   * (from either) fails with {@link NeedsAuth}.
+   */
+  private async startRemote(sdk: Sdk, server: McpRemoteConfig, newClient: () => Client): Promise<Client> {
+    const url = new URL(server.url);
+    const requestInit: RequestInit = { headers: server.headers };
+    const deadline = AbortSignal.timeout(server.timeoutMs);
+    const attempt = async (transport: Parameters<Client["connect"]>[0]): Promise<Client> => {
+      const client = newClient();
+      try {
+        await untilAborted(client.connect(transport, { timeout: server.timeoutMs }), deadline);
+        return client;
+      } catch (error) {
+        await closeClient(client);
+        throw deadline.aborted ? new Error(`timed out after ${server.timeoutMs} ms`) : error;
+      }
+    };
+    try {
+      return await attempt(new sdk.StreamableHTTPClientTransport(url, { requestInit }));
+    } catch (error) {
+      const status = error instanceof sdk.StreamableHTTPError ? (error.code ?? 0) : 0;
+      // 401: the server speaks Streamable HTTP and wants authorization (OAuth: not supported yet).
+      if (status === 401) throw new NeedsAuth(error as Error);
+      if (status < 400 || status >= 500 || deadline.aborted) throw error;
+      if (this.closed) throw new Error("MCP is shut down");
+      try {
+        return await attempt(new sdk.SSEClientTransport(url, { requestInit }));
+      } catch (sseError) {
+        if (sseError instanceof sdk.SseError && sseError.code === 401) throw new NeedsAuth(sseError);
+        throw new Error(`Streamable HTTP: ${reason(error)}; SSE: ${reason(sseError)}`, { cause: sseError });
+      }
+    }
+  }
+}
+
+/** A remote server answered 401: it asks for authorization the ledger cannot give (status `needs_auth`). */
+class NeedsAuth extends Error {
+  constructor(cause: Error) {
+    super(`it asks for authorization (HTTP 401); OAuth is not supported yet: put a token in "headers" (${reason(cause)})`, { cause });
+  }
+}
+
+/**
+ * Closes `client`: a Streamable HTTP session is ended first (`DELETE`, at most
+ * {@link SESSION_END_MS}; a server may not support it), then the transport (a local server's
+ * process is stopped).
+ */
+async function closeClient(client: Client): Promise<void> {
+  const transport = client.transport as { sessionId?: string; terminateSession?: () => Promise<void> } | undefined;
+  if (transport?.terminateSession && transport.sessionId)
+    await untilAborted(transport.terminateSession(), AbortSignal.timeout(SESSION_END_MS)).catch(() => undefined);
+  await client.close().catch(() => undefined);
+}
+
+/** How long (ms) closing a remote connection waits for the server to end its session. */
+const SESSION_END_MS = 1_000;
+
+/**
+ * The text of a failure: its message, with a network failure's cause instead of fetch's bare
+ * "fetch failed" (e.g. `connect ECONNREFUSED 127.0.0.1:8080`), cut to 500 characters (an HTTP
+ * error's body may be a whole page).
+ */
+function reason(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  let text = error.message;
+  if (text === "fetch failed" && error.cause instanceof Error) {
+    const cause = error.cause instanceof AggregateError && error.cause.errors[0] instanceof Error ? error.cause.errors[0] : error.cause;
+    text = cause.message || (cause as { code?: string }).code || text;
+  }
+  return text.length > 500 ? `${text.slice(0, 500)}…` : text;
 }
 
 /** `promise`, or a rejection as soon as `signal` aborts (the promise itself goes on). */

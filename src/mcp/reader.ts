@@ -36,10 +36,11 @@ export interface McpToolResult {
 }
 
 /**
- * Where a configured server stands: `connected` (its process runs), `idle` (not started yet,
- * starting, or its process ended; started on its next use), `disabled` (`"enabled": false`),
- * `failed` (its last start failed, or a remote server, which is not supported yet: `error` says
- * which), `needs_auth` (a remote server asking for authorization the ledger cannot give).
+ * Where a configured server stands: `connected` (its process runs, or a remote server's session
+ * is open), `idle` (not started yet, starting, or its process ended or its connection broke;
+ * started or connected on its next use), `disabled` (`"enabled": false`), `failed` (its last
+ * start or connection attempt failed: `error` says why), `needs_auth` (a remote server that
+ * answered 401: it asks for authorization the ledger cannot give, OAuth being left for later).
  */
 export type McpServerStatus = { status: "connected" | "idle" | "disabled" } | { status: "failed" | "needs_auth"; error: string };
 
@@ -81,30 +82,30 @@ export interface McpResourceListing {
   templates: McpResourceTemplateInfo[];
 }
 
-/** The error (and failed status) of a remote server, until remote servers are supported. */
-export const REMOTE_NOT_SUPPORTED = "remote MCP servers are not supported yet";
-
 /** The configured MCP servers (`mcp` in ledger.json): their resources and tools; made by `startMcp` (./client.ts). */
 export interface McpReader {
   /**
    * Reads `uri` from the server named `clientName`: its contents in order, text items whole
    * (a prompt bounds them: `limits.mcp_item_bytes`), binary items as `{ blob, mime }` (mime "" when the
    * server gave none; empty blobs are left out). Connects on first use and again after the
-   * server's process died. Throws an `Error` naming the problem: server not configured (listing
-   * the configured ones), disabled, remote (not supported yet), could not start, no answer within
-   * its `timeout`, or the server's own error.
+   * server's process died or its connection broke. Throws an `Error` naming the server (and a
+   * remote one's URL origin) and the problem: not configured (listing the configured ones),
+   * disabled, could not start or connect (during the wait before the next attempt: that error
+   * and `(next attempt in N ms)`), no answer within its `timeout`, `Connection closed (…)`, the
+   * connection failed, or the server's own error.
    */
   read(clientName: string, uri: string, signal?: AbortSignal): Promise<McpContent[]>;
   /**
-   * The tools of every enabled local server, server by server in config order, each server's in
-   * its own order; starts the servers not running. A server that cannot start, or does not list
-   * its tools within its `timeout`, adds none (its status says why; it is tried again on a later
-   * call, at most once a minute). Remote and disabled servers add none.
+   * The tools of every enabled server, server by server in config order, each server's in its
+   * own order; starts (or connects to) the servers not running. A server that cannot start or be
+   * reached, or does not list its tools within its `timeout`, adds none (its status says why; it
+   * is tried again on a later call, at most once a minute). Disabled servers add none.
    */
   tools(signal?: AbortSignal): Promise<McpTool[]>;
   /**
-   * Calls `tool` (its server-side name) of server `server` with `args`. Bounded by the SDK's
-   * request timeout (60 s, restarted by each progress notification) and by `signal`, whose abort
+   * Calls `tool` (its server-side name) of server `server` with `args`. Bounded by the server's
+   * `timeout` without an answer (restarted by each progress notification; `MCP server "x" did
+   * not answer within <timeout> ms`) and by `signal`, whose abort
    * cancels the call on the server (`notifications/cancelled`) and rejects with its reason.
    * Throws an `Error` as {@link McpReader.read} does.
    */

@@ -5,6 +5,7 @@ import { startMcp, type McpReader } from "../../src/mcp/client.js";
 import { logStderr, STDERR_LINES_PER_WINDOW, STDERR_WINDOW_MS } from "../../src/mcp/stderr-log.js";
 import { createLogger, logger } from "../../src/observe/log.js";
 import { startTestLedger } from "../support/ledger.js";
+import { freePort } from "../support/mcp-http.js";
 import { childPids, everything } from "../support/mcp-servers.js";
 import { waitFor } from "../support/wait.js";
 
@@ -84,21 +85,20 @@ describe("MCP servers configured as in opencode.json (server-everything)", () =>
     await expect(mcp.read("mute", "x://y")).rejects.toThrow('MCP server "mute" did not answer within 700 ms');
   });
 
-  it('accepts a "type": "remote" entry: that server alone reports "remote MCP servers are not supported yet"', async () => {
-    const mcp = await mcpOf({ remote: { type: "remote", url: "https://mcp.example.com/mcp" }, everything: everything() });
-    expect((await mcp.tools()).some((t) => t.id === "everything_echo")).toBe(true);
-    expect(mcp.status()).toEqual({
-      remote: { status: "failed", error: "remote MCP servers are not supported yet" },
-      everything: { status: "connected" },
-    });
-    await expect(mcp.read("remote", "demo://x")).rejects.toThrow('MCP server "remote": remote MCP servers are not supported yet');
-    await expect(mcp.callTool("remote", "echo", {})).rejects.toThrow('MCP server "remote": remote MCP servers are not supported yet');
+  it("bounds a tool call by timeout (not the SDK's 60 s)", async () => {
+    // 4 s: starting a node process on a busy machine must not hit it.
+    const mcp = await mcpOf({ everything: everything({ timeout: 4000 }) });
+    await mcp.callTool("everything", "echo", { message: "start" });
+    // One step of 20 s: no progress before the end (test/mcp/remote.test.ts has progress restarting it).
+    await expect(mcp.callTool("everything", "trigger-long-running-operation", { duration: 20, steps: 1 })).rejects.toThrow(
+      new Error('MCP server "everything" did not answer within 4000 ms'),
+    );
   });
 
-  it("a ledger with a remote, a disabled and a broken server starts and reads the good one's resources", async () => {
+  it("a ledger with an unreachable remote, a disabled and a broken server starts and reads the good one's resources", async () => {
     const t = await startTestLedger({
       mcp: {
-        remote: { type: "remote", url: "https://mcp.example.com/mcp", headers: { Authorization: "Bearer x" } },
+        remote: { type: "remote", url: `http://127.0.0.1:${await freePort()}/mcp`, headers: { Authorization: "Bearer x" } },
         off: everything({ enabled: false }),
         broken: { type: "local", command: ["/nonexistent/mcp-server"] },
         everything: everything(),
