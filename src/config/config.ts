@@ -1,189 +1,38 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
-import { parse as parseJsonc, printParseErrorCode, type ParseError } from "jsonc-parser";
-import { z } from "zod";
 import { InvalidArgumentError } from "../errors.js";
 import { BUILT_IN_AGENTS, type AgentInfo } from "./agents.js";
 import { DEFAULT_LIMITS, type Limits } from "./limits.js";
-import { quotasConfig, quotasSchema, type QuotasConfig } from "./quotas.js";
-import { buildMcp, mcpSchema, type McpServerConfig } from "./mcp.js";
-import { telemetryConfig, telemetrySchema, type TelemetryConfig } from "./telemetry.js";
-import {
-  authSchema,
-  buildJwtConfig,
-  buildTenants,
-  checkJwtKey,
-  tenantsSchema,
-  withEnvSecret,
-  type JwtConfig,
-  type TenantConfig,
-} from "./auth.js";
+import { quotasConfig, type QuotasConfig } from "./quotas.js";
+import { buildMcp, type McpServerConfig } from "./mcp.js";
+import { telemetryConfig, type TelemetryConfig } from "./telemetry.js";
+import { buildJwtConfig, buildTenants, checkJwtKey, withEnvSecret, type JwtConfig, type TenantConfig } from "./auth.js";
 import { ConfigError } from "./config-error.js";
-import { ignoredKeysWarning, stripIgnoredKeys, type IgnoredKey } from "./opencode-keys.js";
-import { configPermission, configRules, permissionSchema, toolsSchema, wildcardLastWarnings } from "./permission-config.js";
-import { unknownKeys, withoutKeys } from "./unknown-keys.js";
-import { substituteVariables } from "./variables.js";
+import { configPermission, configRules } from "./permission-config.js";
+import { readConfigText } from "./read-config.js";
+import {
+  configFileSchema,
+  DEFAULT_CATCH_UP_MS,
+  DEFAULT_PRUNE_MINIMUM_TOKENS,
+  DEFAULT_PRUNE_PROTECT_TOKENS,
+  DEFAULT_SNAPSHOT_DIR,
+  DEFAULT_SNAPSHOT_MAX_BYTES,
+  DEFAULT_SNAPSHOT_MAX_FILES,
+  type ConfigFile,
+  type ProviderConfig,
+} from "./schema.js";
 
-/** A session directory with more bytes than this (in files git would track) gets no snapshot. */
-export const DEFAULT_SNAPSHOT_MAX_BYTES = 100 * 1024 * 1024;
-/** A session directory with more files than this gets no snapshot. */
-export const DEFAULT_SNAPSHOT_MAX_FILES = 20_000;
-/** Where snapshot git directories go by default, relative to the config file's directory. */
-export const DEFAULT_SNAPSHOT_DIR = ".ledger/snapshot";
-/** Estimated tokens of the newest tool outputs that pruning never clears (OpenCode `PRUNE_PROTECT`). */
-export const DEFAULT_PRUNE_PROTECT_TOKENS = 40_000;
-/** Pruning clears nothing unless at least this many estimated tokens would go (OpenCode `PRUNE_MINIMUM`). */
-export const DEFAULT_PRUNE_MINIMUM_TOKENS = 20_000;
-
-const modelRef = z.string().regex(/^[^/\s]+\/\S+$/, 'expected "provider/model"');
-
-const modelSchema = z.object({
-  name: z.string().optional(),
-  variants: z.record(z.string(), z.record(z.string(), z.unknown())).default({}),
-  modalities: z.object({ input: z.array(z.string()).default(["text"]), output: z.array(z.string()).default(["text"]) }).optional(),
-  cost: z
-    .object({ input: z.number(), output: z.number(), cache_read: z.number().optional(), cache_write: z.number().optional() })
-    .optional(),
-  limit: z.object({ context: z.number().optional(), output: z.number().optional() }).optional(),
-  options: z.record(z.string(), z.unknown()).default({}),
-});
-
-const providerSchema = z.object({
-  npm: z.enum(["@ai-sdk/openai-compatible", "@ai-sdk/openai", "@ai-sdk/anthropic"]).optional(),
-  name: z.string().optional(),
-  options: z.record(z.string(), z.unknown()).default({}),
-  models: z.record(z.string(), modelSchema).default({}),
-});
-
-const agentSchema = z.object({
-  description: z.string().optional(),
-  mode: z.enum(["primary", "subagent", "all"]).optional(),
-  hidden: z.boolean().optional(),
-  model: modelRef.optional(),
-  variant: z.string().optional(),
-  prompt: z.string().optional(),
-  permission: permissionSchema.optional(),
-  /** OpenCode's deprecated form of `permission`: tool → enabled (`false` = deny). */
-  tools: toolsSchema.optional(),
-  temperature: z.number().optional(),
-  top_p: z.number().optional(),
-  /** Provider options of this agent's model calls (OpenCode `agent.options`). */
-  options: z.record(z.string(), z.unknown()).optional(),
-  steps: z.number().int().positive().optional(),
-  /** OpenCode's older name of `steps` (`steps` wins when both are given). */
-  maxSteps: z.number().int().positive().optional(),
-  disable: z.boolean().optional(),
-});
-
-const limitsSchema = z
-  .object({
-    request_bytes: z.number().int().positive(),
-    text_part_bytes: z.number().int().positive(),
-    data_url_bytes: z.number().int().positive(),
-    attachment_bytes: z.number().int().positive(),
-    parts_per_prompt: z.number().int().positive(),
-    image_pixels: z.number().int().positive(),
-    symbol_source_bytes: z.number().int().positive(),
-    symbol_lookups: z.number().int().nonnegative(),
-    watch_buffer_events: z.number().int().positive(),
-    watch_buffer_bytes: z.number().int().positive(),
-    lock_connections: z.number().int().positive(),
-    mcp_item_bytes: z.number().int().positive(),
-    mcp_prompt_bytes: z.number().int().positive(),
-  })
-  .partial();
-
-const commandSchema = z.object({
-  template: z.string().min(1),
-  description: z.string().optional(),
-  agent: z.string().optional(),
-  model: modelRef.optional(),
-  subtask: z.boolean().optional(),
-});
-
-/** The shape of `ledger.json` (JSONC allowed), in the opencode.json style. */
-/**
- * How often (ms), by default, a replica on Postgres checks its watched sessions' `last_seq` for
- * events whose commit hint never came (`events.catch_up_ms`).
- */
-export const DEFAULT_CATCH_UP_MS = 1000;
-
-export const configFileSchema = z.object({
-  $schema: z.string().optional(),
-  model: modelRef.optional(),
-  default_agent: z.string().optional(),
-  /** Permission of every agent, laid over the built-in ones and under each agent's own (as in opencode.json). */
-  permission: permissionSchema.optional(),
-  /** OpenCode's deprecated form of the top-level `permission`: tool → enabled (`false` = deny). */
-  tools: toolsSchema.optional(),
-  /** Instruction files and globs for the system prompt (paths relative to the config file). */
-  instructions: z.array(z.string()).default([]),
-  agent: z.record(z.string(), agentSchema).default({}),
-  provider: z.record(z.string(), providerSchema).default({}),
-  roots: z.array(z.string()).default([]),
-  limits: limitsSchema.default({}),
-  plugin: z.array(z.string()).default([]),
-  plugins: z.array(z.string()).default([]),
-  cors: z.object({ origins: z.array(z.string()).default([]) }).default({ origins: [] }),
-  auth: authSchema,
-  tenants: tenantsSchema,
-  quotas: quotasSchema,
-  events: z
-    .object({
-      retention_hours: z.number().positive().default(168),
-      catch_up_ms: z.number().int().min(0).default(DEFAULT_CATCH_UP_MS),
-    })
-    .default({ retention_hours: 168, catch_up_ms: DEFAULT_CATCH_UP_MS }),
-  retry: z
-    .object({
-      attempts: z.number().int().min(0).max(20).default(4),
-      initial_ms: z.number().int().min(0).default(2000),
-      max_ms: z.number().int().min(0).default(30_000),
-      max_total_ms: z.number().int().min(0).default(15_000),
-    })
-    .default({ attempts: 4, initial_ms: 2000, max_ms: 30_000, max_total_ms: 15_000 }),
-  mcp: mcpSchema,
-  command: z.record(z.string(), commandSchema).default({}),
-  reference: z.record(z.string().regex(/^[^/\\\s]+$/, "expected an alias without slashes or spaces"), z.string().min(1)).default({}),
-  bus: z
-    .object({
-      nats: z
-        .object({
-          servers: z.array(z.string().min(1)).min(1),
-          name: z.string().min(1).optional(),
-        })
-        .optional(),
-    })
-    .default({}),
-  snapshot: z
-    .object({
-      dir: z.string().optional(),
-      max_bytes: z.number().int().positive().default(DEFAULT_SNAPSHOT_MAX_BYTES),
-      max_files: z.number().int().positive().default(DEFAULT_SNAPSHOT_MAX_FILES),
-    })
-    .default({ max_bytes: DEFAULT_SNAPSHOT_MAX_BYTES, max_files: DEFAULT_SNAPSHOT_MAX_FILES }),
-  compaction: z
-    .object({
-      auto: z.boolean().default(true),
-      prune: z.boolean().default(true),
-      prune_protect_tokens: z.number().int().min(0).default(DEFAULT_PRUNE_PROTECT_TOKENS),
-      prune_minimum_tokens: z.number().int().min(0).default(DEFAULT_PRUNE_MINIMUM_TOKENS),
-    })
-    .default({
-      auto: true,
-      prune: true,
-      prune_protect_tokens: DEFAULT_PRUNE_PROTECT_TOKENS,
-      prune_minimum_tokens: DEFAULT_PRUNE_MINIMUM_TOKENS,
-    }),
-  telemetry: telemetrySchema,
-});
-
-/** A parsed `ledger.json` before defaults are merged. */
-export type ConfigFile = z.infer<typeof configFileSchema>;
-/** A configured provider entry. */
-export type ProviderConfig = z.infer<typeof providerSchema>;
-/** A configured model entry. */
-export type ModelConfig = z.infer<typeof modelSchema>;
+export {
+  configFileSchema,
+  DEFAULT_CATCH_UP_MS,
+  DEFAULT_PRUNE_MINIMUM_TOKENS,
+  DEFAULT_PRUNE_PROTECT_TOKENS,
+  DEFAULT_SNAPSHOT_DIR,
+  DEFAULT_SNAPSHOT_MAX_BYTES,
+  DEFAULT_SNAPSHOT_MAX_FILES,
+};
+export type { ConfigFile, ModelConfig, ProviderConfig } from "./schema.js";
+export { lineAndColumn, parseConfigText, readConfigText } from "./read-config.js";
 
 export type { McpServerConfig } from "./mcp.js";
 
@@ -376,79 +225,9 @@ export function loadConfig(
   return config;
 }
 
-/**
- * Parses JSONC text into a validated `ConfigFile` (see {@link readConfigText}; warnings dropped,
- * unknown keys are errors). Throws `ConfigError` as `readConfigText` does.
- */
-export function parseConfigText(text: string, file: string, env: NodeJS.ProcessEnv = process.env): ConfigFile {
-  return readConfigText(text, file, { env }).config;
-}
-
-/**
- * Reads a config file's JSONC text (`file` names it in messages; `{file:}` paths are relative to
- * its directory): the OpenCode keys this service ignores are set aside (`stripIgnoredKeys`),
- * `{env:}`/`{file:}` replaced, unknown keys looked for, then the schema applied. Returns the
- * parsed file and the warnings: `ignoredKeysWarning`'s, and with `lenient` one
- * `<file>: unknown keys ignored (--lenient-config): a.b, c` (those keys dropped). Throws
- * `ConfigError`: `<file>: invalid JSONC at line L, column C: value expected` (1-based) for a
- * syntax error; `<file>: unknown key agent.review.colour (not a ledger.json or opencode.json key;
- * --lenient-config ignores unknown keys)` (every unknown key named, comma-separated);
- * `<file>: <key path>: <why>` for a `{file:}` that cannot be read or a schema failure.
- */
-export function readConfigText(
-  text: string,
-  file: string,
-  options: { env?: NodeJS.ProcessEnv; lenient?: boolean } = {},
-): { config: ConfigFile; warnings: string[]; ignored: IgnoredKey[] } {
-  const env = options.env ?? process.env;
-  const errors: ParseError[] = [];
-  const raw: unknown = parseJsonc(text, errors, { allowTrailingComma: true });
-  if (errors.length > 0) {
-    const first = errors[0]!;
-    const { line, column } = lineAndColumn(text, first.offset);
-    const what = printParseErrorCode(first.error)
-      .replace(/(?<=[a-z])([A-Z])/g, " $1")
-      .toLowerCase();
-    throw new ConfigError(`${file}: invalid JSONC at line ${line}, column ${column}: ${what}`);
-  }
-  const { value, ignored } = stripIgnoredKeys(raw);
-  const warnings: string[] = [];
-  const ignoredWarning = ignoredKeysWarning(file, ignored);
-  if (ignoredWarning) warnings.push(ignoredWarning);
-  let substituted = substituteVariables(value, { env, baseDir: path.dirname(path.resolve(file)), source: file });
-  const unknown = unknownKeys(configFileSchema, substituted);
-  if (unknown.length > 0) {
-    const names = unknown.map((k) => k.join(".")).join(", ");
-    if (!options.lenient)
-      throw new ConfigError(
-        `${file}: unknown key${unknown.length > 1 ? "s" : ""} ${names} (not a ledger.json or opencode.json key; --lenient-config ignores unknown keys)`,
-      );
-    warnings.push(`${file}: unknown keys ignored (--lenient-config): ${names}`);
-    substituted = withoutKeys(substituted, unknown);
-  }
-  const parsed = configFileSchema.safeParse(substituted);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    throw new ConfigError(`${file}: ${issue.path.join(".") || "(root)"}: ${issue.message}`);
-  }
-  const permissions = [
-    ["permission", parsed.data.permission] as const,
-    ...Object.entries(parsed.data.agent).map(([name, a]) => [`agent.${name}.permission`, a.permission] as const),
-  ];
-  warnings.push(...wildcardLastWarnings(permissions).map((w) => `${file}: ${w}`));
-  return { config: parsed.data, warnings, ignored };
-}
-
 /** Whether an environment switch is on (`1`, `true`, `yes`, case-insensitive). */
 function isTrue(value: string | undefined): boolean {
   return value !== undefined && ["1", "true", "yes"].includes(value.trim().toLowerCase());
-}
-
-/** The 1-based line and column (in UTF-16 code units, as editors count) of `offset` in `text`. */
-export function lineAndColumn(text: string, offset: number): { line: number; column: number } {
-  const before = text.slice(0, offset);
-  const lineStart = before.lastIndexOf("\n") + 1;
-  return { line: before.split("\n").length, column: offset - lineStart + 1 };
 }
 
 /** Configuration is unusable; the message names the file and key. */
