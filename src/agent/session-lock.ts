@@ -101,17 +101,15 @@ export function postgresLocks(url: string, options: PostgresLockOptions): Sessio
         client.off("end", lost);
       };
       // Postgres does not notice a closed client while its backend waits for a lock: the wait is
-      // cancelled on the server first (the cancel protocol, which needs no connection slot),
-      // then the connection is closed.
-      const cancel = () => {
-        cancelQuery(url, client);
-        giveBack(true);
-      };
+      // cancelled on the server first, then the connection is closed (at once if that fails).
+      const cancel = () => void cancelBackend(url, (client as unknown as { processID?: number }).processID).finally(() => giveBack(true));
       signal.addEventListener("abort", cancel, { once: true });
       try {
         // An abort that came while connecting must not leave us waiting for the lock.
         signal.throwIfAborted();
         await client.query("select pg_advisory_lock(hashtextextended($1, 0))", [sessionId]);
+        // An abort that came as the lock was granted has closed (or is closing) its connection.
+        signal.throwIfAborted();
         held = true;
       } catch (error) {
         detach();
@@ -142,18 +140,23 @@ export function postgresLocks(url: string, options: PostgresLockOptions): Sessio
 }
 
 /**
- * Sends Postgres a cancel request for the query `client` is running (node-postgres's own
- * `Client.cancel`: a new connection to the server carrying the backend's pid and secret key).
- * Best effort: a failure to reach the server is ignored (the backend then ends once it gets the
- * lock and finds its client gone).
+ * Cancels what backend `pid` is running (`pg_cancel_backend`, over a short connection of its own:
+ * the lock pool may be full). Never rejects: a failure (no connection to be had, no pid known)
+ * leaves the caller to close the waiting connection, and the backend then ends once it gets the
+ * lock and finds its client gone.
  */
-function cancelQuery(url: string, client: pg.PoolClient): void {
-  const active = (client as unknown as { activeQuery?: unknown }).activeQuery;
-  if (!active) return;
-  const canceller = new pg.Client({ connectionString: url });
-  const connection = (canceller as unknown as { connection: NodeJS.EventEmitter }).connection;
-  connection.on("error", () => {});
-  (canceller as unknown as { cancel(client: pg.PoolClient, query: unknown): void }).cancel(client, active);
+async function cancelBackend(url: string, pid: number | undefined): Promise<void> {
+  if (!pid) return;
+  const canceller = new pg.Client({ connectionString: url, application_name: "ledger-loop-lock-cancel", connectionTimeoutMillis: 5_000 });
+  canceller.on("error", () => {});
+  try {
+    await canceller.connect();
+    await canceller.query("select pg_cancel_backend($1)", [pid]);
+  } catch {
+    // Closing the waiting connection is all that is left.
+  } finally {
+    await canceller.end().catch(() => undefined);
+  }
 }
 
 /** In-process locks, for the embedded database (one process by construction). */
