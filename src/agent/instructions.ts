@@ -54,9 +54,10 @@ export interface InstructionSources {
  *
  * Files are read at each call (the loop calls it at each step, as OpenCode does): an edit shows in
  * the next step. Empty, binary and unreadable files are left out (unreadable ones logged). A file
- * gets at most {@link INSTRUCTION_FILE_BYTES} bytes, all together at most
- * {@link INSTRUCTIONS_TOTAL_BYTES}; a cut file ends with a `[truncated: ...]` note, a file past
- * the total is named with an `[omitted: ...]` note. Never throws. No files: `[]`.
+ * gets at most {@link INSTRUCTION_FILE_BYTES} bytes, all together (their `Instructions from:` lines
+ * included) at most {@link INSTRUCTIONS_TOTAL_BYTES}; a cut file ends with a `[truncated: ...]`
+ * note, and once the total is reached the files left are not opened: one `[omitted: N instruction
+ * files, ...]` note names them (the first {@link OMITTED_NAMES}). Never throws. No files: `[]`.
  */
 export async function instructionSections(sources: InstructionSources): Promise<string[]> {
   const files = await instructionFiles(sources).catch((error: unknown) => {
@@ -65,14 +66,33 @@ export async function instructionSections(sources: InstructionSources): Promise<
   });
   const sections: string[] = [];
   let left = INSTRUCTIONS_TOTAL_BYTES;
-  for (const file of new Set(files)) {
-    const limit = Math.min(INSTRUCTION_FILE_BYTES, left);
+  const unique = [...new Set(files)];
+  for (let i = 0; i < unique.length; i++) {
+    const file = unique[i]!;
+    const label = `Instructions from: ${file}\n`;
+    const limit = Math.min(INSTRUCTION_FILE_BYTES, left - Buffer.byteLength(label));
+    // Full: the files left are named in one note, not opened.
+    if (limit <= 0) {
+      sections.push(omittedNote(unique.slice(i)));
+      break;
+    }
     const read = await readInstructionFile(file, limit);
     if (!read || read.size === 0 || (read.bytes === read.size && !read.text.trim())) continue;
-    left -= read.bytes;
-    sections.push(`Instructions from: ${file}\n${read.text}${truncationNote(read)}`);
+    left -= Buffer.byteLength(label) + read.bytes;
+    sections.push(`${label}${read.text}${truncationNote(read)}`);
   }
   return sections;
+}
+
+/** Most file names an `[omitted: ...]` note lists. */
+const OMITTED_NAMES = 10;
+
+/** The note that stands for `files`, left out because the instructions fill their total limit. */
+function omittedNote(files: string[]): string {
+  const names =
+    files.slice(0, OMITTED_NAMES).join(", ") + (files.length > OMITTED_NAMES ? ` and ${files.length - OMITTED_NAMES} more` : "");
+  const count = files.length === 1 ? "1 instruction file" : `${files.length} instruction files`;
+  return `[omitted: ${count}, as the instructions already fill their ${INSTRUCTIONS_TOTAL_BYTES}-byte limit: ${names}]`;
 }
 
 /** The instruction files of {@link instructionSections}, in its order (duplicates kept). */
@@ -94,7 +114,7 @@ async function instructionFiles(sources: InstructionSources): Promise<string[]> 
  * A file that is not a regular file, or whose real path (symlinks resolved) leaves the worktree
  * root, is skipped. With `ceilings` (a tenant's roots), the walk stops at the nearest of them
  * holding the directory, if that is below the git root (at the directory itself when none holds
- * it). Absolute paths; `[]` when none.
+ * it). Real paths (what is read; symlinks resolved); `[]` when none.
  */
 export async function projectInstructionFiles(directory: string, ceilings?: string[]): Promise<string[]> {
   let top = (await gitRoot(directory)) ?? directory;
@@ -107,8 +127,9 @@ export async function projectInstructionFiles(directory: string, ceilings?: stri
   for (const name of PROJECT_FILES) {
     const found: string[] = [];
     for (const dir of dirs) {
-      const file = path.join(dir, name);
-      if (await confinedFile(file, realTop)) found.push(file);
+      // The real path is what gets read: a link changed after this check cannot lead elsewhere.
+      const real = await confinedFile(path.join(dir, name), realTop);
+      if (real) found.push(real);
     }
     if (found.length > 0) return found;
   }
@@ -191,8 +212,6 @@ interface ReadInstruction {
 
 function truncationNote(read: ReadInstruction): string {
   if (read.bytes === read.size) return "";
-  if (read.bytes === 0)
-    return `[omitted: this file is ${read.size} bytes and the instructions already fill their ${INSTRUCTIONS_TOTAL_BYTES}-byte limit]`;
   return (
     `\n\n[truncated: this file is ${read.size} bytes; only its first ${read.bytes} bytes are included ` +
     `(limits: ${INSTRUCTION_FILE_BYTES} bytes a file, ${INSTRUCTIONS_TOTAL_BYTES} bytes for all instructions)]`
@@ -256,12 +275,12 @@ async function isRegularFile(file: string): Promise<boolean> {
   return info.isSymbolicLink() && (await realpath(file).then(isRegularFile, () => false));
 }
 
-/** True when `file` is a regular file whose real path is inside `realTop` (and not under /proc, /sys, /dev). */
-async function confinedFile(file: string, realTop: string): Promise<boolean> {
-  if (!(await isRegularFile(file))) return false;
+/** The real path of `file` when it is a regular file inside `realTop` (and not under /proc, /sys, /dev); else undefined. */
+async function confinedFile(file: string, realTop: string): Promise<string | undefined> {
+  if (!(await isRegularFile(file))) return undefined;
   const real = await realpath(file).catch(() => undefined);
-  if (!real || isSpecialPath(real)) return false;
-  if (isInside(realTop, real)) return true;
+  if (!real || isSpecialPath(real)) return undefined;
+  if (isInside(realTop, real)) return real;
   logger.warn("instructions: project instruction file leads outside its worktree through a symlink; left out", { file });
-  return false;
+  return undefined;
 }

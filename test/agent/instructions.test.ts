@@ -5,6 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   globalInstructionFile,
   INSTRUCTION_FILE_BYTES,
+  instructionSections,
   INSTRUCTIONS_TOTAL_BYTES,
   projectInstructionFiles,
 } from "../../src/agent/instructions.js";
@@ -315,16 +316,37 @@ describe("size limits", () => {
     const medium = "m".repeat(30_000);
     await layout({ "big/repo/.git": "", "big/repo/app/AGENTS.md": big, "big/repo/AGENTS.md": medium, "xdg/ledger/AGENTS.md": "global" });
     const limits = `(limits: ${INSTRUCTION_FILE_BYTES} bytes a file, ${INSTRUCTIONS_TOTAL_BYTES} bytes for all instructions)`;
+    const label = (file: string) => `Instructions from: ${file}\n`;
     const firstBytes = INSTRUCTION_FILE_BYTES - 1;
-    const rest = INSTRUCTIONS_TOTAL_BYTES - firstBytes;
+    // The total counts each file's "Instructions from:" line too.
+    const rest = INSTRUCTIONS_TOTAL_BYTES - label(`${dir}/AGENTS.md`).length - firstBytes - label(`${t.dir}/big/repo/AGENTS.md`).length;
     expect(await systemSent(dir)).toBe(
       `${defaultPrompt(dir)}\n\n` +
-        `Instructions from: ${dir}/AGENTS.md\n${"x" + "é".repeat((firstBytes - 1) / 2)}\n\n` +
+        `${label(`${dir}/AGENTS.md`)}${"x" + "é".repeat((firstBytes - 1) / 2)}\n\n` +
         `[truncated: this file is 50000 bytes; only its first ${firstBytes} bytes are included ${limits}]\n\n` +
-        `Instructions from: ${t.dir}/big/repo/AGENTS.md\n${"m".repeat(rest)}\n\n` +
+        `${label(`${t.dir}/big/repo/AGENTS.md`)}${"m".repeat(rest)}\n\n` +
         `[truncated: this file is 30000 bytes; only its first ${rest} bytes are included ${limits}]\n\n` +
-        `Instructions from: ${xdg}/ledger/AGENTS.md\n` +
-        `[omitted: this file is 6 bytes and the instructions already fill their ${INSTRUCTIONS_TOTAL_BYTES}-byte limit]`,
+        `[omitted: 1 instruction file, as the instructions already fill their ${INSTRUCTIONS_TOTAL_BYTES}-byte limit: ${xdg}/ledger/AGENTS.md]`,
     );
+  });
+
+  it("holds the total with many small files: the ones past it are named in one note, not each given a section", async () => {
+    const dir = await sessionDir("many/repo");
+    const files: Record<string, string> = { "many/repo/.git": "" };
+    for (let i = 0; i < 300; i++) files[`many/repo/rules/r${String(i).padStart(3, "0")}.md`] = "r".repeat(1000);
+    await layout(files);
+    const sections = await instructionSections({ directory: dir, instructions: { baseDir: dir, entries: ["rules/*.md"] } });
+    const rule = (i: number) => `${dir}/rules/r${String(i).padStart(3, "0")}.md`;
+    const fit = Math.floor(INSTRUCTIONS_TOTAL_BYTES / (`Instructions from: ${rule(0)}\n`.length + 1000));
+    expect(sections.slice(0, fit)).toEqual(Array.from({ length: fit }, (_, i) => `Instructions from: ${rule(i)}\n${"r".repeat(1000)}`));
+    // The next file gets what is left, cut; the rest are named in one note, never opened.
+    const label = `Instructions from: ${rule(fit)}\n`;
+    const left = INSTRUCTIONS_TOTAL_BYTES - fit * (label.length + 1000) - label.length;
+    const named = Array.from({ length: 10 }, (_, k) => rule(fit + 1 + k)).join(", ");
+    const limits = `(limits: ${INSTRUCTION_FILE_BYTES} bytes a file, ${INSTRUCTIONS_TOTAL_BYTES} bytes for all instructions)`;
+    expect(sections.slice(fit)).toEqual([
+      `${label}${"r".repeat(left)}\n\n[truncated: this file is 1000 bytes; only its first ${left} bytes are included ${limits}]`,
+      `[omitted: ${300 - fit - 1} instruction files, as the instructions already fill their ${INSTRUCTIONS_TOTAL_BYTES}-byte limit: ${named} and ${300 - fit - 11} more]`,
+    ]);
   });
 });
