@@ -4,6 +4,7 @@ import { fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
 import { MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { isId, newId } from "../ids.js";
+import { ConfigError } from "../config/config-error.js";
 import { PluginError } from "../errors.js";
 
 /**
@@ -39,8 +40,10 @@ export interface PluginHost {
 }
 
 /**
- * Imports each plugin module (absolute path or package name) once. Throws `PluginError` when a
- * module cannot be imported.
+ * Imports each plugin module (absolute path or package name) once. Throws `ConfigError` when a
+ * module cannot be imported, naming it and why (`plugin opencode-wakatime cannot be loaded:
+ * Cannot find package 'opencode-wakatime' …`), with a reminder that OpenCode plugins are not
+ * plugins of this service (docs/configuration.md#plugins): it stops the start.
  */
 export async function loadPlugins(specifiers: string[]): Promise<PluginHost> {
   const loaded: Array<{ name: string; module: PluginModule }> = [];
@@ -49,7 +52,12 @@ export async function loadPlugins(specifiers: string[]): Promise<PluginHost> {
       const url = path.isAbsolute(spec) ? pathToFileURL(spec).href : spec;
       loaded.push({ name: spec, module: (await import(url)) as PluginModule });
     } catch (cause) {
-      throw new PluginError(spec, "load", { cause });
+      const why = cause instanceof Error ? cause.message.split("\n")[0] : String(cause);
+      throw new ConfigError(
+        `plugin ${spec} cannot be loaded: ${why} (a plugin is a module of this service's plugin interface, ` +
+          "not an OpenCode plugin: docs/configuration.md#plugins)",
+        { cause },
+      );
     }
   }
   return {
