@@ -52,6 +52,21 @@ export function namesTool(rule: Rule, permission: string): boolean {
   return wildcard(permission, rule.permission);
 }
 
+/**
+ * The tools of `ids` denied outright, which the model is not offered at all: those whose last
+ * rule naming them has the pattern `*` and the action `deny` (OpenCode `PermissionNext.disabled`
+ * as its `resolveTools` applies it). A tool denied only on some patterns (`bash` on `rm *`) stays
+ * offered; its calls are weighed one by one.
+ */
+export function disabledTools(rules: readonly Rule[], ids: readonly string[]): Set<string> {
+  const disabled = new Set<string>();
+  for (const id of ids) {
+    const rule = rules.findLast((r) => namesTool(r, id));
+    if (rule?.pattern === "*" && rule.action === "deny") disabled.add(id);
+  }
+  return disabled;
+}
+
 function wildcard(value: string, pattern: string): boolean {
   if (pattern === "*") return true;
   return isMatch(value, pattern, { caseSensitive: true });

@@ -7,7 +7,7 @@ import { editDefinition } from "./edit.js";
 import { globDefinition } from "./glob.js";
 import { grepDefinition } from "./grep.js";
 import { listDefinition } from "./list.js";
-import { checkPermission, permissionRules, type Asker, type Rule } from "./permission.js";
+import { checkPermission, disabledTools, permissionRules, type Asker, type Rule } from "./permission.js";
 import { readDefinition } from "./read.js";
 import { taskDefinition, type TaskRunner } from "./task.js";
 import { todoDefinitions, type TodoList } from "./todo.js";
@@ -84,8 +84,14 @@ export function createTools(options: {
   }
   if (options.todos) definitions.push(...(todoDefinitions(options.todos) as ToolDefinition<unknown>[]));
   if (options.mcpTools) definitions.push(...options.mcpTools);
+  // Tools denied outright are not offered (OpenCode drops them too): the model cannot spend a step on them.
+  const disabled = disabledTools(
+    rules,
+    definitions.map((d) => d.id),
+  );
   const tools: ToolSet = {};
-  for (const definition of definitions) tools[definition.id] = guarded(definition, agent.name, rules, context, options);
+  for (const definition of definitions)
+    if (!disabled.has(definition.id)) tools[definition.id] = guarded(definition, agent.name, rules, context, options);
   return tools;
 }
 

@@ -227,16 +227,17 @@ describe("tools", () => {
     expect(shapes(messages)).toEqual([userText, toolStep(userId, "read"), textStep(userId)]);
   });
 
-  it("records a tool the session denies (deprecated tools map) as a tool error the model sees next", async () => {
+  it("does not offer a tool the session denies (deprecated tools map); a call of it anyway is a tool error the model sees next", async () => {
     const { mock, messages, userId, sessionId } = await run(t, [readNotes(), textReply("I may not read files.")], {
       parts: [text("read the notes")],
       tools: { read: false },
     });
     expect(shapes(messages)).toEqual([userText, toolStep(userId, "read", "error"), textStep(userId)]);
+    const offered = toolNames(mock.doStreamCalls[0]!);
+    expect(offered).not.toContain("read");
     const state = toolOf(messages[1]!).state!.status;
     const error = state.case === "error" ? state.value.error : "";
-    expect(error).toContain("permission denied");
-    expect(error).toBe("permission denied: the build agent may not use the read tool");
+    expect(error).toBe(`Model tried to call unavailable tool 'read'. Available tools: ${offered.join(", ")}.`);
     expect(state.value).toMatchObject({ input: { filePath: "notes.txt" } });
     expect(conversation(mock, 1)).toEqual([
       user("read the notes"),

@@ -119,17 +119,19 @@ describe("MCP tools for the model", () => {
     expect(output).not.toContain("iVBORw0KGgo");
   });
 
-  it("denies a call an agent's rule denies (`everything_*`: deny), and allows the one its later rule allows", async () => {
-    const { messages } = await prompt(
+  it("does not offer the tools an agent's rule denies (`everything_*`: deny) and offers the one its later rule allows", async () => {
+    const { mock, messages } = await prompt(
       [toolCallReply("call_1", "everything_get-env", {}), toolCallReply("call_2", "everything_echo", { message: "hi" }), textReply("done")],
       "env then echo",
       "guarded",
     );
+    const names = offered(mock.doStreamCalls[0]!).map((tool) => tool.name);
+    expect(names.filter((n) => n.startsWith("everything_"))).toEqual(["everything_echo"]);
     expect(toolOf(messages[1])!.state!.status).toEqual({
       case: "error",
       value: expect.objectContaining({
         input: {},
-        error: "permission denied: the guarded agent may not use the everything_get-env tool",
+        error: `Model tried to call unavailable tool 'everything_get-env'. Available tools: ${names.join(", ")}.`,
       }),
     });
     expect(toolOf(messages[2])!.state!.status).toEqual({
@@ -153,16 +155,21 @@ describe("MCP tools for the model", () => {
     });
   });
 
-  it("denies a call the session's rules deny (a prompt's tools map)", async () => {
-    const { messages } = await prompt(
+  it("does not offer a tool the session's rules deny (a prompt's tools map)", async () => {
+    const { mock, messages } = await prompt(
       [toolCallReply("call_1", "everything_echo", { message: "hi" }), textReply("denied")],
       "echo",
       undefined,
       { everything_echo: false },
     );
+    const names = offered(mock.doStreamCalls[0]!).map((tool) => tool.name);
+    expect(names).not.toContain("everything_echo");
+    expect(names).toContain("everything_get-sum");
     expect(toolOf(messages[1])!.state!.status).toEqual({
       case: "error",
-      value: expect.objectContaining({ error: "permission denied: the build agent may not use the everything_echo tool" }),
+      value: expect.objectContaining({
+        error: `Model tried to call unavailable tool 'everything_echo'. Available tools: ${names.join(", ")}.`,
+      }),
     });
   });
 

@@ -57,14 +57,20 @@ const exists = (file: string) =>
   );
 
 describe("an opencode.json's permissions in the agent loop", () => {
-  it('agent "tools": {"write": false, "edit": false}: the review agent\'s write is denied, nothing written', async () => {
+  it('agent "tools": {"write": false, "edit": false}: the review agent is not offered write, edit or patch; a write anyway is refused, nothing written', async () => {
     const { sessionId, dir } = await newSession("review", "review");
     t.fake.push(call("call_1", "write", { filePath: "notes.md", content: "x\n" }), say("I may not write."));
+    const before = t.fake.requests.length;
     await t.client.prompt({ sessionId, parts: [text("write notes.md")] });
     const [write] = tools(await untilIdle(sessionId));
+    const offered = ((t.fake.requests[before]!.body.tools ?? []) as Array<{ function: { name: string } }>).map(
+      (tool) => tool.function.name,
+    );
+    expect(offered.filter((name) => ["write", "edit", "patch"].includes(name))).toEqual([]);
+    expect(offered).toContain("read");
     expect(write?.state?.status).toMatchObject({
       case: "error",
-      value: { error: 'permission denied: the review agent may not use the write tool on "notes.md"' },
+      value: { error: `Model tried to call unavailable tool 'write'. Available tools: ${offered.join(", ")}.` },
     });
     expect(await exists(path.join(dir, "notes.md"))).toBe(false);
   });

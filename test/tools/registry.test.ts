@@ -103,10 +103,9 @@ describe("createTools", () => {
     for (const tool of ["todowrite", "todoread"]) {
       expect([...byName.values()].filter((a) => isAllowed(a, [], tool)).map((a) => a.name)).toEqual(["build", "plan"]);
     }
+    // Denied outright: the general subagent is not offered them at all.
     const denied = createTools({ ...options, context: t.ctx, agent: general!, todos });
-    expect((await rejection(run(denied, "todowrite", { todos: list }))).message).toBe(
-      "permission denied: the general agent may not use the todowrite tool",
-    );
+    expect(Object.keys(denied).filter((id) => id.startsWith("todo"))).toEqual([]);
   });
 
   it("describes task with the subagents and accepts only their names", async () => {
@@ -136,14 +135,21 @@ describe("createTools", () => {
     expect((await rejection(run(tools, "read", { filePath: "a.txt" }))).name).toBe("AbortError");
   });
 
-  it("refuses a call the agent may not make, naming the agent and the tool", async () => {
-    const tools = createTools({ ...options, context: t.ctx, rules: [rule("read", false)] });
-    expect((await rejection(run(tools, "read", { filePath: "a.txt" }))).message).toBe(
-      "permission denied: the build agent may not use the read tool",
-    );
-    const denied = createTools({ ...options, context: t.ctx, agent: agent({ task: "deny" }) });
-    expect((await rejection(run(denied, "task", { description: "d", prompt: "p", subagent_type: "general" }))).message).toBe(
-      "permission denied: the custom agent may not use the task tool",
+  it("does not offer a tool denied outright (OpenCode PermissionNext.disabled): by the session, the agent, or a wildcard", async () => {
+    const all = Object.keys(createTools({ ...options, context: t.ctx }));
+    const offered = (o: Partial<Parameters<typeof createTools>[0]>) => Object.keys(createTools({ ...options, context: t.ctx, ...o }));
+    expect(offered({ rules: [rule("read", false)] })).toEqual(all.filter((id) => id !== "read"));
+    expect(offered({ agent: agent({ task: "deny" }) })).toEqual(all.filter((id) => id !== "task"));
+    expect(offered({ agent: agent({ "*": "deny", read: "allow" }) })).toEqual(["read"]);
+    // A later allow on the session brings it back; a deny on some patterns only keeps it offered.
+    expect(offered({ agent: agent({ read: "deny" }), rules: [rule("read", true)] })).toEqual(all);
+    expect(offered({ agent: agent({ bash: { "rm *": "deny" } }) })).toEqual(all);
+  });
+
+  it("refuses a call the agent may not make on its pattern, naming the agent, the tool and the pattern", async () => {
+    const tools = createTools({ ...options, context: t.ctx, agent: agent({ bash: { "rm *": "deny" } }) });
+    expect((await rejection(run(tools, "bash", { command: "rm -rf x", description: "remove" }))).message).toBe(
+      'permission denied: the custom agent may not use the bash tool on "rm -rf x"',
     );
   });
 
