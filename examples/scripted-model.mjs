@@ -12,7 +12,10 @@
 //     whose content quotes the first line of the last user message;
 //   - the last message is a tool result: it says "Wrote hello.txt." when the result is the
 //     write tool's success, else that the write did not happen, quoting the result's first line
-//     (a rejected permission request, for example).
+//     (a rejected permission request, for example);
+//   - the last user message reads `call TOOL {json arguments}` (e.g. an MCP server's tool,
+//     `call everything_echo {"message": "hi"}`): it calls that tool with those arguments, and
+//     after its result says `TOOL answered: <the result's first line>`.
 //
 // Usage: node examples/scripted-model.mjs [--port 8089]   (0 picks a free port)
 // Prints one line when ready: "scripted model on http://127.0.0.1:8089/v1"; a line per request
@@ -53,28 +56,36 @@ async function handle(req, res) {
   }
   const messages = Array.isArray(body?.messages) ? body.messages : [];
   const turn = nextTurn(messages, Array.isArray(body?.tools) ? body.tools : []);
-  process.stderr.write(`${new Date().toISOString()} ${turn.call ? `write ${FILE}` : `says ${JSON.stringify(turn.text)}`}\n`);
+  process.stderr.write(`${new Date().toISOString()} ${turn.call ? `calls ${turn.call.name}` : `says ${JSON.stringify(turn.text)}`}\n`);
   const model = typeof body.model === "string" ? body.model : MODEL;
   if (body.stream === true) streamTurn(res, turn, model);
   else completeTurn(res, turn, model);
 }
 
 /**
- * The script: `{ call: { id, name, arguments } }` to write hello.txt, or `{ text }` once the
- * conversation ends with a tool result (or when the request offers no `write` tool).
+ * The script: `{ call: { id, name, arguments } }` to write hello.txt (or to call the tool a
+ * `call TOOL {json}` message names), or `{ text }` once the conversation ends with a tool result
+ * (or when the request does not offer the tool).
  */
 function nextTurn(messages, tools) {
   const last = messages.at(-1);
+  const user = messages.findLast((m) => m?.role === "user");
+  const asked = contentText(user?.content).split("\n", 1)[0].trim() || "(nothing)";
+  const named = /^call\s+(\S+)\s*(\{.*\})?\s*$/.exec(asked);
   if (last?.role === "tool") {
     const result = contentText(last.content);
+    if (named) return { text: `${named[1]} answered: ${result.split("\n", 1)[0]}` };
     if (result.startsWith(WRITE_OK)) return { text: `Wrote ${FILE}.` };
     return { text: `I did not write ${FILE}: ${result.split("\n", 1)[0]}` };
+  }
+  if (named) {
+    const [, name, args = "{}"] = named;
+    if (!tools.some((t) => t?.function?.name === name)) return { text: `I am not offered a tool named ${name}.` };
+    return { call: { id: `call_${Date.now().toString(36)}`, name, arguments: args } };
   }
   if (!tools.some((t) => t?.function?.name === "write")) {
     return { text: `This agent has no write tool, so I cannot create ${FILE}.` };
   }
-  const user = messages.findLast((m) => m?.role === "user");
-  const asked = contentText(user?.content).split("\n", 1)[0].trim() || "(nothing)";
   const content = `Hello from the scripted model.\nYou asked: ${asked}\n`;
   return { call: { id: `call_${Date.now().toString(36)}`, name: "write", arguments: JSON.stringify({ filePath: FILE, content }) } };
 }
