@@ -19,7 +19,7 @@ const MAX_TOOL_PAGES = 50;
 /** The SDK's stdio transport error when a message passes its read buffer (`ReadBuffer`, shared/stdio.js): it then closes the connection. */
 const STDIO_OVERFLOW = /ReadBuffer exceeded maximum size of (\d+) bytes/;
 
-/** Clients whose transport hit the stdio buffer limit, with that limit (bytes). */
+/** Clients whose transport hit the stdio buffer limit or the HTTP one, with that limit (bytes). */
 const overflowed = new WeakMap<Client, number>();
 /** Clients whose errors are watched for {@link STDIO_OVERFLOW}. */
 const watched = new WeakSet<Client>();
@@ -246,7 +246,21 @@ export class Connection {
     };
     const server = this.server;
     const start =
-      server.type === "local" ? startLocal(sdk, this.name, server, newClient) : startRemote(sdk, server, newClient, () => this.closed);
+      server.type === "local"
+        ? startLocal(sdk, this.name, server, newClient)
+        : startRemote(
+            sdk,
+            server,
+            newClient,
+            () => this.closed,
+            (error) => {
+              // As a stdio overflow: the connection is closed, its pending requests fail naming the limit.
+              const client = entry.client;
+              overflowed.set(client, error.limit);
+              logger.warn("mcp server message over the HTTP limit", { server: this.name, limit: error.limit });
+              if (entry.connected) this.drop(client);
+            },
+          );
     entry.ready = start.then(
       async (client) => {
         // Closed meanwhile: by close(), or the process ended right after the start.
@@ -323,12 +337,16 @@ export class Connection {
     };
   }
 
-  /** The error naming the stdio limit, when `client`'s connection was closed for a message over it. */
+  /**
+   * The error naming the limit, when `client`'s connection was closed for a message over it: the
+   * stdio one (local), or the HTTP one on a body or an event (remote; `REMOTE_MESSAGE_LIMIT` in transports.ts).
+   */
   private overflowError(client: Client): Error | undefined {
     const limit = overflowed.get(client);
     if (limit === undefined) return undefined;
+    const next = this.server.type === "local" ? "the server starts again on its next use" : "the next use connects again";
     return new Error(
-      `MCP server ${JSON.stringify(this.name)} sent a message larger than the stdio limit (${limit} bytes); the connection was closed and the server starts again on its next use`,
+      `${this.label} sent a message larger than the ${this.server.type === "local" ? "stdio" : "HTTP"} limit (${limit} bytes); the connection was closed and ${next}`,
     );
   }
 }
