@@ -18,6 +18,7 @@ export interface Sdk {
   McpError: typeof import("@modelcontextprotocol/sdk/types.js").McpError;
   ErrorCode: typeof import("@modelcontextprotocol/sdk/types.js").ErrorCode;
   ToolListChangedNotificationSchema: typeof import("@modelcontextprotocol/sdk/types.js").ToolListChangedNotificationSchema;
+  ResourceListChangedNotificationSchema: typeof import("@modelcontextprotocol/sdk/types.js").ResourceListChangedNotificationSchema;
 }
 
 /**
@@ -42,6 +43,7 @@ export const loadSdk: () => Promise<Sdk> = loadOnce(() =>
     McpError: types.McpError,
     ErrorCode: types.ErrorCode,
     ToolListChangedNotificationSchema: types.ToolListChangedNotificationSchema,
+    ResourceListChangedNotificationSchema: types.ResourceListChangedNotificationSchema,
   })),
 );
 
