@@ -4,6 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { startMcp, type McpReader } from "../../src/mcp/client.js";
 import { REMOTE_MESSAGE_LIMIT } from "../../src/mcp/transports.js";
+import { captureStderr } from "../support/stderr.js";
 import { waitFor } from "../support/wait.js";
 
 // The size limit on what a remote MCP server sends: a small hand-written MCP server on loopback
@@ -14,6 +15,7 @@ const LIMIT = REMOTE_MESSAGE_LIMIT;
 /** What the server sends of an endless resource before giving up (never reached: the client stops reading). */
 const ENDLESS = 8 * LIMIT;
 
+const stderr = captureStderr();
 const opened: McpReader[] = [];
 afterEach(async () => {
   await Promise.all(opened.splice(0).map((m) => m.close()));
@@ -147,14 +149,24 @@ describe("a remote server's messages are bounded by the HTTP limit (10 MiB, the 
   const tooLarge = (name: string) =>
     `MCP server "${name}" at http://127.0.0.1:${fake.port} sent a message larger than the HTTP limit (${LIMIT} bytes); the connection was closed and the next use connects again`;
 
-  it("an endless JSON answer (Streamable HTTP) fails naming the limit, read no further; the next use connects again", async () => {
+  it("an endless JSON answer (Streamable HTTP) fails naming the limit, read no further, logged without the headers; the next use connects again", async () => {
     expect(LIMIT).toBe(10 * 1024 * 1024);
-    const mcp = await mcpOf({ big: { type: "remote", url: `http://127.0.0.1:${fake.port}/mcp`, timeout: 20_000 } });
+    const headers = { Authorization: "Bearer s3cr3t-t0ken" };
+    const mcp = await mcpOf({ big: { type: "remote", url: `http://127.0.0.1:${fake.port}/mcp`, headers, timeout: 20_000 } });
     fake.sent.length = 0;
     await expect(mcp.read("big", "huge://json")).rejects.toThrow(new Error(tooLarge("big")));
     // The client stopped reading near the limit (the socket buffers hold a few MiB more at most).
     await waitFor("the server to see the hang-up", () => fake.sent.length === 1);
     expect(fake.sent[0]).toBeLessThan(3 * LIMIT);
+    const records = stderr
+      .written()
+      .join("")
+      .split("\n")
+      .filter((line) => line.includes("over the HTTP limit"));
+    expect(records.map((line) => JSON.parse(line) as Record<string, unknown>)).toEqual([
+      { time: expect.any(String), level: "warn", msg: "mcp server message over the HTTP limit", server: "big", limit: LIMIT },
+    ]);
+    expect(stderr.written().join("")).not.toContain("s3cr3t-t0ken");
     expect(await mcp.read("big", "small://one")).toEqual([{ text: "ok" }]);
   });
 
