@@ -1,23 +1,12 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { McpServerConfig } from "../config/mcp.js";
-import {
-  mcpToolId,
-  type McpResourceListing,
-  type McpResourceInfo,
-  type McpResourceTemplateInfo,
-  type McpServerStatus,
-  type McpTool,
-  type McpToolResult,
-} from "./reader.js";
+import { listAllResources, listAllTools } from "./listings.js";
+import { type McpResourceListing, type McpServerStatus, type McpTool, type McpToolResult } from "./reader.js";
 import { logger } from "../observe/log.js";
 import { closeClient, loadSdk, NeedsAuth, reason, startLocal, startRemote, untilAborted } from "./transports.js";
 
 type ResourceContents = Awaited<ReturnType<Client["readResource"]>>["contents"];
 
-/** Most pages of `tools/list` read from one server (a server paging forever lists the first ones only). */
-const MAX_TOOL_PAGES = 50;
-/** Most pages of `resources/list` (and of `resources/templates/list`) read from one server. */
-export const MAX_RESOURCE_PAGES = 50;
 /** How long (ms) a server's resource listing is reused (unless the server says it changed before). */
 export const RESOURCE_LISTING_MS = 30_000;
 
@@ -118,20 +107,7 @@ export class Connection {
         used = client;
         const current = this.current;
         if (current?.client === client && current.tools) return current.tools;
-        // A server without the tools capability (resources only) has none: asking would fail.
-        const listing = !client.getServerCapabilities()?.tools
-          ? Promise.resolve([])
-          : allPages(MAX_TOOL_PAGES, async (cursor) => {
-              const result = await client.listTools(cursor ? { cursor } : {}, { signal: abort, timeout: this.server.timeoutMs });
-              const tools = result.tools.map((t): McpTool => ({
-                server: this.name,
-                name: t.name,
-                id: mcpToolId(this.name, t.name),
-                description: t.description ?? "",
-                inputSchema: t.inputSchema as Record<string, unknown>,
-              }));
-              return { items: tools, nextCursor: result.nextCursor };
-            });
+        const listing = listAllTools(client, this.name, { signal: abort, timeout: this.server.timeoutMs });
         if (current?.client === client) current.tools = listing;
         // A failed listing is not kept: the next step asks again.
         listing.catch(() => {
@@ -321,7 +297,7 @@ export class Connection {
 
   /**
    * The server's resources, then its resource templates (MCP `resources/list` and
-   * `resources/templates/list`, every page, at most {@link MAX_RESOURCE_PAGES} of each), bounded
+   * `resources/templates/list`, every page, at most `MAX_RESOURCE_PAGES` (listings.ts) of each), bounded
    * by the server's `timeout` (start included) and `signal`; none when the server does not
    * declare the `resources` capability. A listing is reused for {@link RESOURCE_LISTING_MS}, or
    * until the server says its resources changed (`notifications/resources/list_changed`) or its
@@ -332,7 +308,7 @@ export class Connection {
       const current = this.current;
       const cached = current?.client === client ? current.resources : undefined;
       if (cached && Date.now() - cached.at < RESOURCE_LISTING_MS) return cached.listing;
-      const listing = this.readResourceListing(client, abort);
+      const listing = listAllResources(client, { signal: abort, timeout: this.server.timeoutMs });
       const entry = { listing, at: Date.now() };
       if (current?.client === client) current.resources = entry;
       listing.catch(() => {
@@ -340,31 +316,6 @@ export class Connection {
       });
       return listing;
     });
-  }
-
-  private async readResourceListing(client: Client, abort: AbortSignal | undefined): Promise<McpResourceListing> {
-    if (!client.getServerCapabilities()?.resources) return { resources: [], templates: [] };
-    const options = { signal: abort, timeout: this.server.timeoutMs };
-    const resources = await allPages(MAX_RESOURCE_PAGES, async (cursor) => {
-      const result = await client.listResources(cursor ? { cursor } : {}, options);
-      const items = result.resources.map((r): McpResourceInfo => ({
-        uri: r.uri,
-        name: r.name,
-        ...described(r),
-        ...(typeof r.size === "number" ? { size: r.size } : {}),
-      }));
-      return { items, nextCursor: result.nextCursor };
-    });
-    const templates = await allPages(MAX_RESOURCE_PAGES, async (cursor) => {
-      const result = await client.listResourceTemplates(cursor ? { cursor } : {}, options);
-      const items = result.resourceTemplates.map((t): McpResourceTemplateInfo => ({
-        uriTemplate: t.uriTemplate,
-        name: t.name,
-        ...described(t),
-      }));
-      return { items, nextCursor: result.nextCursor };
-    });
-    return { resources, templates };
   }
 
   /** Notes on `client` when its stdio transport reports a message over the SDK's read buffer (the SDK then closes the connection). */
@@ -394,33 +345,4 @@ export class Connection {
       `${this.label} sent a message larger than the ${this.server.type === "local" ? "stdio" : "HTTP"} limit (${limit} bytes); the connection was closed and ${next}`,
     );
   }
-}
-
-/** The optional descriptive fields of a listed resource or template, those the server gave. */
-function described(entry: { title?: string; description?: string; mimeType?: string }): {
-  title?: string;
-  description?: string;
-  mimeType?: string;
-} {
-  return {
-    ...(entry.title ? { title: entry.title } : {}),
-    ...(entry.description ? { description: entry.description } : {}),
-    ...(entry.mimeType ? { mimeType: entry.mimeType } : {}),
-  };
-}
-
-/** The items of every page `page` gives from a cursor (the first page without one), at most `maxPages` pages (a server paging forever gives its first ones). */
-async function allPages<T>(
-  maxPages: number,
-  page: (cursor: string | undefined) => Promise<{ items: T[]; nextCursor?: string }>,
-): Promise<T[]> {
-  const items: T[] = [];
-  let cursor: string | undefined;
-  for (let n = 0; n < maxPages; n++) {
-    const result = await page(cursor);
-    items.push(...result.items);
-    cursor = result.nextCursor;
-    if (!cursor) break;
-  }
-  return items;
 }

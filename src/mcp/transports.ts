@@ -131,22 +131,27 @@ export function limitedFetch(limit: number, onOverflow: (error: MessageTooLarge)
     if (!response.body || [101, 204, 205, 304].includes(response.status)) return response;
     const stream = (response.headers.get("content-type") ?? "").toLowerCase().includes("text/event-stream");
     let size = 0;
-    // Event streams: whether the bytes read so far end a line (a "\n" then only "\r"s).
+    // Event streams: whether the bytes read so far end a line, and whether the last byte was a "\r"
+    // (a line ends with "\r\n", "\n" or "\r", as the SSE spec has it).
     let lineStart = true;
+    let afterCr = false;
     const counted = new TransformStream<Uint8Array, Uint8Array>({
       transform(chunk, controller) {
         if (!stream) size += chunk.byteLength;
         else
           for (const byte of chunk) {
-            if (byte === 10) {
+            if (byte === 10 || byte === 13) {
+              const crlf = byte === 10 && afterCr;
+              afterCr = byte === 13;
+              if (crlf) continue;
               // A blank line ends an event: the next one counts from 0.
               if (lineStart) size = 0;
               lineStart = true;
-            } else if (byte !== 13) {
+            } else {
+              afterCr = false;
               lineStart = false;
-              size++;
+              if (++size > limit) break;
             }
-            if (size > limit) break;
           }
         if (size > limit) {
           const error = new MessageTooLarge(limit);
