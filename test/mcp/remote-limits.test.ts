@@ -3,7 +3,7 @@ import type net from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { startMcp, type McpReader } from "../../src/mcp/client.js";
-import { REMOTE_MESSAGE_LIMIT } from "../../src/mcp/transports.js";
+import { limitedFetch, MessageTooLarge, REMOTE_MESSAGE_LIMIT } from "../../src/mcp/transports.js";
 import { captureStderr } from "../support/stderr.js";
 import { waitFor } from "../support/wait.js";
 
@@ -189,5 +189,41 @@ describe("a remote server's messages are bounded by the HTTP limit (10 MiB, the 
     await waitFor("the server to see the hang-up", () => fake.sent.length === 1);
     expect(fake.sent[0]).toBeLessThan(3 * LIMIT);
     expect(await mcp.read("old", "small://one")).toEqual([{ text: "ok" }]);
+  });
+});
+
+describe("limitedFetch (a limit of 100 bytes)", () => {
+  /** The text `limitedFetch` gives of a body sent in `chunks` as `type`, or its error, and the overflows it reported. */
+  async function read(type: string, chunks: string[]): Promise<{ text?: string; error?: unknown; overflows: number }> {
+    let overflows = 0;
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (const chunk of chunks) controller.enqueue(new TextEncoder().encode(chunk));
+        controller.close();
+      },
+    });
+    const base = () => Promise.resolve(new Response(body, { headers: { "content-type": type } }));
+    const response = await limitedFetch(100, () => overflows++, base)("http://127.0.0.1/mcp");
+    return response.text().then(
+      (text) => ({ text, overflows }),
+      (error: unknown) => ({ error, overflows }),
+    );
+  }
+
+  it("a body counts whole: 100 bytes pass, 101 fail with MessageTooLarge, reported once", async () => {
+    expect(await read("application/json", ["x".repeat(60), "x".repeat(40)])).toEqual({ text: "x".repeat(100), overflows: 0 });
+    const over = await read("application/json", ["x".repeat(60), "x".repeat(41)]);
+    expect(over).toEqual({ error: new MessageTooLarge(100), overflows: 1 });
+    expect((over.error as Error).message).toBe("the server sent a message larger than the HTTP limit (100 bytes)");
+  });
+
+  it("an event stream counts each event apart, whatever its line endings (\\n, \\r\\n, \\r), split anywhere across chunks", async () => {
+    const event = (end: string) => `data: ${"y".repeat(80)}${end}${end}`;
+    const stream = [event("\n"), event("\r\n"), event("\r"), event("\n")].join("");
+    // Split into chunks of 7 bytes: boundaries fall inside events and inside "\r\n".
+    const chunks = stream.match(/[\s\S]{1,7}/g)!;
+    expect(await read("text/event-stream; charset=utf-8", chunks)).toEqual({ text: stream, overflows: 0 });
+    const long = await read("text/event-stream", [event("\n"), `data: ${"z".repeat(95)}`, "\n\n"]);
+    expect(long).toEqual({ error: new MessageTooLarge(100), overflows: 1 });
   });
 });
