@@ -43,12 +43,7 @@ export function parseResourceOption(value: string): ResourceRef {
  */
 export async function resourceDraft(client: Ledger, ref: ResourceRef): Promise<PartInput> {
   let listed: McpResource | undefined;
-  let pageToken = "";
-  do {
-    const page = await client.listMcpResources({ server: ref.server, pageSize: 1000, pageToken });
-    listed = page.resources.find((r) => r.uri === ref.uri);
-    pageToken = listed ? "" : page.nextPageToken;
-  } while (pageToken);
+  await eachResourcePage(client, ref.server, (page) => (listed = page.resources.find((r) => r.uri === ref.uri)) !== undefined);
   const filename = listed?.name || ref.uri.replace(/\/+$/, "").split("/").at(-1) || ref.uri;
   return create(PartInputSchema, {
     kind: {
@@ -85,13 +80,10 @@ export async function listServers(client: Ledger, json: boolean, print: (line: s
 export async function listResources(client: Ledger, server: string, json: boolean, print: (line: string) => void): Promise<void> {
   const resources: McpResource[] = [];
   const templates: McpResourceTemplate[] = [];
-  let pageToken = "";
-  do {
-    const page = await client.listMcpResources({ server, pageSize: 1000, pageToken });
+  await eachResourcePage(client, server, (page) => {
     resources.push(...page.resources);
     templates.push(...page.resourceTemplates);
-    pageToken = page.nextPageToken;
-  } while (pageToken);
+  });
   if (json) {
     for (const r of resources) print(toJsonString(McpResourceSchema, r));
     for (const t of templates) print(toJsonString(McpResourceTemplateSchema, t));
@@ -103,6 +95,23 @@ export async function listResources(client: Ledger, server: string, json: boolea
     print("resource templates:");
     for (const t of templates) print(`  ${columns([t.uriTemplate, t.name, t.mimeType])}`);
   }
+}
+
+/**
+ * Calls `onPage` with each page of `ListMcpResources` for `server` (1000 entries a page), in
+ * order, until the last page or until `onPage` returns true. Errors are the RPC's `ConnectError`.
+ */
+async function eachResourcePage(
+  client: Ledger,
+  server: string,
+  onPage: (page: Awaited<ReturnType<Ledger["listMcpResources"]>>) => boolean | void,
+): Promise<void> {
+  let pageToken = "";
+  do {
+    const page = await client.listMcpResources({ server, pageSize: 1000, pageToken });
+    if (onPage(page)) return;
+    pageToken = page.nextPageToken;
+  } while (pageToken);
 }
 
 const TYPE: Partial<Record<McpServerType, string>> = { [McpServerType.LOCAL]: "local", [McpServerType.REMOTE]: "remote" };

@@ -1,18 +1,13 @@
 import type { LedgerConfig } from "../config/config.js";
 import { Connection } from "./connection.js";
-import {
-  notConfigured,
-  type McpContent,
-  type McpReader,
-  type McpResourceListing,
-  type McpServerInfo,
-  type McpServerStatus,
-  type McpTool,
-} from "./reader.js";
+import { notConfigured, type McpContent, type McpReader, type McpServerInfo, type McpServerStatus, type McpTool } from "./reader.js";
 
 export type { McpContent, McpReader, McpTool } from "./reader.js";
 
-/** A server whose last start failed is not started again for its tools (each loop step) before this many ms. */
+/**
+ * A server whose last start, or tool listing, failed is not asked again for its tools (each loop
+ * step) before this many ms; other uses wait only for the start backoff (`reconnectDelayMs`).
+ */
 export const TOOLS_RETRY_MS = 60_000;
 
 /**
@@ -49,17 +44,8 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
     async tools(signal) {
       if (closed) return [];
       const wanted = [...connections.values()].filter((c) => !c.failure || Date.now() - c.failure.at >= TOOLS_RETRY_MS);
-      // A server that cannot start or list adds no tools: its status says why.
-      const lists = await Promise.all(
-        wanted.map((c) =>
-          c.listTools(signal).catch((error: unknown): McpTool[] => {
-            // A failed start records its own failure; this is a running server that did not list its tools.
-            if (!signal?.aborted && c.status.status === "connected")
-              c.failure = { error: error instanceof Error ? error.message : String(error), at: Date.now() };
-            return [];
-          }),
-        ),
-      );
+      // A server that cannot start or list adds no tools: its status says why (`failed`).
+      const lists = await Promise.all(wanted.map((c) => c.listTools(signal).catch((): McpTool[] => [])));
       return lists.flat();
     },
     async callTool(server, tool, args, signal) {
@@ -70,7 +56,8 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
     },
     async servers(options = {}, signal) {
       if (options.connect && !closed)
-        // A server that cannot start records its failure: its status says why.
+        // A server that cannot start records its failure: its status says why. One whose starts
+        // failed is not started again before its wait (`reconnectDelayMs`) is over.
         await Promise.all([...connections.values()].map((c) => c.listTools(signal).catch(() => undefined)));
       return Promise.all(
         servers.map(async ([name, server]): Promise<McpServerInfo> => {
@@ -79,7 +66,7 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
           if (!connection || info.status.status !== "connected" || closed) return info;
           const [tools, listing] = await Promise.all([
             connection.listTools(signal).catch(() => undefined),
-            listResources(connection, signal).catch(() => undefined),
+            connection.listResources(signal).catch(() => undefined),
           ]);
           return {
             ...info,
@@ -90,36 +77,13 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
       );
     },
     async resources(server, signal) {
-      return listResources(connectionOf(server), signal);
+      return connectionOf(server).listResources(signal);
     },
     async close() {
       closed = true;
       await Promise.all([...connections.values()].map((c) => c.close()));
     },
   };
-}
-
-/** Most pages of `resources/list` (and of `resources/templates/list`) read from one server. */
-export const MAX_RESOURCE_PAGES = 50;
-
-/** Every page of `connection`'s resources, then of its resource templates (at most {@link MAX_RESOURCE_PAGES} of each). */
-async function listResources(connection: Connection, signal?: AbortSignal): Promise<McpResourceListing> {
-  const listing: McpResourceListing = { resources: [], templates: [] };
-  let cursor: string | undefined;
-  for (let page = 0; page < MAX_RESOURCE_PAGES; page++) {
-    const result = await connection.listResources(cursor, signal);
-    listing.resources.push(...result.resources);
-    cursor = result.nextCursor;
-    if (!cursor) break;
-  }
-  cursor = undefined;
-  for (let page = 0; page < MAX_RESOURCE_PAGES; page++) {
-    const result = await connection.listResourceTemplates(cursor, signal);
-    listing.templates.push(...result.templates);
-    cursor = result.nextCursor;
-    if (!cursor) break;
-  }
-  return listing;
 }
 
 /**

@@ -1,36 +1,30 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { McpServerConfig } from "../config/mcp.js";
-import {
-  mcpToolId,
-  type McpResourceInfo,
-  type McpResourceTemplateInfo,
-  type McpServerStatus,
-  type McpTool,
-  type McpToolResult,
-} from "./reader.js";
+import { listAllResources, listAllTools } from "./listings.js";
+import { type McpResourceListing, type McpServerStatus, type McpTool, type McpToolResult } from "./reader.js";
 import { logger } from "../observe/log.js";
 import { closeClient, loadSdk, NeedsAuth, reason, startLocal, startRemote, untilAborted } from "./transports.js";
 
 type ResourceContents = Awaited<ReturnType<Client["readResource"]>>["contents"];
 
-/** Most pages of `tools/list` read from one server (a server paging forever lists the first ones only). */
-const MAX_TOOL_PAGES = 50;
+/** How long (ms) a server's resource listing is reused (unless the server says it changed before). */
+export const RESOURCE_LISTING_MS = 30_000;
 
 /** The SDK's stdio transport error when a message passes its read buffer (`ReadBuffer`, shared/stdio.js): it then closes the connection. */
 const STDIO_OVERFLOW = /ReadBuffer exceeded maximum size of (\d+) bytes/;
 
-/** Clients whose transport hit the stdio buffer limit, with that limit (bytes). */
+/** Clients whose transport hit the stdio buffer limit or the HTTP one, with that limit (bytes). */
 const overflowed = new WeakMap<Client, number>();
 /** Clients whose errors are watched for {@link STDIO_OVERFLOW}. */
 const watched = new WeakSet<Client>();
 
-/** The first wait (ms) before connecting again to a remote server whose connection attempt failed. */
+/** The first wait (ms) before starting (connecting to) again a server whose start failed. */
 export const RECONNECT_FIRST_MS = 1_000;
-/** The longest wait (ms) between two connection attempts to a remote server. */
+/** The longest wait (ms) between two starts (connection attempts) of a server. */
 export const RECONNECT_MAX_MS = 30_000;
 
 /**
- * How long (ms) a remote server is left alone after `failures` failed connection attempts in a
+ * How long (ms) a server, local or remote, is left alone after `failures` failed starts (connection attempts) in a
  * row (1, 2, …): {@link RECONNECT_FIRST_MS} doubled for each failure after the first, at most
  * {@link RECONNECT_MAX_MS} (1 s, 2 s, 4 s, … 30 s).
  */
@@ -48,19 +42,32 @@ export function reconnectDelayMs(failures: number): number {
  *   with the configured `headers` on every request. A request that fails at the HTTP level
  *   (unreachable, an HTTP error status), or an event stream that breaks for good, drops the
  *   connection: the next use connects again (a request answered 404, the session gone, is sent
- *   again at once on a new one). Failed connection attempts in a row are spaced by
- *   {@link reconnectDelayMs}: meanwhile uses fail at once with the last error.
+ *   again at once on a new one). A body, or one event of an event stream, past 10 MiB closes the
+ *   connection (as the stdio limit does a local server's).
+ * - Failed starts (connection attempts) in a row, of either kind, are spaced by
+ *   {@link reconnectDelayMs}: meanwhile uses fail at once with the last error and
+ *   `(next attempt in N ms)`, so no caller can start a failing local server over and over.
  *
  * Errors name the server, and a remote server's URL origin (never its path or query, which may
  * hold a token).
  */
 export class Connection {
-  private current?: { client: Client; ready: Promise<Client>; connected: boolean; tools?: Promise<McpTool[]> };
+  private current?: {
+    client: Client;
+    ready: Promise<Client>;
+    connected: boolean;
+    tools?: Promise<McpTool[]>;
+    /** The resource listing and when (ms since the epoch) it was asked for. */
+    resources?: { listing: Promise<McpResourceListing>; at: number };
+  };
   private closed = false;
-  /** Remote servers: failed connection attempts in a row, and when (ms since the epoch) the next may start. */
+  /** Failed starts (connection attempts) in a row, and when (ms since the epoch) the next may start. */
   private retry = { failures: 0, at: 0 };
-  /** The last start's failure and when (ms since the epoch); cleared by a successful start. */
-  failure?: { error: string; at: number; needsAuth?: boolean };
+  /**
+   * The last start's failure, or (`listing`) the last tool listing's of the running server, and
+   * when (ms since the epoch); cleared by a successful start, or (a listing's) a successful listing.
+   */
+  failure?: { error: string; at: number; needsAuth?: boolean; listing?: boolean };
 
   constructor(
     private readonly name: string,
@@ -73,9 +80,9 @@ export class Connection {
     return this.server.type === "remote" ? `${name} at ${new URL(this.server.url).origin}` : name;
   }
 
-  /** Where the server stands (see {@link McpServerStatus}). */
+  /** Where the server stands (see {@link McpServerStatus}): `failed` while running when its tools could not be listed. */
   get status(): McpServerStatus {
-    if (this.current?.connected) return { status: "connected" };
+    if (this.current?.connected && !this.failure?.listing) return { status: "connected" };
     if (this.failure) return { status: this.failure.needsAuth ? "needs_auth" : "failed", error: this.failure.error };
     return { status: "idle" };
   }
@@ -88,38 +95,34 @@ export class Connection {
     });
   }
 
-  /** The server's tools (every page), listed once per process of the server and again after it says they changed. */
-  listTools(signal?: AbortSignal): Promise<McpTool[]> {
-    return this.request(signal, this.server.timeoutMs, async (client, abort) => {
-      const current = this.current;
-      if (current?.client === client && current.tools) return current.tools;
-      const listing = (async () => {
-        const tools: McpTool[] = [];
-        // A server without the tools capability (resources only) has none: asking would fail.
-        if (!client.getServerCapabilities()?.tools) return tools;
-        let cursor: string | undefined;
-        for (let page = 0; page < MAX_TOOL_PAGES; page++) {
-          const result = await client.listTools(cursor ? { cursor } : {}, { signal: abort, timeout: this.server.timeoutMs });
-          for (const t of result.tools)
-            tools.push({
-              server: this.name,
-              name: t.name,
-              id: mcpToolId(this.name, t.name),
-              description: t.description ?? "",
-              inputSchema: t.inputSchema as Record<string, unknown>,
-            });
-          cursor = result.nextCursor;
-          if (!cursor) break;
-        }
-        return tools;
-      })();
-      if (current?.client === client) current.tools = listing;
-      // A failed listing is not kept: the next step asks again.
-      listing.catch(() => {
-        if (current?.tools === listing) current.tools = undefined;
+  /**
+   * The server's tools (every page), listed once per process of the server and again after it
+   * says they changed. A listing that fails on the running server is recorded as its
+   * {@link failure} (status `failed`) until one succeeds.
+   */
+  async listTools(signal?: AbortSignal): Promise<McpTool[]> {
+    let used: Client | undefined;
+    try {
+      const tools = await this.request(signal, this.server.timeoutMs, async (client, abort) => {
+        used = client;
+        const current = this.current;
+        if (current?.client === client && current.tools) return current.tools;
+        const listing = listAllTools(client, this.name, { signal: abort, timeout: this.server.timeoutMs });
+        if (current?.client === client) current.tools = listing;
+        // A failed listing is not kept: the next step asks again.
+        listing.catch(() => {
+          if (current?.tools === listing) current.tools = undefined;
+        });
+        return listing;
       });
-      return listing;
-    });
+      if (this.failure?.listing && this.current?.client === used) this.failure = undefined;
+      return tools;
+    } catch (error) {
+      // A failed start records its own failure; this is a running server that did not list its tools.
+      if (!signal?.aborted && used && this.current?.client === used && this.current.connected)
+        this.failure = { error: error instanceof Error ? error.message : String(error), at: Date.now(), listing: true };
+      throw error;
+    }
   }
 
   /**
@@ -217,7 +220,7 @@ export class Connection {
     if (this.closed) throw new Error("MCP is shut down");
     if (this.current) return this.current.ready;
     const wait = this.retry.at - Date.now();
-    if (this.server.type === "remote" && this.failure && wait > 0) throw new Error(`${this.failure.error} (next attempt in ${wait} ms)`);
+    if (this.failure && !this.failure.listing && wait > 0) throw new Error(`${this.failure.error} (next attempt in ${wait} ms)`);
     const sdk = await loadSdk();
     if (this.closed) throw new Error("MCP is shut down");
     if (this.current) return (this.current as { ready: Promise<Client> }).ready;
@@ -233,6 +236,9 @@ export class Connection {
       client.setNotificationHandler(sdk.ToolListChangedNotificationSchema, () => {
         if (this.current === entry && entry.client === client) entry.tools = undefined;
       });
+      client.setNotificationHandler(sdk.ResourceListChangedNotificationSchema, () => {
+        if (this.current === entry && entry.client === client) entry.resources = undefined;
+      });
       // A remote server's event stream broke for good: the HTTP+SSE stream failed (the SDK's
       // `SseError`), or the Streamable HTTP one could not be opened again (the SDK gives up with
       // "Maximum reconnection attempts (N) exceeded."). The connection is dropped: the next use
@@ -246,7 +252,21 @@ export class Connection {
     };
     const server = this.server;
     const start =
-      server.type === "local" ? startLocal(sdk, this.name, server, newClient) : startRemote(sdk, server, newClient, () => this.closed);
+      server.type === "local"
+        ? startLocal(sdk, this.name, server, newClient)
+        : startRemote(
+            sdk,
+            server,
+            newClient,
+            () => this.closed,
+            (error) => {
+              // As a stdio overflow: the connection is closed, its pending requests fail naming the limit.
+              const client = entry.client;
+              overflowed.set(client, error.limit);
+              logger.warn("mcp server message over the HTTP limit", { server: this.name, limit: error.limit });
+              if (entry.connected) this.drop(client);
+            },
+          );
     entry.ready = start.then(
       async (client) => {
         // Closed meanwhile: by close(), or the process ended right after the start.
@@ -276,35 +296,25 @@ export class Connection {
   }
 
   /**
-   * One page of the server's resources (MCP `resources/list` from `cursor`), bounded by the
-   * server's `timeout` (start included) and `signal`; none when the server does not declare the
-   * `resources` capability.
+   * The server's resources, then its resource templates (MCP `resources/list` and
+   * `resources/templates/list`, every page, at most `MAX_RESOURCE_PAGES` (listings.ts) of each), bounded
+   * by the server's `timeout` (start included) and `signal`; none when the server does not
+   * declare the `resources` capability. A listing is reused for {@link RESOURCE_LISTING_MS}, or
+   * until the server says its resources changed (`notifications/resources/list_changed`) or its
+   * connection ends; a failed one is not kept.
    */
-  listResources(cursor?: string, signal?: AbortSignal): Promise<{ resources: McpResourceInfo[]; nextCursor?: string }> {
+  listResources(signal?: AbortSignal): Promise<McpResourceListing> {
     return this.request(signal, this.server.timeoutMs, async (client, abort) => {
-      if (!client.getServerCapabilities()?.resources) return { resources: [] };
-      const result = await client.listResources(cursor ? { cursor } : {}, { signal: abort, timeout: this.server.timeoutMs });
-      const resources = result.resources.map((r): McpResourceInfo => ({
-        uri: r.uri,
-        name: r.name,
-        ...described(r),
-        ...(typeof r.size === "number" ? { size: r.size } : {}),
-      }));
-      return { resources, nextCursor: result.nextCursor };
-    });
-  }
-
-  /** One page of the server's resource templates (MCP `resources/templates/list`), as {@link listResources}. */
-  listResourceTemplates(cursor?: string, signal?: AbortSignal): Promise<{ templates: McpResourceTemplateInfo[]; nextCursor?: string }> {
-    return this.request(signal, this.server.timeoutMs, async (client, abort) => {
-      if (!client.getServerCapabilities()?.resources) return { templates: [] };
-      const result = await client.listResourceTemplates(cursor ? { cursor } : {}, { signal: abort, timeout: this.server.timeoutMs });
-      const templates = result.resourceTemplates.map((t): McpResourceTemplateInfo => ({
-        uriTemplate: t.uriTemplate,
-        name: t.name,
-        ...described(t),
-      }));
-      return { templates, nextCursor: result.nextCursor };
+      const current = this.current;
+      const cached = current?.client === client ? current.resources : undefined;
+      if (cached && Date.now() - cached.at < RESOURCE_LISTING_MS) return cached.listing;
+      const listing = listAllResources(client, { signal: abort, timeout: this.server.timeoutMs });
+      const entry = { listing, at: Date.now() };
+      if (current?.client === client) current.resources = entry;
+      listing.catch(() => {
+        if (current?.resources === entry) current.resources = undefined;
+      });
+      return listing;
     });
   }
 
@@ -323,25 +333,16 @@ export class Connection {
     };
   }
 
-  /** The error naming the stdio limit, when `client`'s connection was closed for a message over it. */
+  /**
+   * The error naming the limit, when `client`'s connection was closed for a message over it: the
+   * stdio one (local), or the HTTP one on a body or an event (remote; `REMOTE_MESSAGE_LIMIT` in transports.ts).
+   */
   private overflowError(client: Client): Error | undefined {
     const limit = overflowed.get(client);
     if (limit === undefined) return undefined;
+    const next = this.server.type === "local" ? "the server starts again on its next use" : "the next use connects again";
     return new Error(
-      `MCP server ${JSON.stringify(this.name)} sent a message larger than the stdio limit (${limit} bytes); the connection was closed and the server starts again on its next use`,
+      `${this.label} sent a message larger than the ${this.server.type === "local" ? "stdio" : "HTTP"} limit (${limit} bytes); the connection was closed and ${next}`,
     );
   }
-}
-
-/** The optional descriptive fields of a listed resource or template, those the server gave. */
-function described(entry: { title?: string; description?: string; mimeType?: string }): {
-  title?: string;
-  description?: string;
-  mimeType?: string;
-} {
-  return {
-    ...(entry.title ? { title: entry.title } : {}),
-    ...(entry.description ? { description: entry.description } : {}),
-    ...(entry.mimeType ? { mimeType: entry.mimeType } : {}),
-  };
 }

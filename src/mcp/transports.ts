@@ -18,6 +18,7 @@ export interface Sdk {
   McpError: typeof import("@modelcontextprotocol/sdk/types.js").McpError;
   ErrorCode: typeof import("@modelcontextprotocol/sdk/types.js").ErrorCode;
   ToolListChangedNotificationSchema: typeof import("@modelcontextprotocol/sdk/types.js").ToolListChangedNotificationSchema;
+  ResourceListChangedNotificationSchema: typeof import("@modelcontextprotocol/sdk/types.js").ResourceListChangedNotificationSchema;
 }
 
 /**
@@ -42,6 +43,7 @@ export const loadSdk: () => Promise<Sdk> = loadOnce(() =>
     McpError: types.McpError,
     ErrorCode: types.ErrorCode,
     ToolListChangedNotificationSchema: types.ToolListChangedNotificationSchema,
+    ResourceListChangedNotificationSchema: types.ResourceListChangedNotificationSchema,
   })),
 );
 
@@ -60,10 +62,19 @@ export async function startLocal(sdk: Sdk, name: string, server: McpLocalConfig,
  * answered with a 4xx status other than 401 (a server of the older protocol), over HTTP+SSE at
  * the same URL, as the MCP SDK's docs advise. `headers` go on every request of both. A 401
  * (from either) fails with {@link NeedsAuth}; `isClosed` says whether MCP was shut down meanwhile.
+ * Every answer's body is read through {@link limitedFetch} ({@link REMOTE_MESSAGE_LIMIT}):
+ * `onOverflow` is told when one passes it (the request reading it fails with that error too).
  */
-export async function startRemote(sdk: Sdk, server: McpRemoteConfig, newClient: () => Client, isClosed: () => boolean): Promise<Client> {
+export async function startRemote(
+  sdk: Sdk,
+  server: McpRemoteConfig,
+  newClient: () => Client,
+  isClosed: () => boolean,
+  onOverflow: (error: MessageTooLarge) => void,
+): Promise<Client> {
   const url = new URL(server.url);
   const requestInit: RequestInit = { headers: server.headers };
+  const fetch = limitedFetch(REMOTE_MESSAGE_LIMIT, onOverflow);
   const deadline = AbortSignal.timeout(server.timeoutMs);
   const attempt = async (transport: Parameters<Client["connect"]>[0]): Promise<Client> => {
     const client = newClient();
@@ -76,7 +87,7 @@ export async function startRemote(sdk: Sdk, server: McpRemoteConfig, newClient: 
     }
   };
   try {
-    return await attempt(new sdk.StreamableHTTPClientTransport(url, { requestInit }));
+    return await attempt(new sdk.StreamableHTTPClientTransport(url, { requestInit, fetch }));
   } catch (error) {
     const status = error instanceof sdk.StreamableHTTPError ? (error.code ?? 0) : 0;
     // 401: the server speaks Streamable HTTP and wants authorization (OAuth: not supported yet).
@@ -84,12 +95,82 @@ export async function startRemote(sdk: Sdk, server: McpRemoteConfig, newClient: 
     if (status < 400 || status >= 500 || deadline.aborted) throw error;
     if (isClosed()) throw new Error("MCP is shut down");
     try {
-      return await attempt(new sdk.SSEClientTransport(url, { requestInit }));
+      return await attempt(new sdk.SSEClientTransport(url, { requestInit, fetch }));
     } catch (sseError) {
       if (sseError instanceof sdk.SseError && sseError.code === 401) throw new NeedsAuth(sseError);
       throw new Error(`Streamable HTTP: ${reason(error)}; SSE: ${reason(sseError)}`, { cause: sseError });
     }
   }
+}
+
+/**
+ * The most bytes of one message from a remote server (10 MiB): the SDK's stdio read buffer
+ * limit (`STDIO_DEFAULT_MAX_BUFFER_SIZE`), so a remote server can send no more than a local one.
+ */
+export const REMOTE_MESSAGE_LIMIT = 10 * 1024 * 1024;
+
+/** A remote server's answer (a body, or one event of an event stream) passed {@link REMOTE_MESSAGE_LIMIT}. */
+export class MessageTooLarge extends Error {
+  constructor(readonly limit: number) {
+    super(`the server sent a message larger than the HTTP limit (${limit} bytes)`);
+  }
+}
+
+type FetchLike = (url: string | URL, init?: RequestInit) => Promise<Response>;
+
+/**
+ * `fetch` whose answers' bodies are counted as they are read, so that no answer is ever held
+ * whole past `limit` bytes: a body (an `application/json` answer, an error page) counts as one
+ * message; an event stream (`text/event-stream`, long-lived) counts each event apart (the
+ * bytes up to the blank line ending it). Past `limit` the body fails with {@link MessageTooLarge}
+ * (the HTTP response is cancelled, closing its connection) and `onOverflow` is called with it.
+ */
+export function limitedFetch(limit: number, onOverflow: (error: MessageTooLarge) => void, base: FetchLike = fetch): FetchLike {
+  return async (url, init) => {
+    const response = await base(url, init);
+    if (!response.body || [101, 204, 205, 304].includes(response.status)) return response;
+    const stream = (response.headers.get("content-type") ?? "").toLowerCase().includes("text/event-stream");
+    let size = 0;
+    // Event streams: whether the bytes read so far end a line, and whether the last byte was a "\r"
+    // (a line ends with "\r\n", "\n" or "\r", as the SSE spec has it).
+    let lineStart = true;
+    let afterCr = false;
+    const counted = new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, controller) {
+        if (!stream) size += chunk.byteLength;
+        else
+          for (const byte of chunk) {
+            if (byte === 10 || byte === 13) {
+              const crlf = byte === 10 && afterCr;
+              afterCr = byte === 13;
+              if (crlf) continue;
+              // A blank line ends an event: the next one counts from 0.
+              if (lineStart) size = 0;
+              lineStart = true;
+            } else {
+              afterCr = false;
+              lineStart = false;
+              if (++size > limit) break;
+            }
+          }
+        if (size > limit) {
+          const error = new MessageTooLarge(limit);
+          controller.error(error);
+          onOverflow(error);
+          return;
+        }
+        controller.enqueue(chunk);
+      },
+    });
+    const limited = new Response(response.body.pipeThrough(counted), {
+      status: response.status,
+      statusText: response.statusText,
+      headers: response.headers,
+    });
+    // The SDK compares a response's URL with the request's (redirects): keep fetch's.
+    Object.defineProperty(limited, "url", { value: response.url });
+    return limited;
+  };
 }
 
 /** A remote server answered 401: it asks for authorization the ledger cannot give (status `needs_auth`). */

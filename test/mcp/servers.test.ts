@@ -82,6 +82,9 @@ describe("MCP servers configured as in opencode.json (server-everything)", () =>
     expect(mcp.status().everything).toEqual({ status: "connected" });
     const failed = await waitFor("the failed status", () => mcp.status().mute?.status === "failed" && mcp.status().mute);
     expect(failed).toEqual({ status: "failed", error: expect.stringMatching(/^MCP server "mute" could not start: .*timed out/i) });
+    // Within the wait after the failed start (1 s), a use fails at once with its error; after it, it starts again.
+    await expect(mcp.read("mute", "x://y")).rejects.toThrow(/^MCP server "mute" could not start: .* \(next attempt in \d+ ms\)$/);
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
     await expect(mcp.read("mute", "x://y")).rejects.toThrow('MCP server "mute" did not answer within 700 ms');
   });
 

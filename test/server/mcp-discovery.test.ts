@@ -1,4 +1,4 @@
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -185,7 +185,10 @@ describe("ListMcpResources", () => {
     const error = await expectConnectError(
       t.client.listMcpResources({ server: "broken" }),
       Code.Unavailable,
-      `MCP server "broken" could not start: spawn ${path.join(scriptDir, "no-such-server")} ENOENT`,
+      // Started by the test before: within the wait (1 s, 2 s, …) the use fails at once with its error.
+      new RegExp(
+        `^MCP server "broken" could not start: spawn ${escape(path.join(scriptDir, "no-such-server"))} ENOENT( \\(next attempt in \\d+ ms\\))?$`,
+      ),
     );
     expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "MCP_SERVER_UNAVAILABLE", metadata: { server: "broken" } });
   });
@@ -242,6 +245,48 @@ describe("MCP discovery and tenants", () => {
         "MCP servers are not available to tenant globex (tenants.globex.mcp)",
       );
       expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("MCP_NOT_ALLOWED");
+    }
+  });
+});
+
+/** `text` with the characters special in a regular expression escaped. */
+function escape(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+describe("a local server that cannot start", () => {
+  it("repeated ListMcpServers{connect} start it once per wait (1 s, then 2 s, …), not once per call; uses meanwhile fail at once", async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), "ledger-mcp-backoff-"));
+    const starts = path.join(dir, "starts");
+    // Each start appends a line, then the process exits before answering initialize.
+    const command = ["sh", "-c", `echo start >> '${starts}'; exit 3`];
+    const ledger = await startTestLedger({ mcp: { crashing: { type: "local", command } } }, { transport: "http" });
+    const startCount = async () => (await readFile(starts, "utf8").catch(() => "")).split("\n").filter(Boolean).length;
+    try {
+      const first = (await ledger.client.listMcpServers({ connect: true })).servers[0]!;
+      const failedAt = Date.now();
+      expect(first).toMatchObject({ name: "crashing", status: McpServerStatus.FAILED });
+      expect(first.error).toMatch(/^MCP server "crashing" could not start: /);
+      expect(await startCount()).toBe(1);
+      for (let i = 0; i < 5; i++) {
+        const again = (await ledger.client.listMcpServers({ connect: true })).servers[0]!;
+        expect(again).toEqual(first);
+      }
+      await expectConnectError(
+        ledger.client.listMcpResources({ server: "crashing" }),
+        Code.Unavailable,
+        new RegExp(`^${escape(first.error)} \\(next attempt in \\d+ ms\\)$`),
+      );
+      // Six calls in the first second started it once (a machine so slow that the second passed may have started it twice).
+      expect(await startCount()).toBe(Date.now() - failedAt < 1_000 ? 1 : 2);
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      const before = await startCount();
+      await ledger.client.listMcpServers({ connect: true });
+      await ledger.client.listMcpServers({ connect: true });
+      expect(await startCount()).toBe(before + 1);
+    } finally {
+      await ledger.close();
+      await rm(dir, { recursive: true, force: true });
     }
   });
 });

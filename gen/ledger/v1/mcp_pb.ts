@@ -230,7 +230,9 @@ export enum McpServerStatus {
   DISABLED = 3,
 
   /**
-   * Its last start (or listing) failed: `error` says why. Tried again on its next use.
+   * Its last start failed (tried again on its next use, not before a wait of 1 s to 30 s), or
+   * it runs but the listing of its tools failed (its tools are left out of model steps until a
+   * listing succeeds): `error` says why.
    *
    * @generated from enum value: MCP_SERVER_STATUS_FAILED = 4;
    */

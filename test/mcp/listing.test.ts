@@ -1,0 +1,93 @@
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { buildConfig, configFileSchema } from "../../src/config/config.js";
+import { startMcp, type McpReader } from "../../src/mcp/client.js";
+
+// What a running server's listings leave in its status, and how long they are reused: a stdio
+// server built with the MCP SDK whose first tool listing fails, whose resource listing names the
+// how-many-th listing it is, and whose tool `change` says its resources changed.
+
+const FLAKY_SERVER = `
+import { Server } from ${JSON.stringify(import.meta.resolve("@modelcontextprotocol/sdk/server/index.js"))};
+import { StdioServerTransport } from ${JSON.stringify(import.meta.resolve("@modelcontextprotocol/sdk/server/stdio.js"))};
+import {
+  CallToolRequestSchema,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+} from ${JSON.stringify(import.meta.resolve("@modelcontextprotocol/sdk/types.js"))};
+
+let toolListings = 0;
+let resourceListings = 0;
+const server = new Server({ name: "flaky", version: "1.0.0" }, { capabilities: { tools: {}, resources: { listChanged: true } } });
+server.setRequestHandler(ListToolsRequestSchema, async () => {
+  if (++toolListings === 1) throw new Error("no tools today");
+  return { tools: [{ name: "change", description: "Changes the resources", inputSchema: { type: "object" } }] };
+});
+server.setRequestHandler(CallToolRequestSchema, async () => {
+  await server.sendResourceListChanged();
+  return { content: [{ type: "text", text: "changed" }] };
+});
+server.setRequestHandler(ListResourcesRequestSchema, async () => ({
+  resources: [{ uri: "flaky://listing", name: "listing " + ++resourceListings }],
+}));
+server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({ resourceTemplates: [] }));
+await server.connect(new StdioServerTransport());
+`;
+
+let dir: string;
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), "ledger-mcp-listing-"));
+  await writeFile(path.join(dir, "flaky.mjs"), FLAKY_SERVER);
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+const opened: McpReader[] = [];
+afterEach(async () => {
+  await Promise.all(opened.splice(0).map((m) => m.close()));
+});
+
+async function flaky(): Promise<McpReader> {
+  const mcp = { flaky: { type: "local", command: [process.execPath, path.join(dir, "flaky.mjs")] } };
+  const reader = await startMcp(buildConfig(configFileSchema.parse({ mcp }), undefined, process.cwd()));
+  opened.push(reader);
+  return reader;
+}
+
+describe("a running server whose tool listing fails", () => {
+  it("is FAILED with the listing's error while its tools are left out; a listing that succeeds makes it CONNECTED again", async () => {
+    const mcp = await flaky();
+    expect(await mcp.tools()).toEqual([]);
+    const failed = { status: "failed", error: "MCP error -32603: no tools today" };
+    expect(mcp.status()).toEqual({ flaky: failed });
+    expect(await mcp.servers()).toEqual([{ name: "flaky", type: "local", status: failed }]);
+    // Left out of the next steps (TOOLS_RETRY_MS), still FAILED.
+    expect(await mcp.tools()).toEqual([]);
+    expect(mcp.status()).toEqual({ flaky: failed });
+    // ListMcpServers{connect} lists its tools again: this time they come.
+    expect(await mcp.servers({ connect: true })).toEqual([
+      { name: "flaky", type: "local", status: { status: "connected" }, toolCount: 1, resourceCount: 1, resourceTemplateCount: 0 },
+    ]);
+    expect(mcp.status()).toEqual({ flaky: { status: "connected" } });
+    expect((await mcp.tools()).map((t) => t.id)).toEqual(["flaky_change"]);
+  });
+});
+
+describe("a server's resource listing", () => {
+  it("is read once per connection and reused (ListMcpServers counts, ListMcpResources pages) until the server says it changed", async () => {
+    const mcp = await flaky();
+    const listing = (n: number) => ({ resources: [{ uri: "flaky://listing", name: `listing ${n}` }], templates: [] });
+    expect(await mcp.resources("flaky")).toEqual(listing(1));
+    await mcp.servers();
+    await mcp.servers();
+    expect(await mcp.resources("flaky")).toEqual(listing(1));
+    // The server sends notifications/resources/list_changed: the next use lists again.
+    await mcp.callTool("flaky", "change", {});
+    expect(await mcp.resources("flaky")).toEqual(listing(2));
+    expect(await mcp.resources("flaky")).toEqual(listing(2));
+  });
+});
