@@ -5,8 +5,9 @@ import { notConfigured, type McpContent, type McpReader, type McpServerInfo, typ
 export type { McpContent, McpReader, McpTool } from "./reader.js";
 
 /**
- * A server whose last start, or tool listing, failed is not asked again for its tools (each loop
- * step) before this many ms; other uses wait only for the start backoff (`reconnectDelayMs`).
+ * A running server whose tool listing failed is not asked again for its tools (each loop step)
+ * before this many ms. A server that could not start waits only for its start backoff
+ * (`reconnectDelayMs`, 1 s … 30 s), like every other use.
  */
 export const TOOLS_RETRY_MS = 60_000;
 
@@ -43,7 +44,10 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
     },
     async tools(signal) {
       if (closed) return [];
-      const wanted = [...connections.values()].filter((c) => !c.failure || Date.now() - c.failure.at >= TOOLS_RETRY_MS);
+      // A server that could not start is asked again once its start backoff is over (it fails at
+      // once meanwhile), so its tools come back within seconds of the server; one that runs but
+      // failed to list its tools is asked again after TOOLS_RETRY_MS.
+      const wanted = [...connections.values()].filter((c) => !c.failure?.listing || Date.now() - c.failure.at >= TOOLS_RETRY_MS);
       // A server that cannot start or list adds no tools: its status says why (`failed`).
       const lists = await Promise.all(wanted.map((c) => c.listTools(signal).catch((): McpTool[] => [])));
       return lists.flat();

@@ -190,6 +190,30 @@ describe("a remote server that is down or goes away", () => {
       await server.stop();
     }
   });
+
+  it("a server that was down offers its tools to the model's steps again once its start backoff is over, not a minute later", async () => {
+    const port = await freePort();
+    const mcp = await mcpOf({ web: { type: "remote", url: `http://127.0.0.1:${port}/mcp` } });
+    expect(await mcp.tools()).toEqual([]);
+    expect(mcp.status().web?.status).toBe("failed");
+    const server = await startEverythingHttp("streamableHttp", port);
+    try {
+      // Bounded well under TOOLS_RETRY_MS (60 s), which only holds back a running server whose listing failed.
+      const tools = await waitFor(
+        "the server's tools in a step",
+        async () => {
+          const ids = (await mcp.tools()).map((tool) => tool.id);
+          return ids.length > 0 && ids;
+        },
+        20_000,
+        250,
+      );
+      expect(tools).toContain("web_echo");
+      expect(mcp.status()).toEqual({ web: { status: "connected" } });
+    } finally {
+      await server.stop();
+    }
+  });
 });
 
 describe("a remote server and discovery", () => {
