@@ -21,6 +21,17 @@ export const toolsSchema = z.record(z.string(), z.boolean());
 export const EDIT_TOOLS = ["edit", "write", "patch", "multiedit"] as const;
 
 /**
+ * The permissions a rule for `permission` covers here: `edit` → `edit`, `write`, `patch` (OpenCode
+ * checks all its edit tools under `edit`, while this service's `write` asks under its own name),
+ * any other → itself. The one mapping for config rules ({@link configRules}), session rules (a
+ * prompt's `tools` map, ALWAYS replies; `sessionRules` in src/tools/permission.ts). Follows
+ * OpenCode `PermissionNext.disabled` (`EDIT_TOOLS`).
+ */
+export function coveredPermissions(permission: string): string[] {
+  return permission === "edit" ? ["edit", "write", "patch"] : [permission];
+}
+
+/**
  * One `permission` + `tools` pair (top level, or one agent's) as a permission map, the way
  * OpenCode's config reads them: each `tools` entry becomes `allow` (true) or `deny` (false) for
  * that tool, where `write`, `edit`, `patch` and `multiedit` all set `edit`; then `permission`'s
@@ -45,18 +56,20 @@ export function configPermission(
  * OpenCode keeps the order written), then every other entry in the order written; a pattern map
  * (`"bash": {"git status*": "allow", "*": "ask"}`) gives one rule per pattern in order, a plain
  * action one rule with pattern `*`. An `edit` entry also gives the same rules for `write` and
- * `patch` (OpenCode checks them under `edit`) unless the map has its own entry for them (a
- * ledger.json may set them apart). Follows OpenCode `Permission.fromConfig`.
+ * `patch` ({@link coveredPermissions}) unless the map has its own entry for them (a ledger.json
+ * may set them apart). Follows OpenCode `Permission.fromConfig`.
  */
 export function configRules(permission: Record<string, PermissionSetting>): AgentRule[] {
   const entries = Object.entries(permission);
   const ordered = [...entries.filter(([k]) => k === "*"), ...entries.filter(([k]) => k !== "*")];
   return ordered.flatMap(([tool, value]) =>
-    (tool === "edit" ? ["edit", ...["write", "patch"].filter((t) => !Object.hasOwn(permission, t))] : [tool]).flatMap((name) =>
-      typeof value === "string"
-        ? [{ permission: name, pattern: "*", action: value }]
-        : Object.entries(value).map(([pattern, action]) => ({ permission: name, pattern, action })),
-    ),
+    coveredPermissions(tool)
+      .filter((name) => name === tool || !Object.hasOwn(permission, name))
+      .flatMap((name) =>
+        typeof value === "string"
+          ? [{ permission: name, pattern: "*", action: value }]
+          : Object.entries(value).map(([pattern, action]) => ({ permission: name, pattern, action })),
+      ),
   );
 }
 
