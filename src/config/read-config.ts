@@ -7,8 +7,8 @@ import { configFileSchema, type ConfigFile } from "./schema.js";
 import { unknownKeys, withoutKeys } from "./unknown-keys.js";
 import { substituteVariables } from "./variables.js";
 
-// A config file's text to a checked `ConfigFile`: JSONC, OpenCode keys set aside, variables
-// replaced, unknown keys and the schema checked (docs/configuration.md "The file").
+// A config file's text to a checked `ConfigFile`: JSONC, OpenCode keys set aside, unknown keys
+// checked, variables replaced, the schema checked (docs/configuration.md "The file").
 
 /**
  * Parses JSONC text into a validated `ConfigFile` (see {@link readConfigText}; warnings dropped,
@@ -21,7 +21,8 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
 /**
  * Reads a config file's JSONC text (`file` names it in messages; `{file:}` paths are relative to
  * its directory): the OpenCode keys this service ignores are set aside (`stripIgnoredKeys`),
- * `{env:}`/`{file:}` replaced, unknown keys looked for, then the schema applied. Returns the
+ * unknown keys looked for (before substitution: a `{file:}` under an unknown key is not read),
+ * `{env:}`/`{file:}` replaced, then the schema applied. Returns the
  * parsed file and the warnings: `ignoredKeysWarning`'s, and with `lenient` one
  * `<file>: unknown keys ignored (--lenient-config): a.b, c` (those keys dropped). Throws
  * `ConfigError`: `<file>: invalid JSONC at line L, column C: value expected` (1-based) for a
@@ -49,8 +50,10 @@ export function readConfigText(
   const warnings: string[] = [];
   const ignoredWarning = ignoredKeysWarning(file, ignored);
   if (ignoredWarning) warnings.push(ignoredWarning);
-  let substituted = substituteVariables(value, { env, baseDir: path.dirname(path.resolve(file)), source: file });
-  const unknown = unknownKeys(configFileSchema, substituted);
+  // Unknown keys first: substitution changes values only, and a {file:} under a misspelled key
+  // must be neither read nor the error reported.
+  let known = value;
+  const unknown = unknownKeys(configFileSchema, value);
   if (unknown.length > 0) {
     const names = unknown.map((k) => k.join(".")).join(", ");
     if (!options.lenient)
@@ -58,8 +61,9 @@ export function readConfigText(
         `${file}: unknown key${unknown.length > 1 ? "s" : ""} ${names} (not a ledger.json or opencode.json key; --lenient-config ignores unknown keys)`,
       );
     warnings.push(`${file}: unknown keys ignored (--lenient-config): ${names}`);
-    substituted = withoutKeys(substituted, unknown);
+    known = withoutKeys(value, unknown);
   }
+  const substituted = substituteVariables(known, { env, baseDir: path.dirname(path.resolve(file)), source: file });
   const parsed = configFileSchema.safeParse(substituted);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;

@@ -280,6 +280,18 @@ describe("unknown keys and wrong shapes", () => {
     expect(loadConfig({ cwd: where, env: { LEDGER_LENIENT_CONFIG: "1" } }).warnings).toEqual([warning]);
   });
 
+  it("unknown keys are found before substitution: a {file:} under a misspelled key is not read", async () => {
+    const where = await place({
+      "opencode.json": '{ "agent": { "review": { "promt": "{file:missing.txt}", "prompt": "x" } } }',
+    });
+    expect(() => loadConfig({ cwd: where, env: {} })).toThrow(
+      `${path.join(where, "opencode.json")}: unknown key agent.review.promt (not a ledger.json or opencode.json key; --lenient-config ignores unknown keys)`,
+    );
+    const lenient = loadConfig({ cwd: where, env: {}, lenient: true });
+    expect(lenient.warnings).toEqual([`${path.join(where, "opencode.json")}: unknown keys ignored (--lenient-config): agent.review.promt`]);
+    expect(lenient.agents.get("review")!.prompt).toBe("x");
+  });
+
   it("a value of the wrong shape is an error naming its path", () => {
     const fails = (json: string) => () => readConfigText(json, "opencode.json");
     expect(fails('{ "agent": { "review": { "temperature": "hot" } } }')).toThrow(
