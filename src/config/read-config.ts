@@ -66,7 +66,7 @@ export function readConfigText(
   const substituted = substituteVariables(known, { env, baseDir: path.dirname(path.resolve(file)), source: file });
   const parsed = configFileSchema.safeParse(substituted);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
+    const issue = deepestIssue(parsed.error.issues[0]!);
     throw new ConfigError(`${file}: ${issue.path.join(".") || "(root)"}: ${issue.message}`);
   }
   const permissions = [
@@ -82,4 +82,23 @@ export function lineAndColumn(text: string, offset: number): { line: number; col
   const before = text.slice(0, offset);
   const lineStart = before.lastIndexOf("\n") + 1;
   return { line: before.split("\n").length, column: offset - lineStart + 1 };
+}
+
+/** A zod issue as reported: its own path, message and, for a failed union, each option's issues. */
+interface Issue {
+  path: PropertyKey[];
+  message: string;
+  code?: string;
+  errors?: Issue[][];
+}
+
+/**
+ * The issue to report for `issue`: for a value no option of a union accepts, the option's issue
+ * that reaches deepest into the value (`permission.bash.rm *: Invalid option: ...` rather than
+ * `permission: Invalid input`), its path made absolute; any other issue as it is.
+ */
+function deepestIssue(issue: Issue): Issue {
+  if (issue.code !== "invalid_union" || !issue.errors || issue.errors.length === 0) return issue;
+  const inner = issue.errors.flat().map((i) => deepestIssue({ ...i, path: [...issue.path, ...i.path] }));
+  return inner.reduce((best, next) => (next.path.length > best.path.length ? next : best), issue);
 }
