@@ -69,11 +69,15 @@ export function readConfigText(
     const issue = deepestIssue(parsed.error.issues[0]!);
     throw new ConfigError(`${file}: ${issue.path.join(".") || "(root)"}: ${issue.message}`);
   }
-  const permissions = [
+  const maps = [
+    ["tools", parsed.data.tools] as const,
     ["permission", parsed.data.permission] as const,
-    ...Object.entries(parsed.data.agent).map(([name, a]) => [`agent.${name}.permission`, a.permission] as const),
+    ...Object.entries(parsed.data.agent).flatMap(([name, a]) => [
+      [`agent.${name}.tools`, a.tools] as const,
+      [`agent.${name}.permission`, a.permission] as const,
+    ]),
   ];
-  warnings.push(...wildcardLastWarnings(permissions).map((w) => `${file}: ${w}`));
+  warnings.push(...wildcardLastWarnings(maps).map((w) => `${file}: ${w}`));
   return { config: parsed.data, warnings, ignored };
 }
 

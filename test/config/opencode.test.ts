@@ -162,6 +162,18 @@ describe("a realistic opencode.json (written from OpenCode's docs)", () => {
     ]);
   });
 
+  it('warns about a "*" written after named tools in a permission or tools map: named tools keep their setting here, OpenCode lets "*" override them', () => {
+    const read = readConfigText(
+      '{ "permission": { "edit": "allow", "*": "deny" }, "tools": { "*": false, "read": true }, "agent": { "a": { "tools": { "read": true, "bash": false, "*": false }, "permission": { "*": "ask", "bash": { "ls": "allow", "*": "deny" } } } } }',
+      "opencode.json",
+    );
+    expect(read.warnings).toEqual([
+      'opencode.json: permission: "*" is written after "edit" but is weighed before it here, so "edit" keeps its own setting (OpenCode weighs the order written: there "*" would override it); write "*" first',
+      'opencode.json: agent.a.tools: "*" is written after "read", "bash" but is weighed before them here, so they keep their own setting (OpenCode weighs the order written: there "*" would override them); write "*" first',
+      'opencode.json: agent.a.permission.bash: "*" is written after "ls" and wins over it (the last matching pattern wins, as in OpenCode); write "*" first',
+    ]);
+  });
+
   it("a variant's disabled flag is set aside, not sent to the provider as an option", () => {
     const read = readConfigText(
       '{ "provider": { "p": { "models": { "m": { "variants": { "high": { "reasoningEffort": "high" }, "low": { "disabled": true } } } } } } }',
