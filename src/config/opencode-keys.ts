@@ -67,7 +67,6 @@ const MODEL: Readonly<Record<string, string>> = Object.fromEntries(
     "experimental",
     "status",
     "provider",
-    "headers",
   ].map((k) => [k, "a models.dev catalogue field OpenCode uses; not used here"]),
 );
 
