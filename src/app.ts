@@ -1,5 +1,4 @@
 import { setTimeout as sleep } from "node:timers/promises";
-import { instructionUrlWarning } from "./agent/instructions.js";
 import { createModelResolver, type ModelResolver } from "./agent/providers.js";
 import { recoverInterrupted } from "./agent/recovery.js";
 import { createRunner } from "./agent/runner.js";
@@ -67,8 +66,7 @@ const HAND_OVER_MAX_MS = 5000;
  * Opens the database (running migrations), loads plugins, recovers interrupted answers, and
  * starts the server on one plaintext port. Throws `ConfigError` when a non-loopback `host` has
  * no token, when NATS is configured with the embedded PGlite database, and when the database cannot be opened or a plugin cannot be loaded (closing what
- * was opened). Logs one warning when `instructions` lists URLs (they are not fetched;
- * docs/configuration.md#instructions). With `config.telemetry.enabled`, first starts OpenTelemetry tracing
+ * was opened). With `config.telemetry.enabled`, first starts OpenTelemetry tracing
  * (./observe/tracing.ts, imported only then; docs/operations.md#tracing).
  */
 export async function startLedger(options: StartOptions): Promise<RunningLedger> {
@@ -84,8 +82,6 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       "bus.nats (or LEDGER_NATS_URL) needs a Postgres database (DATABASE_URL): the embedded PGlite database serves one process only, so there is no other replica to fan out to",
     );
   }
-  const urlWarning = instructionUrlWarning(options.config.instructions);
-  if (urlWarning) logger.warn(urlWarning);
   const tracing = options.config.telemetry.enabled ? await startTracing(options) : undefined;
   const database = await openDatabase(options.database).catch(async (error: unknown) => {
     await tracing?.shutdown();

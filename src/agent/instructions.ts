@@ -4,6 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import { glob, isDynamicPattern } from "tinyglobby";
 import type { LedgerConfig } from "../config/config.js";
+import { isInstructionUrl } from "../config/instruction-urls.js";
 import { BINARY_SAMPLE_BYTES, isBinary } from "../files/binary.js";
 import { isInside, isSpecialPath } from "../files/confine.js";
 import { decodeText, stripBom } from "../files/text-decode.js";
@@ -50,7 +51,7 @@ export interface InstructionSources {
  *    (nearest first), or its `CLAUDE.md` files when there is no `AGENTS.md` ({@link projectInstructionFiles});
  * 2. the global file ({@link globalInstructionFile});
  * 3. the files and globs of `instructions` ({@link configuredInstructionFiles}); URLs are skipped
- *    (not fetched; {@link instructionUrls} are warned about at start).
+ *    (not fetched; warned about at start, see src/config/instruction-urls.ts).
  *
  * Files are read at each call (the loop calls it at each step, as OpenCode does): an edit shows in
  * the next step. Empty, binary and unreadable files are left out (unreadable ones logged). A file
@@ -168,7 +169,7 @@ export async function configuredInstructionFiles(
 ): Promise<string[]> {
   const files: string[] = [];
   for (const entry of instructions.entries) {
-    if (isUrl(entry)) continue;
+    if (isInstructionUrl(entry)) continue;
     const expanded = entry.startsWith("~/") ? path.join(env.HOME || os.homedir(), entry.slice(2)) : entry;
     const absolute = path.resolve(instructions.baseDir, expanded);
     if (!isDynamicPattern(expanded)) {
@@ -184,24 +185,6 @@ export async function configuredInstructionFiles(
   }
   return files;
 }
-
-/** The `http://` and `https://` entries of `instructions`: not fetched (warned about at start). */
-export function instructionUrls(instructions: LedgerConfig["instructions"]): string[] {
-  return instructions.entries.filter(isUrl);
-}
-
-/**
- * The start-up warning about the URLs of `instructions` (see {@link instructionUrls}), e.g.
- * `instructions: URLs are not fetched (out of scope); ignoring "https://example.com/rules.md"`,
- * or undefined when there are none.
- */
-export function instructionUrlWarning(instructions: LedgerConfig["instructions"]): string | undefined {
-  const urls = instructionUrls(instructions);
-  if (urls.length === 0) return undefined;
-  return `instructions: URLs are not fetched (out of scope); ignoring ${urls.map((u) => JSON.stringify(u)).join(", ")}`;
-}
-
-const isUrl = (entry: string) => entry.startsWith("https://") || entry.startsWith("http://");
 
 /** One instruction file as read: `text` (its first `bytes` bytes, decoded) of `size` bytes in all. */
 interface ReadInstruction {

@@ -111,6 +111,9 @@ async function* modelEvents(request: StepRequest): AsyncIterable<LoopEvent> {
     maxRetries: 0,
     abortSignal: request.signal,
     providerOptions: Object.keys(options).length > 0 ? { [request.model.optionsKey]: options as never } : undefined,
+    // The model's `headers` (opencode.json `provider.<id>.models.<id>.headers`) on every call, over
+    // the provider's `options.headers` (the AI SDK merges them; OpenCode `LLM.stream` sends `model.headers`).
+    headers: request.model.config.headers,
     temperature: request.agent?.temperature,
     topP: request.agent?.topP,
     // OpenCode `ProviderTransform.maxOutputTokens`: the model's `limit.output`, at most OUTPUT_TOKEN_MAX

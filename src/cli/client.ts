@@ -12,14 +12,21 @@ export interface ClientOptions {
   url?: string;
   db?: string;
   config?: string;
+  /** `--lenient-config`: unknown config keys are dropped with a warning (also `LEDGER_LENIENT_CONFIG=1`). */
+  lenientConfig?: boolean;
 }
 
 /**
  * Runs `fn` with a client (sending `LEDGER_TOKEN` as a bearer token when set) of the server at `--url`, or, without one, of a server started in
  * this process on a random loopback port (embedded database, closed again afterwards). Relative
  * `--db`/`--config` paths and ./ledger.json are found from `io.cwd`; `DATABASE_URL` and `LEDGER_TOKEN` come from `io.env`.
+ * The in-process server's config warnings go to `io.stderr` once, before `fn` runs.
  */
-export async function withClient<T>(opts: ClientOptions, io: Pick<CliIo, "cwd" | "env">, fn: (client: Ledger) => Promise<T>): Promise<T> {
+export async function withClient<T>(
+  opts: ClientOptions,
+  io: Pick<CliIo, "cwd" | "env" | "stderr">,
+  fn: (client: Ledger) => Promise<T>,
+): Promise<T> {
   if (opts.url) return fn(connect(opts.url, io.env));
   // The in-process server's RPC log lines would mix into this command's output.
   if (!io.env.LEDGER_LOG_LEVEL) logger.setLevel("warn");

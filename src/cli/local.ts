@@ -2,8 +2,10 @@ import path from "node:path";
 import lockfile from "proper-lockfile";
 import { startLedger, type RunningLedger } from "../app.js";
 import { loadConfig, type LedgerConfig } from "../config/config.js";
+import { logger } from "../observe/log.js";
 import type { WebPage } from "../server/web-page.js";
 import { targetFromEnv, type DatabaseTarget } from "../storage/db.js";
+import type { CliIo } from "./io.js";
 
 /** The default embedded database directory, relative to the working directory. */
 export const DEFAULT_DB_DIR = ".ledger/db";
@@ -96,20 +98,46 @@ function listenError(error: unknown, host: string, port: number): Error | undefi
 
 /**
  * {@link startLocal} as a CLI command starts it: the config found the CLI's way (`--config`,
- * else `LEDGER_CONFIG`, else ./ledger.json, from `io.cwd` and `io.env`; throws `ConfigError`),
- * the `--db` directory, and with `serve` the address to listen on (for `ledger serve`, which
- * also takes the embedded database's lock as the serving process, and serves `serve.web` if given).
+ * else `LEDGER_CONFIG`, else ./ledger.json, ledger.jsonc, opencode.json, opencode.jsonc, from
+ * `io.cwd` and `io.env`; `--lenient-config` or `LEDGER_LENIENT_CONFIG=1` makes unknown keys
+ * warnings; throws `ConfigError`), its warnings printed once on `io.stderr` ({@link printConfigWarnings};
+ * `serve` also logs them), the `--db` directory, and with `serve` the address to listen on (for
+ * `ledger serve`, which also takes the embedded database's lock as the serving process, and
+ * serves `serve.web` if given).
  */
 export function startLocalForCli(
   opts: { config?: string; db?: string; lenientConfig?: boolean },
-  io: { cwd: string; env: NodeJS.ProcessEnv },
+  io: Pick<CliIo, "cwd" | "env" | "stderr">,
   serve?: { host: string; port: number; web?: WebPage },
 ): Promise<RunningLedger> {
+  const config = loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env, lenient: opts.lenientConfig || undefined });
+  printConfigWarnings(config, io.stderr, { log: serve !== undefined });
   return startLocal({
-    config: loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env, lenient: opts.lenientConfig }),
+    config,
     db: opts.db,
     cwd: io.cwd,
     env: io.env,
     ...(serve ? { ...serve, forServe: true } : {}),
   });
+}
+
+/**
+ * Prints each of `config.warnings` (ignored OpenCode keys, dropped unknown keys, a `"*"` written
+ * last, URLs in `instructions`; docs/opencode-migration.md) on `stderr` as `warning: <text>\n`,
+ * and with `log` also as one log line each (`config: <first line>`, the rest as `detail`), as
+ * `ledger serve` does; a client command's in-process server does not log them (its log lines
+ * would mix into the command's output).
+ */
+export function printConfigWarnings(config: LedgerConfig, stderr: CliIo["stderr"], options: { log: boolean }): void {
+  for (const warning of config.warnings) {
+    stderr.write(`warning: ${warning}\n`);
+    if (!options.log) continue;
+    logger.warn(`config: ${warning.split("\n")[0]}`, {
+      config: config.source,
+      detail: warning
+        .split("\n")
+        .slice(1)
+        .map((l) => l.trim()),
+    });
+  }
 }

@@ -62,7 +62,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .addOption(new Option("--port <port>", "port (0 = random)").default(7411).argParser(parsePort))
     .option("--db <dir>", "embedded database directory, or :memory: (ignored when DATABASE_URL is set)")
     .option("--config <path>", "config file (default LEDGER_CONFIG, else ./ledger.json, ledger.jsonc, opencode.json, opencode.jsonc)")
-    .option("--lenient-config", "unknown config keys are warnings, not errors (also LEDGER_LENIENT_CONFIG=1)")
+    .option("--lenient-config", LENIENT_HELP)
     .option("--no-web", "do not serve the browser page at /")
     .addOption(
       new Option(
@@ -84,6 +84,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .addOption(new Option("--port <port>", "port (0 = random; without --url)").default(7411).argParser(parsePort))
     .option("--db <dir>", "embedded database directory when no --url, or :memory:")
     .option("--config <path>", "config file")
+    .option("--lenient-config", LENIENT_HELP)
     .addHelpText(
       "after",
       '\nPrints the page\'s address ("http://127.0.0.1:7411/") on stdout. Without --url the server runs until\nCtrl-C, like "ledger serve"; with --url nothing is started.',
@@ -102,6 +103,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .option("--scope <scopes>", "ledger:read, ledger:write, ledger:admin (default: read and write)")
     .option("--expires <duration>", 'lifetime, e.g. "30m", "1h", "7d"', "1h")
     .option("--config <path>", "config file")
+    .option("--lenient-config", LENIENT_HELP)
     .action(async (opts: import("./token.js").TokenOptions) => print(await (await import("./token.js")).mintToken(opts, io)));
 
   program
@@ -123,6 +125,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .option("--url <url>", "talk to a running server instead of starting one")
     .option("--db <dir>", "embedded database directory when no --url (default ./.ledger/db)")
     .option("--config <path>", "config file")
+    .option("--lenient-config", LENIENT_HELP)
     .option("--json", "print the stored message, or the final assistant message, as one line of JSON (no live output)")
     .option("--yes", "allow every permission request once without asking (otherwise asked on a terminal, rejected elsewhere)")
     .addHelpText(
@@ -416,13 +419,17 @@ function parsePort(value: string): number {
 
 /**
  * `program.command(name)` with the options of every command that talks to a ledger: `--url` (a
- * running server; `urlHelp` says what it is for), `--db` (the embedded database when no `--url`)
- * and `--config`, as `ClientOptions` reads them (`withClient`).
+ * running server; `urlHelp` says what it is for), `--db` (the embedded database when no `--url`),
+ * `--config` and `--lenient-config`, as `ClientOptions` reads them (`withClient`).
  */
 function clientCommand(program: Command, name: string, urlHelp = "talk to a running server instead of starting one"): Command {
   return program
     .command(name)
     .option("--url <url>", urlHelp)
     .option("--db <dir>", "embedded database directory when no --url")
-    .option("--config <path>", "config file");
+    .option("--config <path>", "config file")
+    .option("--lenient-config", LENIENT_HELP);
 }
+
+/** The help of `--lenient-config`, on every command that may read the config file. */
+const LENIENT_HELP = "unknown config keys are warnings, not errors (also LEDGER_LENIENT_CONFIG=1)";

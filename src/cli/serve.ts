@@ -1,4 +1,3 @@
-import { logger } from "../observe/log.js";
 import { defaultWebDir, loadWebPage, type WebPage } from "../server/web-page.js";
 import type { RunningLedger } from "../app.js";
 import type { CliIo } from "./io.js";
@@ -37,18 +36,8 @@ export async function runServe(opts: ServeOptions, io: CliIo, mode: "serve" | "w
   const page = opts.web ? await findPage(io, mode) : undefined;
   // Loaded on use: the server stack (database, AI SDK, ...) is not needed for --help or --url.
   const { startLocalForCli } = await import("./local.js");
+  // Prints the config's warnings (keys that mean nothing here, docs/opencode-migration.md) once, and logs them.
   const ledger = await startLocalForCli(opts, io, { host: opts.host, port: opts.port, web: page });
-  // Keys of the config file that mean nothing here (docs/opencode-migration.md): said once, at start.
-  for (const warning of ledger.deps.config.warnings) {
-    io.stderr.write(`warning: ${warning}\n`);
-    logger.warn(`config: ${warning.split("\n")[0]}`, {
-      config: ledger.deps.config.source,
-      detail: warning
-        .split("\n")
-        .slice(1)
-        .map((l) => l.trim()),
-    });
-  }
   io.stderr.write(`database: ${ledger.database.kind} ${ledger.database.location}\n`);
   io.stderr.write(`${relayLine(ledger)}\n`);
   if (ledger.database.kind === "pglite") {

@@ -15,6 +15,8 @@ export interface TokenOptions {
   /** Lifetime, as jose reads it: "1h", "30m", "7d" (default "1h"). */
   expires: string;
   config?: string;
+  /** `--lenient-config`: unknown config keys do not stop it (also `LEDGER_LENIENT_CONFIG=1`); the config's warnings are not printed. */
+  lenientConfig?: boolean;
 }
 
 /**
@@ -27,7 +29,7 @@ export interface TokenOptions {
  * lifetime.
  */
 export async function mintToken(opts: TokenOptions, io: Pick<CliIo, "cwd" | "env">): Promise<string> {
-  const config = loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env });
+  const config = loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env, lenient: opts.lenientConfig || undefined });
   const jwt = config.jwt;
   if (!jwt?.secret)
     throw new ConfigError(

@@ -8,6 +8,7 @@ import { buildMcp, type McpServerConfig } from "./mcp.js";
 import { telemetryConfig, type TelemetryConfig } from "./telemetry.js";
 import { buildJwtConfig, buildTenants, checkJwtKey, withEnvSecret, type JwtConfig, type TenantConfig } from "./auth.js";
 import { ConfigError } from "./config-error.js";
+import { instructionUrlWarning } from "./instruction-urls.js";
 import { configPermission, configRules } from "./permission-config.js";
 import { readConfigText } from "./read-config.js";
 import {
@@ -125,8 +126,10 @@ export interface LedgerConfig {
   instructions: { baseDir: string; entries: string[] };
   /**
    * What the start should warn about, one message each (`ledger serve` prints them on stderr and
-   * logs them): the OpenCode keys the file has that are ignored here, and with
-   * `--lenient-config` the unknown keys that were dropped. Empty when there is nothing to say.
+   * logs them; so do client commands running the ledger in-process): the OpenCode keys the file
+   * has that are ignored here, with `--lenient-config` the unknown keys that were dropped, a
+   * `"*"` written after other entries, the URLs of `instructions` (not fetched). Empty when there
+   * is nothing to say.
    */
   warnings: string[];
 }
@@ -206,7 +209,7 @@ export function loadConfig(
   else if (existsSync(file)) {
     const read = readConfigText(readFileSync(file, "utf8"), file, { env, lenient });
     config = buildConfig(read.config, file, path.dirname(file), env);
-    config.warnings = read.warnings;
+    config.warnings = [...read.warnings, ...config.warnings];
   }
   if (!config) throw new ConfigError(`config file ${file} does not exist`);
   if (env.LEDGER_TOKEN) {
@@ -327,7 +330,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     },
     telemetry: telemetryConfig(file.telemetry, env),
     instructions: { baseDir, entries: file.instructions },
-    warnings: [],
+    warnings: [instructionUrlWarning(file.instructions)].filter((w) => w !== undefined).map((w) => (source ? `${source}: ${w}` : w)),
   };
 }
 

@@ -1,3 +1,5 @@
+import { isPlainObject } from "./unknown-keys.js";
+
 /**
  * The opencode.json keys this service reads but does not use, and why (docs/opencode-migration.md).
  * Derived from OpenCode's config schema (`Config.Info`, `Config.Agent`, `Config.Provider` and the
@@ -65,7 +67,6 @@ const MODEL: Readonly<Record<string, string>> = Object.fromEntries(
     "experimental",
     "status",
     "provider",
-    "headers",
   ].map((k) => [k, "a models.dev catalogue field OpenCode uses; not used here"]),
 );
 
@@ -82,7 +83,7 @@ export interface IgnoredKey {
  * boolean (here it is an object).
  */
 export function stripIgnoredKeys(raw: unknown): { value: unknown; ignored: IgnoredKey[] } {
-  if (!isObject(raw)) return { value: raw, ignored: [] };
+  if (!isPlainObject(raw)) return { value: raw, ignored: [] };
   const ignored: IgnoredKey[] = [];
   const take = (node: Record<string, unknown>, table: Readonly<Record<string, string>>, prefix: string) => {
     for (const key of Object.keys(node)) {
@@ -102,13 +103,13 @@ export function stripIgnoredKeys(raw: unknown): { value: unknown; ignored: Ignor
     });
     delete value.snapshot;
   }
-  if (isObject(value.agent))
-    for (const [name, agent] of Object.entries(value.agent)) if (isObject(agent)) take(agent, AGENT, `agent.${name}.`);
-  if (isObject(value.provider)) {
+  if (isPlainObject(value.agent))
+    for (const [name, agent] of Object.entries(value.agent)) if (isPlainObject(agent)) take(agent, AGENT, `agent.${name}.`);
+  if (isPlainObject(value.provider)) {
     for (const [id, provider] of Object.entries(value.provider)) {
-      if (!isObject(provider)) continue;
+      if (!isPlainObject(provider)) continue;
       take(provider, PROVIDER, `provider.${id}.`);
-      if (isObject(provider.options)) {
+      if (isPlainObject(provider.options)) {
         const unused = Object.keys(provider.options).filter((k) => !PROVIDER_OPTIONS.has(k));
         take(
           provider.options,
@@ -116,25 +117,25 @@ export function stripIgnoredKeys(raw: unknown): { value: unknown; ignored: Ignor
           `provider.${id}.options.`,
         );
       }
-      if (isObject(provider.models))
+      if (isPlainObject(provider.models))
         for (const [modelId, model] of Object.entries(provider.models)) {
-          if (!isObject(model)) continue;
+          if (!isPlainObject(model)) continue;
           take(model, MODEL, `provider.${id}.models.${modelId}.`);
-          if (isObject(model.limit))
+          if (isPlainObject(model.limit))
             take(
               model.limit,
               { input: "OpenCode's input-token limit; here overflow is judged by context and output" },
               `provider.${id}.models.${modelId}.limit.`,
             );
-          if (isObject(model.variants))
+          if (isPlainObject(model.variants))
             for (const [variant, options] of Object.entries(model.variants))
-              if (isObject(options))
+              if (isPlainObject(options))
                 take(
                   options,
                   { disabled: "OpenCode hides a disabled variant; here every configured variant is offered (remove it instead)" },
                   `provider.${id}.models.${modelId}.variants.${variant}.`,
                 );
-          if (isObject(model.cost))
+          if (isPlainObject(model.cost))
             take(
               model.cost,
               { context_over_200k: "OpenCode's price above 200k tokens of context; not used here" },
@@ -157,8 +158,4 @@ export function ignoredKeysWarning(source: string, ignored: readonly IgnoredKey[
     `${source}: these OpenCode keys are ignored (docs/opencode-migration.md):`,
     ...ignored.map((k) => `  ${k.path}: ${k.reason}`),
   ].join("\n");
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }

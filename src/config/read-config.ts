@@ -7,8 +7,8 @@ import { configFileSchema, type ConfigFile } from "./schema.js";
 import { unknownKeys, withoutKeys } from "./unknown-keys.js";
 import { substituteVariables } from "./variables.js";
 
-// A config file's text to a checked `ConfigFile`: JSONC, OpenCode keys set aside, variables
-// replaced, unknown keys and the schema checked (docs/configuration.md "The file").
+// A config file's text to a checked `ConfigFile`: JSONC, OpenCode keys set aside, unknown keys
+// checked, variables replaced, the schema checked (docs/configuration.md "The file").
 
 /**
  * Parses JSONC text into a validated `ConfigFile` (see {@link readConfigText}; warnings dropped,
@@ -21,7 +21,8 @@ export function parseConfigText(text: string, file: string, env: NodeJS.ProcessE
 /**
  * Reads a config file's JSONC text (`file` names it in messages; `{file:}` paths are relative to
  * its directory): the OpenCode keys this service ignores are set aside (`stripIgnoredKeys`),
- * `{env:}`/`{file:}` replaced, unknown keys looked for, then the schema applied. Returns the
+ * unknown keys looked for (before substitution: a `{file:}` under an unknown key is not read),
+ * `{env:}`/`{file:}` replaced, then the schema applied. Returns the
  * parsed file and the warnings: `ignoredKeysWarning`'s, and with `lenient` one
  * `<file>: unknown keys ignored (--lenient-config): a.b, c` (those keys dropped). Throws
  * `ConfigError`: `<file>: invalid JSONC at line L, column C: value expected` (1-based) for a
@@ -49,8 +50,10 @@ export function readConfigText(
   const warnings: string[] = [];
   const ignoredWarning = ignoredKeysWarning(file, ignored);
   if (ignoredWarning) warnings.push(ignoredWarning);
-  let substituted = substituteVariables(value, { env, baseDir: path.dirname(path.resolve(file)), source: file });
-  const unknown = unknownKeys(configFileSchema, substituted);
+  // Unknown keys first: substitution changes values only, and a {file:} under a misspelled key
+  // must be neither read nor the error reported.
+  let known = value;
+  const unknown = unknownKeys(configFileSchema, value);
   if (unknown.length > 0) {
     const names = unknown.map((k) => k.join(".")).join(", ");
     if (!options.lenient)
@@ -58,18 +61,23 @@ export function readConfigText(
         `${file}: unknown key${unknown.length > 1 ? "s" : ""} ${names} (not a ledger.json or opencode.json key; --lenient-config ignores unknown keys)`,
       );
     warnings.push(`${file}: unknown keys ignored (--lenient-config): ${names}`);
-    substituted = withoutKeys(substituted, unknown);
+    known = withoutKeys(value, unknown);
   }
+  const substituted = substituteVariables(known, { env, baseDir: path.dirname(path.resolve(file)), source: file });
   const parsed = configFileSchema.safeParse(substituted);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
+    const issue = deepestIssue(parsed.error.issues[0]!);
     throw new ConfigError(`${file}: ${issue.path.join(".") || "(root)"}: ${issue.message}`);
   }
-  const permissions = [
+  const maps = [
+    ["tools", parsed.data.tools] as const,
     ["permission", parsed.data.permission] as const,
-    ...Object.entries(parsed.data.agent).map(([name, a]) => [`agent.${name}.permission`, a.permission] as const),
+    ...Object.entries(parsed.data.agent).flatMap(([name, a]) => [
+      [`agent.${name}.tools`, a.tools] as const,
+      [`agent.${name}.permission`, a.permission] as const,
+    ]),
   ];
-  warnings.push(...wildcardLastWarnings(permissions).map((w) => `${file}: ${w}`));
+  warnings.push(...wildcardLastWarnings(maps).map((w) => `${file}: ${w}`));
   return { config: parsed.data, warnings, ignored };
 }
 
@@ -78,4 +86,23 @@ export function lineAndColumn(text: string, offset: number): { line: number; col
   const before = text.slice(0, offset);
   const lineStart = before.lastIndexOf("\n") + 1;
   return { line: before.split("\n").length, column: offset - lineStart + 1 };
+}
+
+/** A zod issue as reported: its own path, message and, for a failed union, each option's issues. */
+interface Issue {
+  path: PropertyKey[];
+  message: string;
+  code?: string;
+  errors?: Issue[][];
+}
+
+/**
+ * The issue to report for `issue`: for a value no option of a union accepts, the option's issue
+ * that reaches deepest into the value (`permission.bash.rm *: Invalid option: ...` rather than
+ * `permission: Invalid input`), its path made absolute; any other issue as it is.
+ */
+function deepestIssue(issue: Issue): Issue {
+  if (issue.code !== "invalid_union" || !issue.errors || issue.errors.length === 0) return issue;
+  const inner = issue.errors.flat().map((i) => deepestIssue({ ...i, path: [...issue.path, ...i.path] }));
+  return inner.reduce((best, next) => (next.path.length > best.path.length ? next : best), issue);
 }

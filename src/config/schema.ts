@@ -30,6 +30,8 @@ const modelSchema = z.object({
     .optional(),
   limit: z.object({ context: z.number().optional(), output: z.number().optional() }).optional(),
   options: z.record(z.string(), z.unknown()).default({}),
+  /** HTTP headers sent on every call of this model, over the provider's `options.headers` (OpenCode `Model.headers`). */
+  headers: z.record(z.string(), z.string()).optional(),
 });
 
 const providerSchema = z.object({

@@ -94,6 +94,7 @@ function literalOf(option: z.ZodType, key: string): unknown[] | undefined {
   return field ? defOf(field).values : undefined;
 }
 
-function isPlainObject(value: unknown): value is Record<string, unknown> {
+/** Whether `value` is a JSON object (not null, not an array). */
+export function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }

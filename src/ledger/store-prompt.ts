@@ -293,7 +293,11 @@ function emitPromptEvents(emit: (kind: EventKind, row?: RowChange) => unknown, i
   emit({ case: "prompted", value: { messageId, noReply: input.request.noReply } });
 }
 
-/** OpenCode turns `tools: {name: bool}` into permission rules `{permission: name, pattern: "*", action}`. */
+/**
+ * OpenCode turns `tools: {name: bool}` into permission rules `{permission: name, pattern: "*", action}`
+ * (stored as given; an `edit` rule also covers `write` and `patch` when weighed, `sessionRules` in
+ * src/tools/permission.ts).
+ */
 function permissionsFromTools(tools: Record<string, boolean>) {
   return Object.entries(tools).map(([permission, enabled]) =>
     create(PermissionRuleSchema, { permission, pattern: "*", action: enabled ? PermissionAction.ALLOW : PermissionAction.DENY }),

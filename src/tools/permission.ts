@@ -1,7 +1,7 @@
 import { isMatch } from "matcher";
 import { PermissionAction as ProtoAction, type PermissionRule } from "../../gen/ledger/v1/session_pb.js";
 import type { AgentInfo, AgentRule, PermissionAction } from "../config/agents.js";
-import { configRules } from "../config/permission-config.js";
+import { configRules, coveredPermissions } from "../config/permission-config.js";
 import type { ToolAsk } from "./tool-context.js";
 
 /** One permission rule (see `AgentRule` in src/config/agents.ts; OpenCode `PermissionNext.Rule`). */
@@ -17,13 +17,20 @@ export function agentRules(agent: Pick<AgentInfo, "permission" | "rules">): Rule
   return agent.rules ?? configRules(agent.permission);
 }
 
-/** A session's stored rules (`Session.permission`) as rules; an unspecified action counts as allow. */
+/**
+ * A session's stored rules (`Session.permission`: a prompt's `tools` map, ALWAYS replies) as
+ * rules, in order; an unspecified action counts as allow. A rule for `edit` also gives the same
+ * rule for `write` and `patch` (`coveredPermissions`, as config rules do), so `tools: {"edit":
+ * false}` disables every edit tool as in OpenCode (`PermissionNext.disabled`, `EDIT_TOOLS`).
+ */
 export function sessionRules(rules: readonly PermissionRule[]): Rule[] {
-  return rules.map((r) => ({
-    permission: r.permission,
-    pattern: r.pattern || "*",
-    action: r.action === ProtoAction.DENY ? "deny" : r.action === ProtoAction.ASK ? "ask" : "allow",
-  }));
+  return rules.flatMap((r) =>
+    coveredPermissions(r.permission).map((permission) => ({
+      permission,
+      pattern: r.pattern || "*",
+      action: r.action === ProtoAction.DENY ? ("deny" as const) : r.action === ProtoAction.ASK ? ("ask" as const) : ("allow" as const),
+    })),
+  );
 }
 
 /**

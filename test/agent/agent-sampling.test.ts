@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { NO_RETRY } from "../support/mock-models.js";
+import type { FakeOpenAI } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
 
 // An agent's temperature, top_p and options (opencode.json `agent.<name>`) and the model's
@@ -16,7 +17,13 @@ beforeAll(async () => {
         plain: { mode: "primary" },
       },
     },
-    { modelConfig: { limit: { context: 200000, output: 64000 }, options: { user: "model", top_k: 3 } } },
+    {
+      modelConfig: {
+        limit: { context: 200000, output: 64000 },
+        options: { user: "model", top_k: 3 },
+        headers: { "x-model-header": "from-model", "x-title": "review" },
+      },
+    },
   );
 });
 afterAll(async () => {
@@ -28,11 +35,15 @@ beforeEach(() => {
 });
 
 async function ask(agent: string): Promise<Record<string, unknown>> {
+  return (await call(agent)).body;
+}
+
+async function call(agent: string): Promise<FakeOpenAI["requests"][number]> {
   const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
   t.fake.push({ kind: "stream", chunks: [{ text: "ok" }] });
   await t.client.prompt({ sessionId, agent, parts: [text("hello")] });
   expect(t.fake.requests).toHaveLength(1);
-  return t.fake.requests[0]!.body;
+  return t.fake.requests[0]!;
 }
 
 describe("sampling settings of an agent", () => {
@@ -46,5 +57,12 @@ describe("sampling settings of an agent", () => {
     expect(body.temperature).toBeUndefined();
     expect(body.top_p).toBeUndefined();
     expect(body).toMatchObject({ max_tokens: 32000, user: "model", top_k: 3 });
+  });
+});
+
+describe("headers of a model (provider.<id>.models.<id>.headers)", () => {
+  it("are sent on every call of that model, with the provider's own (authorization from apiKey)", async () => {
+    const { headers } = await call("plain");
+    expect(headers).toMatchObject({ "x-model-header": "from-model", "x-title": "review", authorization: "Bearer test" });
   });
 });

@@ -291,20 +291,21 @@ describe("instructions in the config", () => {
 
   describe("a URL", () => {
     const stderr = captureStderr();
-    it("is warned about once at start and never fetched", async () => {
-      const other = await startTestLedger({ instructions: ["https://example.com/rules.md", "notes.md", "http://example.com/b.md"] });
-      await other.close();
-      const warnings = stderr
-        .written()
-        .filter((line) => line.includes("instructions:"))
-        .map((line) => JSON.parse(line) as Record<string, unknown>);
-      expect(warnings).toEqual([
-        {
-          time: expect.any(String),
-          level: "warn",
-          msg: 'instructions: URLs are not fetched (out of scope); ignoring "https://example.com/rules.md", "http://example.com/b.md"',
-        },
+    it("is one of the config's start warnings (printed on stderr by serve and client commands), never fetched, not logged by the ledger itself", async () => {
+      const where = path.join(t.dir, "url-config");
+      await layout({
+        "url-config/ledger.json": JSON.stringify({ instructions: ["https://example.com/rules.md", "notes.md", "http://example.com/b.md"] }),
+      });
+      const file = path.join(where, "ledger.json");
+      expect(loadConfig({ explicitPath: file, env: {} }).warnings).toEqual([
+        `${file}: instructions: URLs are not fetched (out of scope); ignoring "https://example.com/rules.md", "http://example.com/b.md"`,
       ]);
+      const other = await startTestLedger({ instructions: ["https://example.com/rules.md", "notes.md", "http://example.com/b.md"] });
+      expect(other.ledger.deps.config.warnings).toEqual([
+        'instructions: URLs are not fetched (out of scope); ignoring "https://example.com/rules.md", "http://example.com/b.md"',
+      ]);
+      await other.close();
+      expect(stderr.written().filter((line) => line.includes("instructions:"))).toEqual([]);
     });
   });
 });

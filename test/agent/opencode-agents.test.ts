@@ -89,6 +89,24 @@ describe("an opencode.json's permissions in the agent loop", () => {
     expect(await exists(path.join(dir, "a.txt"))).toBe(false);
   });
 
+  it('a prompt\'s tools: {"edit": false} disables write and patch too (OpenCode disables every edit tool): not offered, a write anyway is refused, nothing written', async () => {
+    const { sessionId, dir } = await newSession("session-edit", "build");
+    t.fake.push(call("call_4", "write", { filePath: "b.txt", content: "b\n" }), say("I may not write."));
+    const before = t.fake.requests.length;
+    await t.client.prompt({ sessionId, parts: [text("write b.txt")], tools: { edit: false } });
+    const [write] = tools(await untilIdle(sessionId));
+    const offered = ((t.fake.requests[before]!.body.tools ?? []) as Array<{ function: { name: string } }>).map(
+      (tool) => tool.function.name,
+    );
+    expect(offered.filter((name) => ["write", "edit", "patch"].includes(name))).toEqual([]);
+    expect(offered).toContain("bash");
+    expect(write?.state?.status).toMatchObject({
+      case: "error",
+      value: { error: `Model tried to call unavailable tool 'write'. Available tools: ${offered.join(", ")}.` },
+    });
+    expect(await exists(path.join(dir, "b.txt"))).toBe(false);
+  });
+
   it("top-level bash patterns reach build: an allowed command runs", async () => {
     const { sessionId, dir } = await newSession("bash", "build");
     t.fake.push(call("call_3", "bash", { command: "echo hi > out.txt" }), say("Done."));

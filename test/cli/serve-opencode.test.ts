@@ -70,3 +70,49 @@ describe("ledger serve with an opencode.json", () => {
     }
   });
 });
+
+describe("client commands running the ledger in-process on an opencode.json", () => {
+  let other: string;
+  beforeAll(async () => {
+    other = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-client-opencode-")));
+    await writeFile(
+      path.join(other, "opencode.json"),
+      '{ "theme": "x", "agent": { "review": { "colour": "#fff" } }, "instructions": ["https://example.com/rules.md"] }',
+    );
+  });
+  afterAll(async () => {
+    if (other) await rm(other, { recursive: true, force: true });
+  });
+  const file = () => path.join(other, "opencode.json");
+  const expectWarnedOnce = (stderr: string) => {
+    expect(stderr).toBe(
+      `warning: ${file()}: these OpenCode keys are ignored (docs/opencode-migration.md):\n  theme: the colour theme of OpenCode's terminal UI; this service has no terminal UI\n` +
+        `warning: ${file()}: unknown keys ignored (--lenient-config): agent.review.colour\n` +
+        `warning: ${file()}: instructions: URLs are not fetched (out of scope); ignoring "https://example.com/rules.md"\n`,
+    );
+  };
+
+  it("an unknown key stops them naming it, and --lenient-config (which the error suggests) is an option of theirs", async () => {
+    const refused = await runCli(["sessions", "--db", ":memory:"], place(other));
+    expect(refused).toMatchObject({ code: 1, stdout: "" });
+    expect(refused.stderr).toBe(
+      `error: ${file()}: unknown key agent.review.colour (not a ledger.json or opencode.json key; --lenient-config ignores unknown keys)\n`,
+    );
+    const lenient = await runCli(["sessions", "--db", ":memory:", "--lenient-config"], place(other));
+    expect(lenient).toMatchObject({ code: 0, stdout: "no sessions\n" });
+    expectWarnedOnce(lenient.stderr);
+  });
+
+  it("ledger prompt prints the config's warnings on stderr once (LEDGER_LENIENT_CONFIG=1 works as the option)", async () => {
+    const { env } = place(other);
+    const run = await runCli(["prompt", "hello", "--no-reply", "--db", ":memory:", "--json"], {
+      cwd: other,
+      env: { ...env, LEDGER_LENIENT_CONFIG: "1" },
+    });
+    expect(run.code).toBe(0);
+    expectWarnedOnce(run.stderr);
+    const flagged = await runCli(["prompt", "hello", "--no-reply", "--db", ":memory:", "--json", "--lenient-config"], place(other));
+    expect(flagged.code).toBe(0);
+    expectWarnedOnce(flagged.stderr);
+  });
+});

@@ -162,6 +162,18 @@ describe("a realistic opencode.json (written from OpenCode's docs)", () => {
     ]);
   });
 
+  it('warns about a "*" written after named tools in a permission or tools map: named tools keep their setting here, OpenCode lets "*" override them', () => {
+    const read = readConfigText(
+      '{ "permission": { "edit": "allow", "*": "deny" }, "tools": { "*": false, "read": true }, "agent": { "a": { "tools": { "read": true, "bash": false, "*": false }, "permission": { "*": "ask", "bash": { "ls": "allow", "*": "deny" } } } } }',
+      "opencode.json",
+    );
+    expect(read.warnings).toEqual([
+      'opencode.json: permission: "*" is written after "edit" but is weighed before it here, so "edit" keeps its own setting (OpenCode weighs the order written: there "*" would override it); write "*" first',
+      'opencode.json: agent.a.tools: "*" is written after "read", "bash" but is weighed before them here, so they keep their own setting (OpenCode weighs the order written: there "*" would override them); write "*" first',
+      'opencode.json: agent.a.permission.bash: "*" is written after "ls" and wins over it (the last matching pattern wins, as in OpenCode); write "*" first',
+    ]);
+  });
+
   it("a variant's disabled flag is set aside, not sent to the provider as an option", () => {
     const read = readConfigText(
       '{ "provider": { "p": { "models": { "m": { "variants": { "high": { "reasoningEffort": "high" }, "low": { "disabled": true } } } } } } }',
@@ -280,6 +292,18 @@ describe("unknown keys and wrong shapes", () => {
     expect(loadConfig({ cwd: where, env: { LEDGER_LENIENT_CONFIG: "1" } }).warnings).toEqual([warning]);
   });
 
+  it("unknown keys are found before substitution: a {file:} under a misspelled key is not read", async () => {
+    const where = await place({
+      "opencode.json": '{ "agent": { "review": { "promt": "{file:missing.txt}", "prompt": "x" } } }',
+    });
+    expect(() => loadConfig({ cwd: where, env: {} })).toThrow(
+      `${path.join(where, "opencode.json")}: unknown key agent.review.promt (not a ledger.json or opencode.json key; --lenient-config ignores unknown keys)`,
+    );
+    const lenient = loadConfig({ cwd: where, env: {}, lenient: true });
+    expect(lenient.warnings).toEqual([`${path.join(where, "opencode.json")}: unknown keys ignored (--lenient-config): agent.review.promt`]);
+    expect(lenient.agents.get("review")!.prompt).toBe("x");
+  });
+
   it("a value of the wrong shape is an error naming its path", () => {
     const fails = (json: string) => () => readConfigText(json, "opencode.json");
     expect(fails('{ "agent": { "review": { "temperature": "hot" } } }')).toThrow(
@@ -288,7 +312,9 @@ describe("unknown keys and wrong shapes", () => {
     expect(fails('{ "agent": { "review": { "tools": { "write": "no" } } } }')).toThrow(
       "opencode.json: agent.review.tools.write: Invalid input: expected boolean, received string",
     );
-    expect(fails('{ "permission": { "bash": { "rm *": "never" } } }')).toThrow(/^opencode\.json: permission(\.bash(\.rm \*)?)?: Invalid/);
+    expect(fails('{ "permission": { "bash": { "rm *": "never" } } }')).toThrow(
+      'opencode.json: permission.bash.rm *: Invalid option: expected one of "allow"|"deny"|"ask"',
+    );
     expect(fails('{ "provider": { "p": { "models": { "m": { "limit": { "context": "big" } } } } } }')).toThrow(
       "opencode.json: provider.p.models.m.limit.context: Invalid input: expected number, received string",
     );
@@ -417,6 +443,52 @@ describe("permission precedence: built-in agent, top-level tools/permission, age
       file: { permission: { read: "allow" } },
       session: [session("read", "*", "deny")],
       tool: "read",
+      expected: "deny",
+    },
+    {
+      what: "session edit: deny (a prompt's tools: {edit: false}) denies write too, as OpenCode disables every edit tool",
+      file: {},
+      session: [session("edit", "*", "deny")],
+      tool: "write",
+      pattern: "a.ts",
+      expected: "deny",
+    },
+    {
+      what: "session edit: deny covers patch too",
+      file: { permission: { patch: "allow" } },
+      session: [session("edit", "*", "deny")],
+      tool: "patch",
+      pattern: "a.ts",
+      expected: "deny",
+    },
+    {
+      what: "an ALWAYS reply to an edit request (session edit on a.ts: allow) also allows writing a.ts",
+      file: { permission: { edit: "ask" } },
+      session: [session("edit", "a.ts", "allow")],
+      tool: "write",
+      pattern: "a.ts",
+      expected: "allow",
+    },
+    {
+      what: "session rules in order: edit: deny, then write on a.ts: allow",
+      file: {},
+      session: [session("edit", "*", "deny"), session("write", "a.ts", "allow")],
+      tool: "write",
+      pattern: "a.ts",
+      expected: "allow",
+    },
+    {
+      what: 'top-level * written last is weighed first: {edit: allow, "*": deny} allows edit (OpenCode denies; warned at start)',
+      file: { permission: { edit: "allow", "*": "deny" } },
+      tool: "edit",
+      pattern: "a.ts",
+      expected: "allow",
+    },
+    {
+      what: 'top-level * written last still denies the tools not named: {edit: allow, "*": deny} denies bash',
+      file: { permission: { edit: "allow", "*": "deny" } },
+      tool: "bash",
+      pattern: "ls",
       expected: "deny",
     },
     {
