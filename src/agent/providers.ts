@@ -1,5 +1,6 @@
 import type { LanguageModelV3 } from "@ai-sdk/provider";
 import type { LedgerConfig, ModelConfig, ProviderConfig } from "../config/config.js";
+import { DEFAULT_COMPATIBLE_BASE_URL, providerPackage } from "../config/provider-package.js";
 import { loadOncePerKey } from "../load-once.js";
 import { tracedFetch } from "../observe/spans.js";
 
@@ -86,9 +87,7 @@ interface Provider {
 /** Imports the provider's package and creates it; rejects for an unsupported `npm` package. */
 async function createProvider(providerId: string, entry: ProviderConfig, env: NodeJS.ProcessEnv): Promise<Provider> {
   const options = entry.options as { baseURL?: string; apiKey?: string; headers?: Record<string, string> };
-  const npm =
-    entry.npm ??
-    (providerId === "openai" ? "@ai-sdk/openai" : providerId === "anthropic" ? "@ai-sdk/anthropic" : "@ai-sdk/openai-compatible");
+  const npm = providerPackage(providerId, entry);
   switch (npm) {
     case "@ai-sdk/openai": {
       const { createOpenAI } = await import("@ai-sdk/openai");
@@ -115,7 +114,7 @@ async function createProvider(providerId: string, entry: ProviderConfig, env: No
       const { createOpenAICompatible } = await import("@ai-sdk/openai-compatible");
       const compatible = createOpenAICompatible({
         name: providerId,
-        baseURL: options.baseURL ?? "http://127.0.0.1:11434/v1",
+        baseURL: options.baseURL ?? DEFAULT_COMPATIBLE_BASE_URL,
         apiKey: key,
         headers: options.headers,
         includeUsage: true,

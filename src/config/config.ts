@@ -10,6 +10,7 @@ import { buildJwtConfig, buildTenants, checkJwtKey, withEnvSecret, type JwtConfi
 import { ConfigError } from "./config-error.js";
 import { instructionUrlWarning } from "./instruction-urls.js";
 import { configPermission, configRules } from "./permission-config.js";
+import { implicitProviderWarning } from "./provider-package.js";
 import { readConfigText } from "./read-config.js";
 import {
   configFileSchema,
@@ -330,7 +331,9 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     },
     telemetry: telemetryConfig(file.telemetry, env),
     instructions: { baseDir, entries: file.instructions },
-    warnings: [instructionUrlWarning(file.instructions)].filter((w) => w !== undefined).map((w) => (source ? `${source}: ${w}` : w)),
+    warnings: [instructionUrlWarning(file.instructions), implicitProviderWarning(file.provider)]
+      .filter((w) => w !== undefined)
+      .map((w) => (source ? `${source}: ${w}` : w)),
   };
 }
 

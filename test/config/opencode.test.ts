@@ -194,6 +194,26 @@ describe("a realistic opencode.json (written from OpenCode's docs)", () => {
     });
     expect(loadConfig({ cwd: where, env: {} }).warnings).toEqual([]);
   });
+
+  it("warns about providers that would silently call a local Ollama (no npm, no baseURL: OpenCode reads them from models.dev)", async () => {
+    const where = await place({
+      "opencode.json": JSON.stringify({
+        model: "openrouter/qwen",
+        provider: {
+          openrouter: { models: { qwen: {} } },
+          groq: { options: { apiKey: "k" }, models: { llama: {} } },
+          anthropic: { models: { "claude-sonnet-4-5": {} } },
+          ollama: { options: { baseURL: "http://127.0.0.1:11434/v1" }, models: { q: {} } },
+          vllm: { npm: "@ai-sdk/openai-compatible", options: { baseURL: "http://gpu:8000/v1" }, models: { m: {} } },
+        },
+      }),
+    });
+    expect(loadConfig({ cwd: where, env: {} }).warnings).toEqual([
+      `${path.join(where, "opencode.json")}: provider.openrouter, provider.groq: no "npm" and no "options.baseURL", so their models are ` +
+        "called as @ai-sdk/openai-compatible at http://127.0.0.1:11434/v1 (a local Ollama); OpenCode takes a provider's package and " +
+        'address from models.dev, which is not read here: give "npm" and "options.baseURL"',
+    ]);
+  });
 });
 
 describe("discovery", () => {
