@@ -75,7 +75,8 @@ export interface AgentInfo {
 export const BUILT_IN_AGENTS: readonly AgentInfo[] = [
   {
     name: "build",
-    description: "The default agent: every tool allowed (read, list, glob, grep, write, edit, bash, task, todowrite, todoread).",
+    description:
+      "The default agent: every tool (read, list, glob, grep, write, edit, bash, task, todowrite, todoread) unless the permission config says otherwise.",
     mode: "primary",
     hidden: false,
     permission: { "*": "allow" },
@@ -83,7 +84,7 @@ export const BUILT_IN_AGENTS: readonly AgentInfo[] = [
   },
   {
     name: "plan",
-    description: "Read-only agent for analysis and planning; edits and shell commands are denied.",
+    description: "Read-only agent for analysis and planning: edits and shell commands are denied unless the permission config allows them.",
     mode: "primary",
     hidden: false,
     permission: { "*": "allow", edit: "deny", write: "deny", patch: "deny", bash: "deny" },
