@@ -167,8 +167,27 @@ export class Connection {
     retried = false,
   ): Promise<T> {
     const limit = timeoutMs ?? this.server.timeoutMs;
-    const deadline = AbortSignal.timeout(limit);
-    const startAbort = signal ? AbortSignal.any([signal, deadline]) : deadline;
+    // Signals of this request only: the SDK never removes its abort listener (which holds the
+    // answer), so a signal that outlived the request (AbortSignal.timeout until it fires, the
+    // caller's for a whole run) kept every answer in memory that long.
+    const signals = requestSignals(signal, limit);
+    try {
+      return await this.requestWith(signals, signal, limit, timeoutMs, fn, retried);
+    } finally {
+      signals.done();
+    }
+  }
+
+  private async requestWith<T>(
+    signals: RequestSignals,
+    signal: AbortSignal | undefined,
+    limit: number,
+    timeoutMs: number | undefined,
+    fn: (client: Client, abort: AbortSignal | undefined) => Promise<T>,
+    retried: boolean,
+  ): Promise<T> {
+    const deadline = signals.deadline;
+    const startAbort = signals.any;
     const { McpError, ErrorCode, StreamableHTTPError } = await loadSdk();
     const failure = (error: unknown, bounded: boolean): unknown => {
       const timedOut = (bounded && deadline.aborted) || (error instanceof McpError && error.code === ErrorCode.RequestTimeout);
@@ -191,7 +210,7 @@ export class Connection {
       throw failure(error, true);
     }
     this.watchOverflow(client);
-    const abort = timeoutMs === undefined ? signal : startAbort;
+    const abort = timeoutMs === undefined ? (signal ? signals.caller : undefined) : startAbort;
     try {
       // Without `timeoutMs` the call bounds itself (a request timeout), not the deadline.
       return await fn(client, abort);
@@ -345,4 +364,43 @@ export class Connection {
       `${this.label} sent a message larger than the ${this.server.type === "local" ? "stdio" : "HTTP"} limit (${limit} bytes); the connection was closed and ${next}`,
     );
   }
+}
+
+/** The signals of one request (see {@link requestSignals}). */
+interface RequestSignals {
+  /** Aborts when the request's time (`limit` ms) is up. */
+  deadline: AbortSignal;
+  /** Aborts with the caller's signal or at the deadline. */
+  any: AbortSignal;
+  /** Aborts with the caller's signal only. */
+  caller: AbortSignal;
+  /** Ends the request: the timer is cleared and the caller's signal no longer followed. */
+  done(): void;
+}
+
+/**
+ * Signals that live as long as one request: what the SDK attaches to them goes with them once
+ * `done()` is called, instead of staying reachable from a long-lived signal.
+ */
+function requestSignals(signal: AbortSignal | undefined, limit: number): RequestSignals {
+  const deadline = new AbortController();
+  const any = new AbortController();
+  const caller = new AbortController();
+  const timer = setTimeout(() => deadline.abort(new DOMException(`timed out after ${limit} ms`, "TimeoutError")), limit);
+  const fromCaller = () => {
+    any.abort(signal!.reason);
+    caller.abort(signal!.reason);
+  };
+  deadline.signal.addEventListener("abort", () => any.abort(deadline.signal.reason), { once: true });
+  if (signal?.aborted) fromCaller();
+  else signal?.addEventListener("abort", fromCaller, { once: true });
+  return {
+    deadline: deadline.signal,
+    any: any.signal,
+    caller: caller.signal,
+    done() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", fromCaller);
+    },
+  };
 }

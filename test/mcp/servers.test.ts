@@ -1,3 +1,4 @@
+import { getEventListeners } from "node:events";
 import { PassThrough } from "node:stream";
 import { afterEach, describe, expect, it } from "vitest";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
@@ -96,6 +97,15 @@ describe("MCP servers configured as in opencode.json (server-everything)", () =>
     await expect(mcp.callTool("everything", "trigger-long-running-operation", { duration: 20, steps: 1 })).rejects.toThrow(
       new Error('MCP server "everything" did not answer within 4000 ms'),
     );
+  });
+
+  it("leaves nothing on the caller's signal once a call, a read or a listing is over (the SDK's listener held each answer as long as the signal lived)", async () => {
+    const mcp = await mcpOf({ everything: everything({ timeout: 4000 }) });
+    const run = new AbortController();
+    await mcp.callTool("everything", "echo", { message: "hi" }, run.signal);
+    await mcp.read("everything", "demo://resource/static/document/architecture.md", run.signal);
+    await mcp.tools(run.signal);
+    expect(getEventListeners(run.signal, "abort")).toEqual([]);
   });
 
   it("a ledger with an unreachable remote, a disabled and a broken server starts and reads the good one's resources", async () => {
