@@ -222,7 +222,11 @@ async function resourceDraft(
     try {
       if (ctx.mcpRefused) throw new Error(ctx.mcpRefused);
       if (!ctx.mcp) throw notConfigured(source.clientName, []);
-      contents = await ctx.mcp.read(source.clientName, source.uri);
+      const mcp = ctx.mcp;
+      const read = await turn.read(() => mcp.read(source.clientName, source.uri));
+      if (read.full)
+        return failed(`not read: the prompt's MCP resources already fill limits.mcp_prompt_bytes (${ctx.limits.mcp_prompt_bytes} bytes)`);
+      contents = read.value;
     } catch (error) {
       return failed(error instanceof Error ? error.message : String(error));
     }

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { LanguageModelV3 } from "@ai-sdk/provider";
 import type { ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { DEFAULT_LIMITS } from "../../src/config/limits.js";
+import { MCP_READS_AT_ONCE } from "../../src/parts/mcp-budget.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { everything } from "../support/mcp-servers.js";
 import { mockResolver, NO_RETRY, scriptedModel, textReply, toolCallReply, type ModelKey } from "../support/mock-models.js";
@@ -24,15 +25,30 @@ const DOCS_DIR = path.join(
 const docText = (name: string) => readFileSync(path.join(DOCS_DIR, name), "utf8");
 const docBytes = (name: string) => Buffer.byteLength(docText(name), "utf8");
 
-/** A stdio server (the MCP SDK's) with resources of 2 MiB and of 11 MiB (over the stdio buffer), and a small one. */
+/** A stdio server (the MCP SDK's) with resources of 2 MiB and of 11 MiB (over the stdio buffer), small ones, and 1 MiB ones that count their reads. */
 const BIG_SERVER = `
-import { McpServer } from ${JSON.stringify(import.meta.resolve("@modelcontextprotocol/sdk/server/mcp.js"))};
+import { McpServer, ResourceTemplate } from ${JSON.stringify(import.meta.resolve("@modelcontextprotocol/sdk/server/mcp.js"))};
 import { StdioServerTransport } from ${JSON.stringify(import.meta.resolve("@modelcontextprotocol/sdk/server/stdio.js"))};
 const server = new McpServer({ name: "big", version: "1.0.0" });
 const text = (uri, value) => ({ contents: [{ uri: uri.href, text: value }] });
 server.registerResource("two", "big://two-mib", {}, async (uri) => text(uri, "x".repeat(2 * 1024 * 1024)));
 server.registerResource("huge", "big://eleven-mib", {}, async (uri) => text(uri, "x".repeat(11 * 1024 * 1024)));
 server.registerResource("pid", "big://pid", {}, async (uri) => text(uri, String(process.pid)));
+// 1 MiB a read (exactly mcp_item_bytes), 50 ms each; big://stats tells how many were read and most at once.
+let reads = 0, reading = 0, most = 0;
+server.registerResource("mib", new ResourceTemplate("big://mib/{n}", { list: undefined }), {}, async (uri) => {
+  reads++;
+  most = Math.max(most, ++reading);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  reading--;
+  return text(uri, "y".repeat(1024 * 1024));
+});
+server.registerResource("stats", "big://stats", {}, async (uri) => {
+  const stats = { reads, most };
+  reads = 0;
+  most = 0;
+  return text(uri, JSON.stringify(stats));
+});
 await server.connect(new StdioServerTransport());
 `;
 
@@ -152,6 +168,36 @@ describe("default limits and the stdio buffer", () => {
     const after = await pid();
     expect(after).toBeGreaterThan(0);
     expect(after).not.toBe(before);
+  });
+
+  it("reads a prompt's resources at most MCP_READS_AT_ONCE at a time, and none once the budget is full: 8 of 12 MiB drafts fit the default 8 MiB", async () => {
+    expect(MCP_READS_AT_ONCE).toBe(4);
+    expect(DEFAULT_LIMITS.mcp_prompt_bytes).toBe(8 * 1024 * 1024);
+    const drafts = Array.from({ length: 12 }, (_, i) => resource("big", `big://mib/${i + 1}`, `${i + 1}.txt`));
+    const { message } = await promptOnce(t.client, t.dir, [text("read them"), ...drafts]);
+    const mib = "y".repeat(1024 * 1024);
+    const fits = (i: number) => [
+      reading(`${i}.txt`, `big://mib/${i}`),
+      note(mib),
+      { kind: "file", mime: "text/markdown", filename: `${i}.txt`, url: `big://mib/${i}` },
+    ];
+    const over = (i: number) => [
+      reading(`${i}.txt`, `big://mib/${i}`),
+      note(
+        expect.stringMatching(
+          new RegExp(
+            `^Failed to read MCP resource ${i}\\.txt: (not read: the prompt's MCP resources already fill limits\\.mcp_prompt_bytes \\(8388608 bytes\\)` +
+              `|its 1048576 bytes of text would bring the prompt's MCP resources to 9437184 bytes, over limits\\.mcp_prompt_bytes \\(8388608 bytes\\))$`,
+          ),
+        ) as unknown as string,
+      ),
+    ];
+    expect(message.parts.slice(1).map(shape)).toEqual([...[1, 2, 3, 4, 5, 6, 7, 8].flatMap(fits), ...[9, 10, 11, 12].flatMap(over)]);
+    const stats = await promptOnce(t.client, t.dir, [resource("big", "big://stats", "stats.txt")]);
+    const { reads, most } = JSON.parse((stats.message.parts[1]!.kind.value as { text: string }).text) as { reads: number; most: number };
+    expect(most).toBeLessThanOrEqual(MCP_READS_AT_ONCE);
+    expect(reads).toBeGreaterThanOrEqual(8);
+    expect(reads).toBeLessThanOrEqual(12);
   });
 });
 
