@@ -5,7 +5,7 @@ export type McpTake = { ok: true } | { ok: false; used: number };
 
 /** One resource draft's turn at an {@link McpBudget}. */
 export interface McpTurn {
-  /** The budget's {@link McpBudget.read}: `read` in one of the prompt's read slots, unless the budget is full by then. */
+  /** Waits for the turn's read slot, then runs `read`, unless the budget is full by then (`full`: nothing more can fit). */
   read<T>(read: () => Promise<T>): Promise<{ full: true; used: number } | { full: false; value: T }>;
   /** Waits for the earlier drafts' turns, then counts `bytes` when they fit within the budget. Once per turn. */
   take(bytes: number): Promise<McpTake>;
@@ -23,39 +23,48 @@ export const MCP_READS_AT_ONCE = 4;
 
 /**
  * The MCP resource text of one prompt, counted against `limits.mcp_prompt_bytes` in draft order
- * while the reads themselves run concurrently (at most {@link MCP_READS_AT_ONCE} at a time, see
- * {@link read}): each resource draft takes a {@link turn} in draft order (synchronously, before
+ * while the reads themselves run concurrently (at most {@link MCP_READS_AT_ONCE} drafts at a
+ * time, each from its read to its take): each resource draft takes a {@link turn} in draft order (synchronously, before
  * any read starts); a turn's `take` waits until every earlier turn is done, so the first drafts
  * fill the budget whatever order their servers answer in.
  */
 export class McpBudget {
   private used = 0;
   private tail: Promise<void> = Promise.resolve();
-  private readonly reads: LimitFunction = pLimit(MCP_READS_AT_ONCE);
+  private readonly slots: LimitFunction = pLimit(MCP_READS_AT_ONCE);
 
   constructor(readonly max: number) {}
 
   /**
-   * Runs `read` when one of the prompt's {@link MCP_READS_AT_ONCE} read slots is free, or answers
-   * `full` without reading when the budget is already used up by then (nothing more can fit).
+   * The next draft's turn. Its read slot is asked for now (slots are handed out in turn order,
+   * first come first served) and held until the turn is done — through the read, the checks and
+   * the `take` — so at most {@link MCP_READS_AT_ONCE} answers are held at once. No turn waits
+   * for a later one, so this cannot deadlock, as long as every turn is `done`.
    */
-  read<T>(read: () => Promise<T>): Promise<{ full: true; used: number } | { full: false; value: T }> {
-    return this.reads(async () => (this.used >= this.max ? { full: true, used: this.used } : { full: false, value: await read() }));
-  }
-
-  /** The next draft's turn. */
   turn(): McpTurn {
     const previous = this.tail;
     let release!: () => void;
     this.tail = new Promise<void>((resolve) => (release = resolve));
     let ended = false;
+    let freeSlot: (() => void) | undefined;
+    const granted = new Promise<void>((grant) => {
+      void this.slots(() => {
+        grant();
+        return ended ? Promise.resolve() : new Promise<void>((free) => (freeSlot = free));
+      });
+    });
     const end = () => {
       if (ended) return;
       ended = true;
+      freeSlot?.();
       void previous.then(release);
     };
     return {
-      read: (read) => this.read(read),
+      read: async (read) => {
+        await granted;
+        if (this.used >= this.max) return { full: true, used: this.used };
+        return { full: false, value: await read() };
+      },
       take: async (bytes) => {
         await previous;
         try {
