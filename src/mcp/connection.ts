@@ -106,19 +106,23 @@ export class Connection {
       const tools = await this.request(signal, this.server.timeoutMs, async (client, abort) => {
         used = client;
         const current = this.current;
-        if (current?.client === client && current.tools) return current.tools;
-        const listing = listAllTools(client, this.name, { signal: abort, timeout: this.server.timeoutMs });
+        const wait = (listing: Promise<McpTool[]>) => (abort ? untilAborted(listing, abort) : listing);
+        if (current?.client === client && current.tools) return wait(current.tools);
+        // Shared by every caller: bounded by the server's timeout only, so that one caller's abort
+        // (a run cancelled) ends that caller's wait, not the listing the others wait for.
+        const listing = listAllTools(client, this.name, { timeout: this.server.timeoutMs });
         if (current?.client === client) current.tools = listing;
         // A failed listing is not kept: the next step asks again.
         listing.catch(() => {
           if (current?.tools === listing) current.tools = undefined;
         });
-        return listing;
+        return wait(listing);
       });
       if (this.failure?.listing && this.current?.client === used) this.failure = undefined;
       return tools;
     } catch (error) {
       // A failed start records its own failure; this is a running server that did not list its tools.
+      // (Not when this caller gave up: the shared listing may still succeed.)
       if (!signal?.aborted && used && this.current?.client === used && this.current.connected)
         this.failure = { error: error instanceof Error ? error.message : String(error), at: Date.now(), listing: true };
       throw error;
@@ -325,15 +329,17 @@ export class Connection {
   listResources(signal?: AbortSignal): Promise<McpResourceListing> {
     return this.request(signal, this.server.timeoutMs, async (client, abort) => {
       const current = this.current;
+      const wait = (listing: Promise<McpResourceListing>) => (abort ? untilAborted(listing, abort) : listing);
       const cached = current?.client === client ? current.resources : undefined;
-      if (cached && Date.now() - cached.at < RESOURCE_LISTING_MS) return cached.listing;
-      const listing = listAllResources(client, { signal: abort, timeout: this.server.timeoutMs });
+      if (cached && Date.now() - cached.at < RESOURCE_LISTING_MS) return wait(cached.listing);
+      // Shared, as the tool listing: one caller's abort does not end it for the others.
+      const listing = listAllResources(client, { timeout: this.server.timeoutMs });
       const entry = { listing, at: Date.now() };
       if (current?.client === client) current.resources = entry;
       listing.catch(() => {
         if (current?.resources === entry) current.resources = undefined;
       });
-      return listing;
+      return wait(listing);
     });
   }
 

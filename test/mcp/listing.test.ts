@@ -37,10 +37,24 @@ server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({ reso
 await server.connect(new StdioServerTransport());
 `;
 
+/** A server that takes 1.5 s to list its one tool. */
+const SLOW_SERVER = `
+import { Server } from ${JSON.stringify(import.meta.resolve("@modelcontextprotocol/sdk/server/index.js"))};
+import { StdioServerTransport } from ${JSON.stringify(import.meta.resolve("@modelcontextprotocol/sdk/server/stdio.js"))};
+import { ListToolsRequestSchema } from ${JSON.stringify(import.meta.resolve("@modelcontextprotocol/sdk/types.js"))};
+const server = new Server({ name: "slow", version: "1.0.0" }, { capabilities: { tools: {} } });
+server.setRequestHandler(ListToolsRequestSchema, async () => {
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  return { tools: [{ name: "ping", description: "Pings", inputSchema: { type: "object" } }] };
+});
+await server.connect(new StdioServerTransport());
+`;
+
 let dir: string;
 beforeAll(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), "ledger-mcp-listing-"));
   await writeFile(path.join(dir, "flaky.mjs"), FLAKY_SERVER);
+  await writeFile(path.join(dir, "slow.mjs"), SLOW_SERVER);
 });
 afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
@@ -74,6 +88,22 @@ describe("a running server whose tool listing fails", () => {
     ]);
     expect(mcp.status()).toEqual({ flaky: { status: "connected" } });
     expect((await mcp.tools()).map((t) => t.id)).toEqual(["flaky_change"]);
+  });
+});
+
+describe("a tool listing shared by two callers", () => {
+  it("is not ended by the first caller's abort: the other gets the tools and the server stays CONNECTED", async () => {
+    const mcp = { slow: { type: "local", command: [process.execPath, path.join(dir, "slow.mjs")] } };
+    const reader = await startMcp(buildConfig(configFileSchema.parse({ mcp }), undefined, process.cwd()));
+    opened.push(reader);
+    await reader.servers({ connect: false });
+    const a = new AbortController();
+    const first = reader.tools(a.signal);
+    const second = reader.tools();
+    setTimeout(() => a.abort(new Error("run cancelled")), 800);
+    expect((await first).map((t) => t.id)).toEqual([]);
+    expect((await second).map((t) => t.id)).toEqual(["slow_ping"]);
+    expect(reader.status()).toEqual({ slow: { status: "connected" } });
   });
 });
 
