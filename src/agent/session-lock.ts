@@ -100,9 +100,14 @@ export function postgresLocks(url: string, options: PostgresLockOptions): Sessio
         client.off("error", lost);
         client.off("end", lost);
       };
-      // Postgres does not notice a closed client while its backend waits for a lock: the wait is
-      // cancelled on the server first, then the connection is closed (at once if that fails).
-      const cancel = () => void cancelBackend(url, (client as unknown as { processID?: number }).processID).finally(() => giveBack(true));
+      // Postgres does not notice a closed client while its backend waits for a lock: the
+      // connection is closed at once, and the wait is cancelled on the server (a backend that
+      // still waits keeps its pid, so the cancel cannot reach another session's query).
+      const cancel = () => {
+        const pid = (client as unknown as { processID?: number }).processID;
+        giveBack(true);
+        void cancelBackend(url, pid);
+      };
       signal.addEventListener("abort", cancel, { once: true });
       try {
         // An abort that came while connecting must not leave us waiting for the lock.
@@ -141,9 +146,8 @@ export function postgresLocks(url: string, options: PostgresLockOptions): Sessio
 
 /**
  * Cancels what backend `pid` is running (`pg_cancel_backend`, over a short connection of its own:
- * the lock pool may be full). Never rejects: a failure (no connection to be had, no pid known)
- * leaves the caller to close the waiting connection, and the backend then ends once it gets the
- * lock and finds its client gone.
+ * the lock pool may be full). Never rejects: after a failure (no connection to be had, no pid
+ * known) the backend waits on until it gets the lock and finds its client gone.
  */
 async function cancelBackend(url: string, pid: number | undefined): Promise<void> {
   if (!pid) return;

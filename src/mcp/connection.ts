@@ -235,7 +235,10 @@ export class Connection {
 
   /** Forgets `client` if it is the current one and closes it (the next use connects again). */
   private drop(client: Client): void {
-    if (this.current?.client === client) this.current = undefined;
+    if (this.current?.client === client) {
+      this.current = undefined;
+      if (this.failure?.listing) this.failure = undefined;
+    }
     void closeClient(client);
   }
 
@@ -254,7 +257,10 @@ export class Connection {
       // The process ended (or the connection was closed): the next use starts a new one. A start
       // that fails drops its entry itself.
       client.onclose = () => {
-        if (this.current === entry && entry.client === client && entry.connected) this.current = undefined;
+        if (this.current !== entry || entry.client !== client || !entry.connected) return;
+        this.current = undefined;
+        // A listing failure was this process's: the next use starts a new one and lists again.
+        if (this.failure?.listing) this.failure = undefined;
       };
       client.setNotificationHandler(sdk.ToolListChangedNotificationSchema, () => {
         if (this.current === entry && entry.client === client) entry.tools = undefined;

@@ -4,6 +4,7 @@ import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { buildConfig, configFileSchema } from "../../src/config/config.js";
 import { startMcp, type McpReader } from "../../src/mcp/client.js";
+import { waitFor } from "../support/wait.js";
 
 // What a running server's listings leave in its status, and how long they are reused: a stdio
 // server built with the MCP SDK whose first tool listing fails, whose resource listing names the
@@ -26,7 +27,8 @@ server.setRequestHandler(ListToolsRequestSchema, async () => {
   if (++toolListings === 1) throw new Error("no tools today");
   return { tools: [{ name: "change", description: "Changes the resources", inputSchema: { type: "object" } }] };
 });
-server.setRequestHandler(CallToolRequestSchema, async () => {
+server.setRequestHandler(CallToolRequestSchema, async (request) => {
+  if (request.params.name === "exit") process.exit(0);
   await server.sendResourceListChanged();
   return { content: [{ type: "text", text: "changed" }] };
 });
@@ -88,6 +90,16 @@ describe("a running server whose tool listing fails", () => {
     ]);
     expect(mcp.status()).toEqual({ flaky: { status: "connected" } });
     expect((await mcp.tools()).map((t) => t.id)).toEqual(["flaky_change"]);
+  });
+});
+
+describe("a listing failure and the process's end", () => {
+  it("is forgotten when the process ends: the server is idle again, not FAILED with its last process's listing error", async () => {
+    const mcp = await flaky();
+    expect(await mcp.tools()).toEqual([]);
+    expect(mcp.status()).toEqual({ flaky: { status: "failed", error: "MCP error -32603: no tools today" } });
+    await expect(mcp.callTool("flaky", "exit", {})).rejects.toThrow('MCP server "flaky": Connection closed');
+    await waitFor("the status after the process ended", () => mcp.status().flaky?.status === "idle");
   });
 });
 
