@@ -9,10 +9,21 @@ export function isInstructionUrl(entry: string): boolean {
 /**
  * The start-up warning about the URLs among `entries` (the `instructions` of a config file),
  * e.g. `instructions: URLs are not fetched (out of scope); ignoring "https://example.com/rules.md"`,
- * or undefined when there are none. One entry of `LedgerConfig.warnings`.
+ * or undefined when there are none; a URL is shown without its query, fragment and user info,
+ * which may hold a token. One entry of `LedgerConfig.warnings`.
  */
 export function instructionUrlWarning(entries: readonly string[]): string | undefined {
   const urls = entries.filter(isInstructionUrl);
   if (urls.length === 0) return undefined;
-  return `instructions: URLs are not fetched (out of scope); ignoring ${urls.map((u) => JSON.stringify(u)).join(", ")}`;
+  return `instructions: URLs are not fetched (out of scope); ignoring ${urls.map((u) => JSON.stringify(withoutSecrets(u))).join(", ")}`;
+}
+
+/** `url` as origin and path only (`https://example.com/rules.md?token=x` → `https://example.com/rules.md`). */
+function withoutSecrets(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.origin}${parsed.pathname}`;
+  } catch {
+    return url.split(/[?#]/, 1)[0]!;
+  }
 }

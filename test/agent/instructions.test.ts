@@ -294,7 +294,9 @@ describe("instructions in the config", () => {
     it("is one of the config's start warnings (printed on stderr by serve and client commands), never fetched, not logged by the ledger itself", async () => {
       const where = path.join(t.dir, "url-config");
       await layout({
-        "url-config/ledger.json": JSON.stringify({ instructions: ["https://example.com/rules.md", "notes.md", "http://example.com/b.md"] }),
+        "url-config/ledger.json": JSON.stringify({
+          instructions: ["https://example.com/rules.md", "notes.md", "http://me:pw@example.com/b.md?token=secret#x"],
+        }),
       });
       const file = path.join(where, "ledger.json");
       expect(loadConfig({ explicitPath: file, env: {} }).warnings).toEqual([
