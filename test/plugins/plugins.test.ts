@@ -21,7 +21,7 @@ describe("loadPlugins", () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect((error as Error).message).toBe(
       "plugin opencode-wakatime cannot be loaded: Cannot find package 'opencode-wakatime' imported from " +
-        `${path.resolve("src/plugins/plugins.ts")} (a plugin is a module of this service's plugin interface, not an OpenCode plugin: docs/configuration.md#plugins)`,
+        `${path.resolve(import.meta.dirname, "../../src/plugins/plugins.ts")} (a plugin is a module of this service's plugin interface, not an OpenCode plugin: docs/configuration.md#plugins)`,
     );
   });
 
