@@ -1,9 +1,9 @@
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { buildConfig, configFileSchema } from "../../src/config/config.js";
-import { startMcp, type McpReader } from "../../src/mcp/client.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { McpReader } from "../../src/mcp/client.js";
+import { mcpReaders } from "../support/mcp-servers.js";
 import { waitFor } from "../support/wait.js";
 
 // What a running server's listings leave in its status, and how long they are reused: a stdio
@@ -62,16 +62,10 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const opened: McpReader[] = [];
-afterEach(async () => {
-  await Promise.all(opened.splice(0).map((m) => m.close()));
-});
+const mcpOf = mcpReaders();
 
-async function flaky(): Promise<McpReader> {
-  const mcp = { flaky: { type: "local", command: [process.execPath, path.join(dir, "flaky.mjs")] } };
-  const reader = await startMcp(buildConfig(configFileSchema.parse({ mcp }), undefined, process.cwd()));
-  opened.push(reader);
-  return reader;
+function flaky(): Promise<McpReader> {
+  return mcpOf({ flaky: { type: "local", command: [process.execPath, path.join(dir, "flaky.mjs")] } });
 }
 
 describe("a running server whose tool listing fails", () => {
@@ -105,9 +99,7 @@ describe("a listing failure and the process's end", () => {
 
 describe("a tool listing shared by two callers", () => {
   it("is not ended by the first caller's abort: the other gets the tools and the server stays CONNECTED", async () => {
-    const mcp = { slow: { type: "local", command: [process.execPath, path.join(dir, "slow.mjs")] } };
-    const reader = await startMcp(buildConfig(configFileSchema.parse({ mcp }), undefined, process.cwd()));
-    opened.push(reader);
+    const reader = await mcpOf({ slow: { type: "local", command: [process.execPath, path.join(dir, "slow.mjs")] } });
     await reader.servers({ connect: false });
     const a = new AbortController();
     const first = reader.tools(a.signal);

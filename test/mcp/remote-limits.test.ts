@@ -1,11 +1,10 @@
 import http from "node:http";
 import type net from "node:net";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { buildConfig, configFileSchema } from "../../src/config/config.js";
-import { startMcp, type McpReader } from "../../src/mcp/client.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { limitedFetch, MessageTooLarge, REMOTE_MESSAGE_LIMIT } from "../../src/mcp/transports.js";
 import { captureStderr } from "../support/stderr.js";
 import { waitFor } from "../support/wait.js";
+import { mcpReaders } from "../support/mcp-servers.js";
 
 // The size limit on what a remote MCP server sends: a small hand-written MCP server on loopback
 // (Streamable HTTP, and the older HTTP+SSE) whose resources are bigger than the limit, sent as
@@ -16,16 +15,7 @@ const LIMIT = REMOTE_MESSAGE_LIMIT;
 const ENDLESS = 8 * LIMIT;
 
 const stderr = captureStderr();
-const opened: McpReader[] = [];
-afterEach(async () => {
-  await Promise.all(opened.splice(0).map((m) => m.close()));
-});
-
-async function mcpOf(mcp: Record<string, unknown>): Promise<McpReader> {
-  const reader = await startMcp(buildConfig(configFileSchema.parse({ mcp }), undefined, process.cwd()));
-  opened.push(reader);
-  return reader;
-}
+const mcpOf = mcpReaders();
 
 type Message = { jsonrpc: "2.0"; id?: number; method?: string; params?: Record<string, unknown> };
 

@@ -1,10 +1,8 @@
 import net from "node:net";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { buildConfig, configFileSchema } from "../../src/config/config.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { reconnectDelayMs } from "../../src/mcp/connection.js";
-import { startMcp, type McpReader } from "../../src/mcp/client.js";
 import { freePort, recordingProxy, startEverythingHttp, type EverythingHttp } from "../support/mcp-http.js";
-import { childPids, everything } from "../support/mcp-servers.js";
+import { childPids, everything, mcpReaders } from "../support/mcp-servers.js";
 import { waitFor } from "../support/wait.js";
 
 // Remote MCP servers: the published reference server `server-everything` in its Streamable HTTP
@@ -12,16 +10,7 @@ import { waitFor } from "../support/wait.js";
 
 const ARCHITECTURE = "demo://resource/static/document/architecture.md";
 
-const opened: McpReader[] = [];
-afterEach(async () => {
-  await Promise.all(opened.splice(0).map((m) => m.close()));
-});
-
-async function mcpOf(mcp: Record<string, unknown>): Promise<McpReader> {
-  const reader = await startMcp(buildConfig(configFileSchema.parse({ mcp }), undefined, process.cwd()));
-  opened.push(reader);
-  return reader;
-}
+const mcpOf = mcpReaders();
 
 const textOf = (result: { content: Array<{ type: string }> }) => (result.content[0] as unknown as { text: string }).text;
 

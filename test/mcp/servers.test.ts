@@ -1,25 +1,14 @@
 import { getEventListeners } from "node:events";
 import { PassThrough } from "node:stream";
-import { afterEach, describe, expect, it } from "vitest";
-import { buildConfig, configFileSchema } from "../../src/config/config.js";
-import { startMcp, type McpReader } from "../../src/mcp/client.js";
+import { describe, expect, it } from "vitest";
 import { logStderr, STDERR_LINES_PER_WINDOW, STDERR_WINDOW_MS } from "../../src/mcp/stderr-log.js";
 import { createLogger, logger } from "../../src/observe/log.js";
 import { startTestLedger } from "../support/ledger.js";
 import { freePort } from "../support/mcp-http.js";
-import { childPids, everything } from "../support/mcp-servers.js";
+import { childPids, everything, mcpReaders } from "../support/mcp-servers.js";
 import { waitFor } from "../support/wait.js";
 
-const opened: McpReader[] = [];
-afterEach(async () => {
-  await Promise.all(opened.splice(0).map((m) => m.close()));
-});
-
-async function mcpOf(mcp: Record<string, unknown>): Promise<McpReader> {
-  const reader = await startMcp(buildConfig(configFileSchema.parse({ mcp }), undefined, process.cwd()));
-  opened.push(reader);
-  return reader;
-}
+const mcpOf = mcpReaders();
 
 describe("MCP servers configured as in opencode.json (server-everything)", () => {
   it('never starts a server with "enabled": false: no child process, its uses fail saying so', async () => {

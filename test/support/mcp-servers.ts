@@ -1,6 +1,9 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
+import { afterEach } from "vitest";
+import { buildConfig, configFileSchema } from "../../src/config/config.js";
+import { startMcp, type McpReader } from "../../src/mcp/client.js";
 
 /** The published reference server `@modelcontextprotocol/server-everything` (a devDependency), run over stdio. */
 export const EVERYTHING = path.join(
@@ -30,4 +33,21 @@ export function childPids(): number[] {
       }
     })
     .map(Number);
+}
+
+/**
+ * The MCP readers of a test file: the returned function starts one from an `mcp` config entry
+ * (as ledger.json has it; defaults applied, paths relative to the working directory), and every
+ * reader started is closed after each test (its servers stopped).
+ */
+export function mcpReaders(): (mcp: Record<string, unknown>) => Promise<McpReader> {
+  const opened: McpReader[] = [];
+  afterEach(async () => {
+    await Promise.all(opened.splice(0).map((m) => m.close()));
+  });
+  return async (mcp) => {
+    const reader = await startMcp(buildConfig(configFileSchema.parse({ mcp }), undefined, process.cwd()));
+    opened.push(reader);
+    return reader;
+  };
 }
