@@ -45,6 +45,15 @@ const GROWTH_MB = 64;
 function boundMb(watchers: number): number {
   return Math.max(GROWTH_MB, 16 + watchers * 4 * (TEXT_CHARS / 2 ** 20));
 }
+
+/**
+ * What reading streams may add on top, MB: their peak is garbage, not held data — per 1 MB event
+ * and reader, protobuf-es's writer buffer, the serialized message and the gRPC frame, which V8
+ * collects only once about 64 MB of such external memory has piled up, later under load. 8
+ * readers peaked at +39 to +56 MB alone and +116 MB under a load average of 7 (the full suite
+ * beside another one); holding the backlog, as before bounded pages, would be 80 MB a reader.
+ */
+const READING_GARBAGE_MB = 96;
 /**
  * Readers among the 32 watchers of the last scenario; the others read nothing. 32 readers (the
  * issue's all-reading case) replay 2.5 GB and take ~35 s more per engine here:
@@ -127,7 +136,7 @@ describe(`WatchSession{after_seq: 0} on ${PROMPTS} stored prompts of ${TEXT_CHAR
           expect(watch.seqs).toEqual(range(1, Number(lastSeq)));
           expect(watch.fullTexts).toBe(PROMPTS);
         }
-        expect(result.growthMb).toBeLessThanOrEqual(boundMb(watchers));
+        expect(result.growthMb).toBeLessThanOrEqual(boundMb(watchers) + READING_GARBAGE_MB);
       },
       READ_MS,
     );
