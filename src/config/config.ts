@@ -12,17 +12,7 @@ import { instructionUrlWarning } from "./instruction-urls.js";
 import { configPermission, configRules } from "./permission-config.js";
 import { implicitProviderWarning } from "./provider-package.js";
 import { readConfigText } from "./read-config.js";
-import {
-  configFileSchema,
-  DEFAULT_CATCH_UP_MS,
-  DEFAULT_PRUNE_MINIMUM_TOKENS,
-  DEFAULT_PRUNE_PROTECT_TOKENS,
-  DEFAULT_SNAPSHOT_DIR,
-  DEFAULT_SNAPSHOT_MAX_BYTES,
-  DEFAULT_SNAPSHOT_MAX_FILES,
-  type ConfigFile,
-  type ProviderConfig,
-} from "./schema.js";
+import { configFileSchema, DEFAULT_SNAPSHOT_DIR, type ConfigFile, type ProviderConfig } from "./schema.js";
 
 export {
   configFileSchema,
@@ -32,7 +22,7 @@ export {
   DEFAULT_SNAPSHOT_DIR,
   DEFAULT_SNAPSHOT_MAX_BYTES,
   DEFAULT_SNAPSHOT_MAX_FILES,
-};
+} from "./schema.js";
 export type { ConfigFile, ModelConfig, ProviderConfig } from "./schema.js";
 export { lineAndColumn, parseConfigText, readConfigText } from "./read-config.js";
 
