@@ -204,6 +204,48 @@ describe("browser client", () => {
     expect(pageErrors).toEqual([]);
   }, 120_000);
 
+  it("a session that loads slowly neither replaces the one opened after it nor takes the focus from a field being typed in", async (ctx) => {
+    if (MISSING) ctx.skip(MISSING);
+    // Before the fix, a click on a session whose load finished late (under load) moved the focus
+    // to the prompt box while the next test typed a title, so the session was created untitled.
+    const slow = (await t.client.createSession({ directory: t.dir, title: "slow to load" })).session!.id;
+    const quick = (await t.client.createSession({ directory: t.dir, title: "quick to load" })).session!.id;
+    await page.goto(`${t.ledger.url}/`);
+    await page.locator("body[data-ready=true]").waitFor();
+    await page.locator(`#sessions [data-session-id="${quick}"]`).waitFor();
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    // The slow session's GetSession answers only once released (the request itself is real).
+    await page.route("**/GetSession", async (route) => {
+      if (route.request().postDataBuffer()?.toString("latin1").includes(slow)) await held;
+      await route.continue();
+    });
+    try {
+      await page.locator(`#sessions [data-session-id="${slow}"]`).click();
+      await page.locator(`#sessions [data-session-id="${quick}"]`).click();
+      await page.locator("#session-head", { hasText: "quick to load" }).waitFor();
+      await page.locator("#title").fill("typing a title");
+      const slowLoaded = page.waitForResponse(
+        (r) => r.url().endsWith("/ListMessages") && !!r.request().postDataBuffer()?.toString("latin1").includes(slow),
+      );
+      release();
+      await slowLoaded;
+      await page.locator("body:not([data-opening])").waitFor();
+      // The page handles the answer after Playwright sees it: give it a moment to (not) render it.
+      await page.waitForTimeout(200);
+    } finally {
+      release();
+      await page.unroute("**/GetSession");
+    }
+    expect(await page.locator("#session-head strong").textContent()).toBe("quick to load");
+    expect(await page.evaluate("location.hash.slice(1)")).toBe(quick);
+    expect(await page.locator(`#sessions [aria-current=true]`).getAttribute("data-session-id")).toBe(quick);
+    expect(await page.evaluate("document.activeElement?.id")).toBe("title");
+    expect(await page.locator("#title").inputValue()).toBe("typing a title");
+    await page.locator("#title").fill("");
+    expect(pageErrors).toEqual([]);
+  }, 60_000);
+
   it("shows a write's permission request with its diff; Allow once writes the file, Reject leaves it absent", async (ctx) => {
     if (MISSING) ctx.skip(MISSING);
     const dir = path.join(t.dir, "permissions");

@@ -216,7 +216,16 @@ async function loadModels(): Promise<void> {
   }
 }
 
-async function openSession(sessionId: string): Promise<void> {
+/** Counts openSession calls: a load that a later call overtook does not replace what that call shows. */
+let opening = 0;
+/** openSession calls in flight; `body[data-opening]` is set while there are any. */
+let loading = 0;
+
+/** Shows a session: its head, transcript, todos and permission requests, then follows its events. False when a later call overtook this one or it failed (the error is shown). */
+async function openSession(sessionId: string): Promise<boolean> {
+  const mine = ++opening;
+  loading += 1;
+  document.body.dataset.opening = "true";
   showError(undefined);
   try {
     const { session } = await client.getSession({ sessionId });
@@ -232,6 +241,8 @@ async function openSession(sessionId: string): Promise<void> {
       transcript.load(page.messages);
       pageToken = page.nextPageToken;
     } while (pageToken);
+    // Another session was opened (or this one again) while this one loaded: that call renders.
+    if (mine !== opening) return false;
     current = { session, transcript };
     renderTodos(ui.todos, todos);
     void followSession(session.id, afterSeq);
@@ -244,9 +255,17 @@ async function openSession(sessionId: string): Promise<void> {
     }
     setStatus(running?.sessionId === session.id ? "busy" : "idle");
     updateControls();
-    ui.text.focus();
+    // Ready to type into, unless the user is typing elsewhere meanwhile (the new-session form, say).
+    const active = document.activeElement;
+    const typing = active instanceof HTMLInputElement || active instanceof HTMLTextAreaElement || active instanceof HTMLSelectElement;
+    if (!typing) ui.text.focus();
+    return true;
   } catch (error) {
-    showError(`Cannot open ${sessionId}: ${describeError(error)}`);
+    if (mine === opening) showError(`Cannot open ${sessionId}: ${describeError(error)}`);
+    return false;
+  } finally {
+    loading -= 1;
+    if (loading === 0) delete document.body.dataset.opening;
   }
 }
 
@@ -674,7 +693,8 @@ ui.newSession.addEventListener("submit", (e) => {
       ui.title.value = "";
       if (!session) return;
       await loadSessions();
-      await openSession(session.id);
+      // Submitted from the title field: the prompt is what comes next.
+      if (await openSession(session.id)) ui.text.focus();
     } catch (error) {
       showError(`Cannot create a session: ${describeError(error)}`);
     }
