@@ -15,6 +15,7 @@ import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { DEFAULT_LIMITS } from "../../src/config/limits.js";
+import { SNAPSHOT_INTERVAL_MS } from "../../src/agent/processor.js";
 import { mockResolver, usage } from "../support/mock-models.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
@@ -25,21 +26,24 @@ let t: TestLedger;
 /** A gRPC client over HTTP/2: flow control holds the server back when it stops reading. */
 let grpc: Client<typeof SessionService>;
 /** What the scripted model streams on its next call, after its first delta and the test's go. */
-let script: { deltas: string[]; go: Promise<void> } = { deltas: [], go: Promise.resolve() };
+let script: { deltas: string[]; go: Promise<void>; pauseBeforeLastMs?: number } = { deltas: [], go: Promise.resolve() };
 
 beforeAll(async () => {
   const model = new MockLanguageModelV3({
     provider: "mock",
     modelId: "model",
     doStream: async () => {
-      const { deltas, go } = script;
+      const { deltas, go, pauseBeforeLastMs } = script;
       const stream = new ReadableStream<LanguageModelV3StreamPart>({
         async start(controller) {
           controller.enqueue({ type: "stream-start", warnings: [] });
           controller.enqueue({ type: "text-start", id: "t" });
           controller.enqueue({ type: "text-delta", id: "t", delta: "first " });
           await go;
-          for (const delta of deltas) controller.enqueue({ type: "text-delta", id: "t", delta });
+          for (const [i, delta] of deltas.entries()) {
+            if (i === deltas.length - 1 && pauseBeforeLastMs) await new Promise((resolve) => setTimeout(resolve, pauseBeforeLastMs));
+            controller.enqueue({ type: "text-delta", id: "t", delta });
+          }
           controller.enqueue({ type: "text-end", id: "t" });
           controller.enqueue({ type: "finish", finishReason: { unified: "stop", raw: "stop" }, usage: usage(1, 1) });
           controller.close();
@@ -142,7 +146,13 @@ describe.each([
     caps(events, bytes);
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     let go!: () => void;
-    script = { deltas: deltas.map(() => noise(deltaChars)), go: new Promise<void>((resolve) => (go = resolve)) };
+    // The pause before the last delta makes the loop store a snapshot holding the whole text
+    // before the final one (as a slow loop does by itself).
+    script = {
+      deltas: deltas.map(() => noise(deltaChars)),
+      go: new Promise<void>((resolve) => (go = resolve)),
+      pauseBeforeLastMs: SNAPSHOT_INTERVAL_MS + 50,
+    };
     const stream = onDemand(
       grpc.promptStream({ sessionId, parts: [text("stream a long answer")] }, { signal: AbortSignal.timeout(60_000) }),
     );
@@ -170,10 +180,14 @@ describe.each([
     expect(storedSeqs(stream.events)).toEqual(range(first, Number(last)));
     expect(stream.events.every((e) => e.seq <= last)).toBe(true);
     expect(await resume(sessionId, last, final)).toEqual(range(Number(last) + 1, final));
-    // Nothing was lost: the answer is stored whole.
+    // Nothing was lost: the answer is stored whole, once finished (a snapshot taken after the last
+    // delta, when the loop is slow, also holds the whole text but has no end time).
+    type Stored = { partUpdated?: { part?: { text?: { text?: string; time?: { end?: unknown } } } } };
     const texts = (await storedEvents(t.ledger.deps.db, sessionId, { kind: "part_updated" })).map(
-      (e) => (e.data as { partUpdated?: { part?: { text?: { text?: string } } } }).partUpdated?.part?.text?.text,
+      (e) => (e.data as Stored).partUpdated?.part?.text,
     );
-    expect(texts.filter((text) => text === `first ${script.deltas.join("")}`)).toHaveLength(1);
+    const whole = texts.filter((part) => part?.text === `first ${script.deltas.join("")}`);
+    expect(whole.filter((part) => part?.time?.end !== undefined)).toHaveLength(1);
+    expect(whole.at(-1)?.time?.end).toBeDefined();
   });
 });
