@@ -62,7 +62,9 @@ export interface EventPage {
  * `limits.bytes` plus one event, sized in SQL from `data_bytes` without reading the rows'
  * data. Events stored before `data_bytes` existed count their stored size when it is
  * uncompressed, and a whole page when compressed (TOAST compression can hide a 100× larger
- * text), so such an event is read alone.
+ * text), so such an event is read alone. `known`: events the caller already holds, by seq (a
+ * stored event never changes): their rows come without their data, and the page holds these
+ * objects; sizes and limits are as without it. Throws what the database throws.
  *
  * ```ts
  * for (let after = 0, more = true; more; ) {
@@ -73,11 +75,38 @@ export interface EventPage {
  * }
  * ```
  */
-export async function readEventPage(db: Kysely<DB>, sessionId: string, afterSeq: number, limits: PageLimits): Promise<EventPage> {
-  const result = await sql<Pick<SessionEventRow, "data"> & { bytes: number }>`${pageQuery(sessionId, afterSeq, limits)}`.execute(db);
+export async function readEventPage(
+  db: Kysely<DB>,
+  sessionId: string,
+  afterSeq: number,
+  limits: PageLimits,
+  known: ReadonlyMap<bigint, SessionEvent> = NONE_KNOWN,
+): Promise<EventPage> {
+  const result = await sql<PageRow>`${pageQuery(sessionId, afterSeq, limits, known)}`.execute(db);
   const sizes = result.rows.map((row) => Number(row.bytes));
   const bytes = sizes.reduce((sum, size) => sum + size, 0);
-  return { events: result.rows.map(rowToEvent), sizes, more: result.rows.length === limits.rows || bytes >= limits.bytes };
+  return {
+    events: result.rows.map((row) => pageEvent(row, known)),
+    sizes,
+    more: result.rows.length === limits.rows || bytes >= limits.bytes,
+  };
+}
+
+const NONE_KNOWN: ReadonlyMap<bigint, SessionEvent> = new Map();
+
+/** A row of `pageQuery`: `data` is null for the seqs the caller already holds. */
+interface PageRow {
+  seq: string | number;
+  data: SessionEventRow["data"] | null;
+  bytes: number;
+}
+
+/** The event of a page row: decoded from its data, or the caller's copy when the row came without it. */
+function pageEvent(row: PageRow, known: ReadonlyMap<bigint, SessionEvent>): SessionEvent {
+  if (row.data !== null) return rowToEvent({ data: row.data });
+  const event = known.get(BigInt(row.seq));
+  if (!event) throw new Error(`session_event ${row.seq} came without its data, and the caller does not hold it`);
+  return event;
 }
 
 /** A page of a session's log and the log's bounds, read in one statement. */
@@ -96,32 +125,39 @@ export async function readEventPageWithBounds(
   sessionId: string,
   afterSeq: number,
   limits: PageLimits,
+  known: ReadonlyMap<bigint, SessionEvent> = NONE_KNOWN,
 ): Promise<BoundedEventPage | undefined> {
   const result = await sql<{
     pruned_seq: string | number;
     last_seq: string | number;
+    seq: string | number | null;
     data: SessionEventRow["data"] | null;
     bytes: number | null;
   }>`
-    select s.pruned_seq, s.last_seq, page.data, page.bytes
-    from session as s left join lateral (${pageQuery(sessionId, afterSeq, limits)}) as page on true
+    select s.pruned_seq, s.last_seq, page.seq, page.data, page.bytes
+    from session as s left join lateral (${pageQuery(sessionId, afterSeq, limits, known)}) as page on true
     where s.id = ${sessionId}
     order by page.seq`.execute(db);
   const first = result.rows[0];
   if (!first) return undefined;
-  const rows = result.rows.filter((row): row is typeof row & { data: SessionEventRow["data"] } => row.data !== null);
+  // No event row: the left join's one row of nulls.
+  const rows = result.rows.filter((row): row is typeof row & PageRow => row.seq !== null);
   const sizes = rows.map((row) => Number(row.bytes));
   const bytes = sizes.reduce((sum, size) => sum + size, 0);
   return {
-    events: rows.map(rowToEvent),
+    events: rows.map((row) => pageEvent(row, known)),
     sizes,
     more: rows.length === limits.rows || bytes >= limits.bytes,
     bounds: { prunedSeq: BigInt(first.pruned_seq), lastSeq: BigInt(first.last_seq) },
   };
 }
 
-/** The page query of `readEventPage`: rows `seq`, `data` and `bytes`, in seq order. */
-function pageQuery(sessionId: string, afterSeq: number, limits: PageLimits) {
+/**
+ * The page query of `readEventPage`: rows `seq`, `data` and `bytes`, in seq order; `data` is
+ * null for the seqs in `known` (Postgres then never reads, detoasts or sends their data).
+ */
+function pageQuery(sessionId: string, afterSeq: number, limits: PageLimits, known: ReadonlyMap<bigint, SessionEvent>) {
+  const skipped = known.size > 0 ? sql`seq in (${sql.join([...known.keys()].map(Number))})` : sql`false`;
   // Neither pg_column_compression nor pg_column_size reads a TOASTed value; coalesce evaluates them only for old rows.
   const size = sql`coalesce(data_bytes, case when pg_column_compression(data) is null then pg_column_size(data) else ${limits.bytes}::int end)`;
   // The page ends at the last row whose predecessors (within the next `rows`) hold less than `bytes`.
@@ -130,7 +166,7 @@ function pageQuery(sessionId: string, afterSeq: number, limits: PageLimits) {
       select seq, sum(${size}) over (order by seq rows unbounded preceding) - ${size} as before
       from (select seq, data, data_bytes from session_event where session_id = ${sessionId} and seq > ${afterSeq} order by seq limit ${limits.rows}) as next
     )
-    select seq, data, ${size} as bytes from session_event
+    select seq, case when ${skipped} then null else data end as data, ${size} as bytes from session_event
     where session_id = ${sessionId} and seq > ${afterSeq} and seq <= (select max(seq) from ahead where before < ${limits.bytes})
     order by seq`;
 }

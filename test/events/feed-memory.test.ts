@@ -23,9 +23,10 @@ const TEXT_CHARS = 1_000_000;
 const HEAP_MB = 384;
 /**
  * The issue's bound on RSS growth (peak during a scenario minus the settled RSS before it).
- * Measured 2026-12-02 (`FEED_MEMORY_REPORT=1`, MB): Postgres 8 stalled +16–19, 32 stalled +53–58,
- * 8 reading +39–56, 32 with 8 reading +37, 32 reading +57–63; PGlite +8–12, +51–73 (73 under the
- * full suite), +40–48, +50, 32 reading +27.
+ * Measured 2026-12-02 with pages that skip held events (`FEED_MEMORY_REPORT=1`, one engine
+ * alone, MB): Postgres 8 stalled +16, 32 stalled +40, 8 reading +50, 32 with 8 reading +58;
+ * PGlite +2, +41, +37, +19; 32 all reading, both engines at once, +194 and +192 (the table in
+ * docs/streams-and-replicas.md).
  */
 const GROWTH_MB = 64;
 

@@ -1,3 +1,4 @@
+import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { followSession, SHARED_EVENT_BYTES } from "../../src/events/feed.js";
@@ -44,6 +45,26 @@ describe("followSession replaying stored events", () => {
     expect(i).toBeGreaterThan(0);
     expect(b[i]).toBe(a[i]);
     for (let j = 0; j < a.length; j++) if (j !== i) expect(b[j]).not.toBe(a[j]);
+  });
+});
+
+describe("followSession reading a page", () => {
+  it("does not read again the data of a large event another feed holds: it uses that feed's copy", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const big = "y".repeat(SHARED_EVENT_BYTES + 1000);
+    await t.client.prompt({ sessionId, noReply: true, parts: [text(big)] });
+    const end = await lastSeq(t.ledger.database.db, sessionId);
+    const held = await firstEvents(sessionId, end);
+    const i = held.findIndex((e) => e.kind.case === "partUpdated" && e.kind.value.part?.kind.case === "text");
+    const seq = Number(held[i]!.seq);
+    // Spoil the stored row behind the feeds' back (a stored event never changes otherwise): a
+    // feed that read it again would fail to decode it (a number where the text goes).
+    await sql`update session_event set data = jsonb_set(data, '{partUpdated,part,text,text}', '5') where session_id = ${sessionId} and seq = ${seq}`.execute(
+      t.ledger.database.db,
+    );
+    const again = await firstEvents(sessionId, end);
+    expect(again.map((e) => e.seq)).toEqual(held.map((e) => e.seq));
+    expect(again[i]).toBe(held[i]);
   });
 });
 

@@ -95,6 +95,30 @@ describe(`readEventPage on ${TEST_ENGINE}`, () => {
     );
   });
 
+  it("gives back the caller's copy for the seqs it already holds, read without their data; sizes and limits as without", async () => {
+    const sessionId = await newSession();
+    const sizes = await appendSized(sessionId, [300, 300, 5000, 300]);
+    // Stand-ins that differ from what is stored: what comes back for seqs 2 and 3 cannot have been read.
+    const held2 = textEvent(sessionId, 2, "held two");
+    const held3 = textEvent(sessionId, 3, "held three");
+    const known = new Map([
+      [2n, held2],
+      [3n, held3],
+    ]);
+    const first = await readEventPage(database.db, sessionId, 0, { rows: 500, bytes: 1000 }, known);
+    expect(first.events.map((e) => Number(e.seq))).toEqual([1, 2, 3]);
+    expect(first.events[1]).toBe(held2);
+    expect(first.events[2]).toBe(held3);
+    expect(first.events[0]!.kind.case === "partUpdated" && first.events[0]!.kind.value.part?.kind.value).toMatchObject({
+      text: expect.stringMatching(/^x+$/),
+    });
+    expect(first.sizes).toEqual(sizes.slice(0, 3));
+    expect(first.more).toBe(true);
+    const rest = await readEventPage(database.db, sessionId, 3, { rows: 500, bytes: 1000 }, known);
+    expect(rest.events.map((e) => Number(e.seq))).toEqual([4]);
+    expect(rest.more).toBe(false);
+  });
+
   it("sizes events stored without data_bytes by their stored size, and a compressed one as a whole page", async () => {
     const sessionId = await newSession();
     // As written before the column existed: a small event, one whose 100,000 "a" compress to
