@@ -29,13 +29,19 @@ export default defineConfig({
           name: "pglite",
           env: { LEDGER_TEST_DB: "pglite", LEDGER_LOG_LEVEL: "warn" },
           include: ["test/{storage,events,ledger,server,cli,agent,security,observe}/**/*.test.ts"],
-          // Transport and process behaviour that no storage choice changes: Postgres covers them.
+          // Transport, process and config behaviour that no storage choice changes: Postgres
+          // covers them (the browser page's files, config parsing, the system prompt's instructions;
+          // 58 s of PGlite test time on 2026-12-02).
           exclude: [
             ...configDefaults.exclude,
             "test/server/drain.test.ts",
             "test/server/jwt.test.ts",
             "test/server/access.test.ts",
             "test/observe/tracing.test.ts",
+            "test/server/web-page.test.ts",
+            "test/cli/cli-web.test.ts",
+            "test/cli/serve-opencode.test.ts",
+            "test/agent/instructions.test.ts",
           ],
         },
       },
