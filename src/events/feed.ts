@@ -9,6 +9,7 @@ import type { DB } from "../storage/schema.js";
 import { getLogBounds, type LogBounds } from "../storage/session-store.js";
 import { isHint, type EventBus } from "./bus.js";
 import { subscribe, type BufferCaps } from "./subscription.js";
+import { WriteSlots, type ReleaseSlot } from "./write-slots.js";
 
 /**
  * One query's worth while replaying or filling a gap: at most 500 events, and no further event
@@ -25,6 +26,7 @@ import { subscribe, type BufferCaps } from "./subscription.js";
  * waits for `drain` before asking for the next, so the next page is read only as fast as the
  * client reads: a watcher holds one page and the message being written (which connect-node
  * keeps twice: its serialized bytes and its gRPC frame; the event is shared, see `shared`).
+ * Large events are written in one of the process's `LARGE_WRITES_AT_ONCE` slots.
  */
 export const REPLAY_PAGE: PageLimits = { rows: 500, bytes: 256 << 10 };
 
@@ -68,34 +70,61 @@ export async function* followSession(
   let first = true;
   let missing = false;
   async function* catchUp(): AsyncGenerator<SessionEvent> {
-    for (;;) {
-      // A replay stops when the feed's signal fires (the client left, its deadline, the server
-      // draining), not after the backlog: the caller then ends the stream with its cursor.
-      if (signal?.aborted) return;
-      let page: EventPage;
-      // The large events ahead that another feed of this process holds are not read again.
-      const known = heldAfter(sessionId, last);
-      if (first) {
-        first = false;
-        const bounded = await readEventPageWithBounds(deps.db, sessionId, Number(last), REPLAY_PAGE, known);
-        options.checkBounds?.(bounded?.bounds);
-        missing = !bounded;
-        page = bounded ?? { events: [], sizes: [], more: false };
-      } else page = await readEventPage(deps.db, sessionId, Number(last), REPLAY_PAGE, known);
-      known.clear();
-      const { events, sizes, more } = page;
-      for (let i = 0; i < events.length; i++) if (sizes[i]! >= SHARED_EVENT_BYTES) events[i] = shared(events[i]!);
-      // Retention may have deleted what comes next since the reader started: never skip it silently.
-      if (events[0] && events[0].seq !== last + 1n) await assertRetained(deps.db, sessionId, last);
-      // Taken off the page as they go: a page holds only what is still to be written.
-      for (let event = events.shift(); event; event = events.shift()) {
-        last = event.seq;
-        if (event.kind.case === "partUpdated" && event.kind.value.part) snapshots.set(event.kind.value.part.id, event.seq);
-        yield event;
-        tooSlow();
+    // After a large event the next is likely large too: its write slot is taken before its page
+    // is read, so a stream waiting for a slot holds no page (32 streams: 32 MB less).
+    let ahead: ReleaseSlot | undefined;
+    let largeLast = false;
+    try {
+      for (;;) {
+        // A replay stops when the feed's signal fires (the client left, its deadline, the server
+        // draining), not after the backlog: the caller then ends the stream with its cursor.
         if (signal?.aborted) return;
+        if (largeLast && !(ahead = await largeWrites.acquire(signal))) return;
+        let page: EventPage;
+        // The large events ahead that another feed of this process holds are not read again.
+        const known = heldAfter(sessionId, last);
+        if (first) {
+          first = false;
+          const bounded = await readEventPageWithBounds(deps.db, sessionId, Number(last), REPLAY_PAGE, known);
+          options.checkBounds?.(bounded?.bounds);
+          missing = !bounded;
+          page = bounded ?? { events: [], sizes: [], more: false };
+        } else page = await readEventPage(deps.db, sessionId, Number(last), REPLAY_PAGE, known);
+        known.clear();
+        const { events, sizes, more } = page;
+        for (let i = 0; i < events.length; i++) if (sizes[i]! >= SHARED_EVENT_BYTES) events[i] = shared(events[i]!);
+        // Retention may have deleted what comes next since the reader started: never skip it silently.
+        if (events[0] && events[0].seq !== last + 1n) await assertRetained(deps.db, sessionId, last);
+        // Taken off the page as they go: a page holds only what is still to be written.
+        for (let event = events.shift(), size = sizes.shift() ?? 0; event; event = events.shift(), size = sizes.shift() ?? 0) {
+          // A large event is written in one of the process's write slots (held until the stream
+          // asks for the next event, i.e. the write drained, or LARGE_WRITE_HOLD_MS).
+          largeLast = size >= SHARED_EVENT_BYTES;
+          let release: ReleaseSlot | undefined;
+          if (largeLast) {
+            release = ahead ?? (await largeWrites.acquire(signal));
+            ahead = undefined;
+            if (!release) return;
+          } else {
+            ahead?.();
+            ahead = undefined;
+          }
+          last = event.seq;
+          if (event.kind.case === "partUpdated" && event.kind.value.part) snapshots.set(event.kind.value.part.id, event.seq);
+          try {
+            yield event;
+          } finally {
+            release?.();
+          }
+          tooSlow();
+          if (signal?.aborted) return;
+        }
+        ahead?.();
+        ahead = undefined;
+        if (!more) return;
       }
-      if (!more) return;
+    } finally {
+      ahead?.();
     }
   }
   try {
@@ -143,9 +172,30 @@ export function bufferCaps(limits: Pick<Limits, "watch_buffer_events" | "watch_b
 
 /**
  * Stored events of at least this many bytes of JSON are shared between the feeds of this
- * process ({@link shared}); smaller ones cost less to hold twice than to share.
+ * process ({@link shared}), and replayed in one of its {@link LARGE_WRITES_AT_ONCE} write slots;
+ * smaller ones cost less to hold twice than to share.
  */
 export const SHARED_EVENT_BYTES = 64 << 10;
+
+/**
+ * Most large stored events (≥ {@link SHARED_EVENT_BYTES}) that the replays of this process write
+ * at once. Measured (docs/streams-and-replicas.md "Replay with bounded memory"): 32 replays of 80
+ * stored 1 MB prompts, all reading, took RSS up by 192 MB, about 6 MB per stream writing. With
+ * 4, 8 readers replay as fast as without slots (16 s against 18 s here: the CPU is the bound).
+ */
+export const LARGE_WRITES_AT_ONCE = 4;
+
+/**
+ * The longest one large write keeps its slot, ms: a client that stops reading (or reads slowly)
+ * holds its slot this long, then lets the next stream write, while its own write still waits
+ * for it (the memory that write holds is its own: one message, as for any stalled stream).
+ * A local reader's 1 MB write drains in a few ms. Measured with 32 readers on a loaded 2-vCPU
+ * machine, whose reads then took longer: 250 ms let more writes overlap (+64 MB on Postgres,
+ * +52 MB on PGlite), 1000 ms kept them within the goal (+55, +43).
+ */
+export const LARGE_WRITE_HOLD_MS = 1000;
+
+const largeWrites = new WriteSlots(LARGE_WRITES_AT_ONCE, LARGE_WRITE_HOLD_MS);
 
 /** The large stored events some feed of this process holds, by `session_id`, then `seq`. */
 const held = new Map<string, Map<bigint, WeakRef<SessionEvent>>>();
