@@ -24,10 +24,12 @@ const TEXT_CHARS = 1_000_000;
 const HEAP_MB = 384;
 /**
  * The issue's bound on RSS growth (peak during a scenario minus the settled RSS before it), for
- * every scenario. Measured 2026-12-02 with pages that skip held events and 4 large-write slots
- * (`FEED_MEMORY_REPORT=1`, one engine alone, MB): Postgres 8 stalled +11 to +13, 32 stalled +32,
- * 8 reading +11, 32 with 8 reading +27; 32 all reading, both engines at once, +55 (PGlite +43);
- * before the slots 32 all reading took +192 (docs/streams-and-replicas.md "Replay with bounded
+ * every scenario, run in this order on one server. Measured 2026-12-02 with pages that skip held
+ * events and 4 large-write slots (`FEED_MEMORY_REPORT=1`, both engines at once, MB): Postgres 8
+ * stalled +11, 32 stalled +36, 8 reading +13, 32 with 8 reading +13, 32 all reading +20; PGlite
+ * +2, +35, +0, +6, +10. Alone on a fresh server a reading case peaks higher (8 reading +65, 32
+ * with 8 reading +102): the garbage of the first burst, which V8 collects once about 64 MB of it
+ * piled up; later cases reuse that memory (docs/streams-and-replicas.md "Replay with bounded
  * memory").
  */
 const GROWTH_MB = 64;
