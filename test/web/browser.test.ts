@@ -213,35 +213,52 @@ describe("browser client", () => {
     await page.goto(`${t.ledger.url}/`);
     await page.locator("body[data-ready=true]").waitFor();
     await page.locator(`#sessions [data-session-id="${quick}"]`).waitFor();
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => (release = resolve));
-    // The slow session's GetSession answers only once released (the request itself is real).
-    await page.route("**/GetSession", async (route) => {
-      if (route.request().postDataBuffer()?.toString("latin1").includes(slow)) await held;
-      await route.continue();
+    // Runs `meanwhile` while the slow session's GetSession is held (the request itself is real),
+    // then lets it answer and waits until the page has handled the slow session's load.
+    const whileSlow = async (meanwhile: () => Promise<void>) => {
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      await page.route("**/GetSession", async (route) => {
+        if (route.request().postDataBuffer()?.toString("latin1").includes(slow)) await held;
+        await route.continue();
+      });
+      try {
+        await meanwhile();
+        const slowLoaded = page.waitForResponse(
+          (r) => r.url().endsWith("/ListMessages") && !!r.request().postDataBuffer()?.toString("latin1").includes(slow),
+        );
+        release();
+        await slowLoaded;
+        await page.locator("body:not([data-opening])").waitFor();
+        // The page handles the answer after Playwright sees it: give it a moment to (not) render it.
+        await page.waitForTimeout(200);
+      } finally {
+        release();
+        await page.unroute("**/GetSession");
+      }
+    };
+    const shown = async () => ({
+      head: await page.locator("#session-head strong").textContent(),
+      hash: await page.evaluate("location.hash.slice(1)"),
+      current: await page.locator(`#sessions [aria-current=true]`).getAttribute("data-session-id"),
     });
-    try {
+
+    await whileSlow(async () => {
       await page.locator(`#sessions [data-session-id="${slow}"]`).click();
       await page.locator(`#sessions [data-session-id="${quick}"]`).click();
       await page.locator("#session-head", { hasText: "quick to load" }).waitFor();
       await page.locator("#title").fill("typing a title");
-      const slowLoaded = page.waitForResponse(
-        (r) => r.url().endsWith("/ListMessages") && !!r.request().postDataBuffer()?.toString("latin1").includes(slow),
-      );
-      release();
-      await slowLoaded;
-      await page.locator("body:not([data-opening])").waitFor();
-      // The page handles the answer after Playwright sees it: give it a moment to (not) render it.
-      await page.waitForTimeout(200);
-    } finally {
-      release();
-      await page.unroute("**/GetSession");
-    }
-    expect(await page.locator("#session-head strong").textContent()).toBe("quick to load");
-    expect(await page.evaluate("location.hash.slice(1)")).toBe(quick);
-    expect(await page.locator(`#sessions [aria-current=true]`).getAttribute("data-session-id")).toBe(quick);
+    });
+    expect(await shown()).toEqual({ head: "quick to load", hash: quick, current: quick });
     expect(await page.evaluate("document.activeElement?.id")).toBe("title");
     expect(await page.locator("#title").inputValue()).toBe("typing a title");
+
+    // Through the address bar: to the slow session, and back to the one shown before it loaded.
+    await whileSlow(async () => {
+      await page.evaluate(`location.hash = "#${slow}"`);
+      await page.evaluate(`location.hash = "#${quick}"`);
+    });
+    expect(await shown()).toEqual({ head: "quick to load", hash: quick, current: quick });
     await page.locator("#title").fill("");
     expect(pageErrors).toEqual([]);
   }, 60_000);

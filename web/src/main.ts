@@ -693,8 +693,13 @@ ui.newSession.addEventListener("submit", (e) => {
       ui.title.value = "";
       if (!session) return;
       await loadSessions();
-      // Submitted from the title field: the prompt is what comes next.
-      if (await openSession(session.id)) ui.text.focus();
+      // Submitted from the form: the prompt is what comes next, unless the user went on typing elsewhere.
+      if (
+        (await openSession(session.id)) &&
+        (document.activeElement === document.body || document.activeElement?.closest("#new-session"))
+      ) {
+        ui.text.focus();
+      }
     } catch (error) {
       showError(`Cannot create a session: ${describeError(error)}`);
     }
@@ -719,7 +724,10 @@ ui.abort.addEventListener("click", () => void abortRun());
 
 window.addEventListener("hashchange", () => {
   const id = location.hash.slice(1);
-  if (/^ses_[0-9A-HJKMNP-TV-Z]{26}$/.test(id) && id !== current?.session.id) void openSession(id);
+  if (!/^ses_[0-9A-HJKMNP-TV-Z]{26}$/.test(id)) return;
+  if (id !== current?.session.id) void openSession(id);
+  // Back to the session shown: a load still on its way (another session) must not replace it.
+  else opening++;
 });
 
 void (async () => {
