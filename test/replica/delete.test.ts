@@ -118,6 +118,9 @@ describe.skipIf(!POSTGRES)("DeleteSession with replicas sharing one Postgres", (
     const { sessionId, request, prompt } = await hangingLoop(B);
     const watcher = watch(B, sessionId);
     await waitFor("the busy status", async () => (await statusesOn(B)).includes(sessionId));
+    // The watch is open (its replay has begun) before the deletion: otherwise, on a loaded
+    // machine, it may reach the server after it and rightly get NOT_FOUND.
+    await waitFor("the watch's replay", () => watcher.events.length > 0);
 
     await B.connect.deleteSession({ sessionId });
 
@@ -174,6 +177,7 @@ describe.skipIf(!POSTGRES)("DeleteSession with replicas sharing one Postgres", (
       async () => (await sql().query("select 1 from message where session_id = $1 and role = 'user'", [sessionId])).rowCount === 2,
     );
     await waitFor("the busy status", async () => (await statusesOn(A)).includes(sessionId));
+    await waitFor("the watch's replay", () => watcher.events.length > 0);
 
     await A.connect.deleteSession({ sessionId });
 
