@@ -218,16 +218,14 @@ const KNOWN_PER_PAGE = 8;
  * and `JSON.parse`.
  */
 function heldAfter(sessionId: string, afterSeq: bigint): Map<bigint, SessionEvent> {
-  const known = new Map<bigint, SessionEvent>();
-  const events = held.get(sessionId);
-  if (!events) return known;
+  const found: [bigint, SessionEvent][] = [];
   const end = afterSeq + BigInt(REPLAY_PAGE.rows);
-  for (const [seq, ref] of events) {
-    if (seq <= afterSeq || seq > end) continue;
-    const event = ref.deref();
-    if (event) known.set(seq, event);
+  for (const [seq, ref] of held.get(sessionId) ?? []) {
+    const event = seq > afterSeq && seq <= end ? ref.deref() : undefined;
+    if (event) found.push([seq, event]);
   }
-  return new Map([...known].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).slice(0, KNOWN_PER_PAGE));
+  found.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return new Map(found.slice(0, KNOWN_PER_PAGE));
 }
 
 /**

@@ -117,8 +117,8 @@ export interface BoundedEventPage extends EventPage {
 
 /**
  * `readEventPage` and the session's log bounds (`pruned_seq`, `last_seq`) in ONE statement (one
- * round trip: what a `WatchSession` needs before it follows the log). Undefined when the session
- * does not exist.
+ * round trip: what a `WatchSession` needs before it follows the log), `known` as there. Undefined
+ * when the session does not exist.
  */
 export async function readEventPageWithBounds(
   db: Kysely<DB>,
