@@ -82,7 +82,8 @@ type Piece = { part: Part; synthetic: boolean };
  *   (`findSymbolAt`; the first `symbol_lookups` such drafts of the prompt, in draft order), and
  *   the read call's `metadata.symbol` gives `{name, kind, start, end}`;
  *   binary, missing or unreadable → S failure text and a `ReadProblem`;
- * - MCP resource source → S `Reading MCP resource: <filename> (<uri>)`, S per non-empty text item,
+ * - MCP resource source → S `Reading MCP resource: <filename> (<uri>)` (`<uri>` alone without a
+ *   filename; a full path's last segment, as stored), S per non-empty text item,
  *   S `[Binary content: <mime>]` per binary item (never inlined), then the file part as given; any
  *   read failure (server not configured, could not start, timeout, server error) → the reading
  *   text and S `Failed to read MCP resource <filename>: <message>` (no file part, no `ReadProblem`);
@@ -215,8 +216,10 @@ async function resourceDraft(
   source: { clientName: string; uri: string },
   turn: McpTurn,
 ): Promise<Piece[]> {
-  const pieces = [synthetic(`Reading MCP resource: ${draft.filename} (${source.uri})`)];
-  const failed = (message: string) => [...pieces, synthetic(`Failed to read MCP resource ${draft.filename}: ${message}`)];
+  // Named as the file part will be (a full path's last segment); a draft without a name by its URI.
+  const name = fileName(draft.filename);
+  const pieces = [synthetic(`Reading MCP resource: ${name ? `${name} (${source.uri})` : source.uri}`)];
+  const failed = (message: string) => [...pieces, synthetic(`Failed to read MCP resource ${name || source.uri}: ${message}`)];
   try {
     let contents;
     try {

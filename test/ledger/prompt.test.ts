@@ -147,6 +147,27 @@ describe("stored shape", () => {
     ]);
   });
 
+  it("names an MCP resource sent without a filename by its URI, and one sent as a full path by its last segment", async () => {
+    const resource = (filename: string, uri: string) => ({
+      kind: {
+        case: "file" as const,
+        value: { mime: "text/plain", filename, url: uri, source: { kind: { case: "resource" as const, value: { clientName: "docs", uri } } } },
+      },
+    });
+    const { message } = await promptOnce(t.client, t.dir, [
+      text("read them"),
+      resource("", "docs://readme"),
+      resource("/home/me/notes/todo.md", "docs://todo"),
+    ]);
+    const failure = 'MCP server "docs" is not configured (no MCP servers are configured)';
+    expect(message.parts.slice(1).map(shape)).toEqual([
+      { kind: "text", synthetic: true, text: "Reading MCP resource: docs://readme" },
+      { kind: "text", synthetic: true, text: `Failed to read MCP resource docs://readme: ${failure}` },
+      { kind: "text", synthetic: true, text: "Reading MCP resource: todo.md (docs://todo)" },
+      { kind: "text", synthetic: true, text: `Failed to read MCP resource todo.md: ${failure}` },
+    ]);
+  });
+
   it("keeps client part ids and pages ListMessages oldest first", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     const partId = newId("prt");
