@@ -30,8 +30,8 @@ interface Running {
   finishing: boolean;
   /** The session was deleted (a `session_deleted` on the bus, or its row found missing). */
   deleted: boolean;
-  /** Why the run could not start: no session-lock connection was free. */
-  failure?: LockPoolExhaustedError;
+  /** Why the run could not start: no session-lock connection was free, or (after an `exclusive` run) the hand-over came. */
+  failure?: LockPoolExhaustedError | ShuttingDownError;
   /** It holds the session's lock (a run still waiting for another replica's lock does not). */
   holding: boolean;
   done: Promise<void>;
@@ -199,9 +199,19 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         entry.finishing = true;
         running.delete(sessionId);
         await release();
-        // A prompt that joined meanwhile is answered now.
-        if (entry.wake && !closed) void start(sessionId).done.then(settle);
-        else settle();
+        // A prompt that joined meanwhile is answered now; when that run cannot start (the
+        // hand-over came, no lock connection is free) its waiters are told why, as for any run.
+        if (!entry.wake) settle();
+        else if (closed) {
+          entry.failure = new ShuttingDownError(sessionId);
+          settle();
+        } else {
+          const next = start(sessionId);
+          void next.done.then(() => {
+            entry.failure = next.failure;
+            settle();
+          });
+        }
       }
     },
     summarize: (sessionId, request) =>

@@ -123,8 +123,13 @@ export async function* untilAnswered(
   if (signal?.aborted) throw runContinues(sessionId, userId, last, signal.reason);
   if (!answered && stop.signal.aborted) {
     if (notStarted) {
-      notStarted.metadata.message_id = userId;
-      throw notStarted;
+      // The run's error is shared by every prompt waiting on it: each gets its own, naming its message.
+      const own =
+        notStarted instanceof LockPoolExhaustedError
+          ? new LockPoolExhaustedError(sessionId, notStarted.max)
+          : new ShuttingDownError(sessionId);
+      own.metadata.message_id = userId;
+      throw own;
     }
     throw new PreconditionError("NOT_ANSWERED", `the agent loop stopped before answering message ${userId}`, { message_id: userId });
   }

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
+import { sleep, waitFor } from "../support/wait.js";
 
 // After the hand-over at shutdown, a replica starts no loop: a prompt that arrives in the last
 // moment is stored and answered UNAVAILABLE DRAINING, for ResumeSession on another replica,
@@ -37,6 +38,38 @@ describe("after the hand-over", () => {
         (e: unknown) => ConnectError.from(e),
       );
       expect(refused?.code).toBe(Code.Unavailable);
+    }
+  });
+
+  it("a prompt that joined a Shell the hand-over stops is answered UNAVAILABLE DRAINING with its message_id, not NOT_ANSWERED", async () => {
+    const ledger = await startFakeModelLedger();
+    try {
+      const sessionId = (await ledger.client.createSession({ directory: ledger.dir })).session!.id;
+      const shell = ledger.client.shell({ sessionId, agent: "build", command: "sleep 30" }).catch((e: unknown) => ConnectError.from(e));
+      await waitFor("the Shell to hold the session", () => ledger.ledger.deps.replier!.isRunning(sessionId));
+      const prompt = ledger.client.prompt({ sessionId, parts: [text("joins the shell")] }).then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
+      // Stored, then handed to the Shell's run (it would answer it once the Shell ended).
+      let userId = "";
+      await waitFor("the prompt to be stored", async () => {
+        const messages = (await ledger.client.listMessages({ sessionId })).messages;
+        const joined = messages.find((m) => m.parts.some((p) => p.kind.case === "text" && p.kind.value.text === "joins the shell"));
+        userId = joined?.message?.kind.value?.id ?? "";
+        return userId !== "";
+      });
+      await sleep(200);
+      await ledger.ledger.deps.replier!.handOver();
+      const error = await prompt;
+      expect([
+        error?.code,
+        error?.findDetails(ErrorInfoSchema)[0]?.reason,
+        error?.findDetails(ErrorInfoSchema)[0]?.metadata.message_id,
+      ]).toEqual([Code.Unavailable, "DRAINING", userId]);
+      await shell;
+    } finally {
+      await ledger.close();
     }
   });
 });
