@@ -151,7 +151,12 @@ describe("stored shape", () => {
     const resource = (filename: string, uri: string) => ({
       kind: {
         case: "file" as const,
-        value: { mime: "text/plain", filename, url: uri, source: { kind: { case: "resource" as const, value: { clientName: "docs", uri } } } },
+        value: {
+          mime: "text/plain",
+          filename,
+          url: uri,
+          source: { kind: { case: "resource" as const, value: { clientName: "docs", uri } } },
+        },
       },
     });
     const { message } = await promptOnce(t.client, t.dir, [
