@@ -201,17 +201,13 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         await release();
         // A prompt that joined meanwhile is answered now; when that run cannot start (the
         // hand-over came, no lock connection is free) its waiters are told why, as for any run.
+        // `run` joins a loop a prompt started while the lock was being released, and refuses after the hand-over.
         if (!entry.wake) settle();
-        else if (closed) {
-          entry.failure = new ShuttingDownError(sessionId);
-          settle();
-        } else {
-          const next = start(sessionId);
-          void next.done.then(() => {
-            entry.failure = next.failure;
+        else
+          run(sessionId).then(settle, (error: LockPoolExhaustedError | ShuttingDownError) => {
+            entry.failure = error;
             settle();
           });
-        }
       }
     },
     summarize: (sessionId, request) =>

@@ -41,9 +41,11 @@ export interface Replier {
   /**
    * Makes sure the session's loop runs (starting it, or telling the running one to look again
    * for new user messages) and resolves when it has gone idle. Loop failures end up on
-   * assistant messages; it rejects only with `LockPoolExhaustedError` (RESOURCE_EXHAUSTED) when
-   * the loop could not start because no session-lock connection was free (`limits.lock_connections`):
-   * nothing ran, the prompts stay stored for ResumeSession.
+   * assistant messages; it rejects only when the loop could not start, nothing ran and the
+   * prompts stay stored for ResumeSession: with `LockPoolExhaustedError` (RESOURCE_EXHAUSTED)
+   * when no session-lock connection was free (`limits.lock_connections`), with
+   * `ShuttingDownError` (UNAVAILABLE DRAINING) after the hand-over, also for a prompt that joined
+   * a Shell or Summarize (`exclusive`) whose follow-up run could not start.
    */
   run(sessionId: string, options?: { resume?: string }): Promise<void>;
   /**

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
-import { sleep, waitFor } from "../support/wait.js";
+import { waitFor } from "../support/wait.js";
 
 // After the hand-over at shutdown, a replica starts no loop: a prompt that arrives in the last
 // moment is stored and answered UNAVAILABLE DRAINING, for ResumeSession on another replica,
@@ -47,19 +47,23 @@ describe("after the hand-over", () => {
       const sessionId = (await ledger.client.createSession({ directory: ledger.dir })).session!.id;
       const shell = ledger.client.shell({ sessionId, agent: "build", command: "sleep 30" }).catch((e: unknown) => ConnectError.from(e));
       await waitFor("the Shell to hold the session", () => ledger.ledger.deps.replier!.isRunning(sessionId));
+      // The prompt's handler hands it to the replier, which joins it to the Shell's run.
+      const replier = ledger.ledger.deps.replier!;
+      const run = replier.run.bind(replier);
+      let joined = false;
+      replier.run = (id, options) => {
+        joined ||= id === sessionId;
+        return run(id, options);
+      };
       const prompt = ledger.client.prompt({ sessionId, parts: [text("joins the shell")] }).then(
         () => undefined,
         (e: unknown) => ConnectError.from(e),
       );
-      // Stored, then handed to the Shell's run (it would answer it once the Shell ended).
-      let userId = "";
-      await waitFor("the prompt to be stored", async () => {
-        const messages = (await ledger.client.listMessages({ sessionId })).messages;
-        const joined = messages.find((m) => m.parts.some((p) => p.kind.case === "text" && p.kind.value.text === "joins the shell"));
-        userId = joined?.message?.kind.value?.id ?? "";
-        return userId !== "";
-      });
-      await sleep(200);
+      await waitFor("the prompt to join the Shell's run", () => joined);
+      const userId = (await ledger.client.listMessages({ sessionId })).messages
+        .filter((m) => m.parts.some((p) => p.kind.case === "text" && p.kind.value.text === "joins the shell"))
+        .map((m) => m.message?.kind.value?.id)[0];
+      expect([userId?.startsWith("msg_"), replier.isRunning(sessionId)]).toEqual([true, true]);
       await ledger.ledger.deps.replier!.handOver();
       const error = await prompt;
       expect([

@@ -112,7 +112,7 @@ describe(`WatchSession{after_seq: 0} on ${PROMPTS} stored prompts of ${TEXT_CHAR
       async () => {
         const result = await scenario(watchers, 0);
         expect({ alive: result.alive, canceled: result.canceled }).toEqual({ alive: true, canceled: watchers });
-        expect(result.growthMb).toBeLessThanOrEqual(GROWTH_MB + (watchers > 8 ? WRITE_PATH_MB : 0));
+        expect(result.growthMb).toBeLessThanOrEqual(bound(watchers));
       },
       READ_MS,
     );
@@ -135,12 +135,21 @@ describe(`WatchSession{after_seq: 0} on ${PROMPTS} stored prompts of ${TEXT_CHAR
           expect(watch.seqs).toEqual(range(1, Number(lastSeq)));
           expect(watch.fullTexts).toBe(PROMPTS);
         }
-        expect(result.growthMb).toBeLessThanOrEqual(GROWTH_MB + (watchers > 8 ? WRITE_PATH_MB : 0));
+        expect(result.growthMb).toBeLessThanOrEqual(bound(watchers));
       },
       READ_MS,
     );
   }
 });
+
+/**
+ * The RSS growth a case with `watchers` streams may reach, MB; none on a process started for the
+ * case (`FEED_MEMORY_FRESH=1`, a measurement: see WRITE_PATH_MB), which only reports.
+ */
+function bound(watchers: number): number {
+  if (process.env.FEED_MEMORY_FRESH) return Infinity;
+  return GROWTH_MB + (watchers > 8 ? WRITE_PATH_MB : 0);
+}
 
 interface Outcome {
   alive: boolean;
@@ -190,6 +199,7 @@ async function scenario(watchers: number, readers: number): Promise<Outcome> {
     };
   } finally {
     for (const w of watches) w.close();
+    await v8?.stop();
   }
 }
 
@@ -252,7 +262,7 @@ function canceledCalls(): number {
 }
 
 /**
- * Samples the server's `/metrics` every 100 ms until `stop()`, which gives the peaks of V8's heap
+ * Samples the server's `/metrics` every 100 ms until `stop()` (which may be called again), which gives the peaks of V8's heap
  * (`nodejs_heap_size_total_bytes`) and of its external memory (`nodejs_external_memory_bytes`:
  * `ArrayBuffer`s, i.e. serialized messages and frames) against their first sample, MB.
  */
@@ -263,7 +273,10 @@ function sampleV8(url: string): { stop(): Promise<string> } {
   let sampling = true;
   const done = (async () => {
     while (sampling) {
-      const text = await (await fetch(`${url}/metrics`)).text().catch(() => "");
+      // A server gone (out of heap, stopped) or slow to answer gives no sample, never an error.
+      const text = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(2000) })
+        .then((res) => res.text())
+        .catch(() => "");
       for (const name of names) {
         const mb = Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? NaN) / (1 << 20);
         if (Number.isNaN(mb)) continue;
