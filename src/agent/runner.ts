@@ -199,9 +199,9 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         entry.finishing = true;
         running.delete(sessionId);
         await release();
-        // A prompt that joined meanwhile is answered now; when that run cannot start (the
-        // hand-over came, no lock connection is free) its waiters are told why, as for any run.
-        // `run` joins a loop a prompt started while the lock was being released, and refuses after the hand-over.
+        // A prompt that joined meanwhile is answered now, through `run` (which joins a loop a prompt
+        // started while the lock was being released); when no run can start (the hand-over came,
+        // no lock connection is free) its waiters are told why, as for any run.
         if (!entry.wake) settle();
         else
           run(sessionId).then(settle, (error: LockPoolExhaustedError | ShuttingDownError) => {

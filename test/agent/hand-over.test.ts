@@ -64,7 +64,7 @@ describe("after the hand-over", () => {
         .filter((m) => m.parts.some((p) => p.kind.case === "text" && p.kind.value.text === "joins the shell"))
         .map((m) => m.message?.kind.value?.id)[0];
       expect([userId?.startsWith("msg_"), replier.isRunning(sessionId)]).toEqual([true, true]);
-      await ledger.ledger.deps.replier!.handOver();
+      await replier.handOver();
       const error = await prompt;
       expect([
         error?.code,

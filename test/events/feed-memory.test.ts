@@ -32,18 +32,17 @@ const HEAP_MB = 384;
 const GROWTH_MB = 64;
 
 /**
- * What a case with 32 streams may add on top, MB: what connect-node and
- * protobuf-es's write path holds beyond the goal. Heap snapshots: a stream blocked on a 1 MB
- * event holds two 0.95 MB buffers (the serialized message, kept by connect-node's serialize and
- * envelope steps, and the gRPC frame that copies it), a reader keeps those two of its last
- * message while it waits for a slot or a page, and a writer adds protobuf-es's 4 MiB buffer. A
- * full collection forced after every large write lowered the peaks by 0 to 15 MB, so this is
- * held memory, not garbage. Each case alone on the server that stored the log (2026-12-02,
- * Postgres): 32 stalled +44, 8 reading +59, 32 with 8 reading +127 (24 stalled streams hold 48
- * MB of it); on a process started after the log was stored (`FEED_MEMORY_FRESH=1`) +40, +89,
- * +111, +150. In this file's order the later cases reuse what the earlier ones grew, and stay
- * within the goal in most runs (one +77). docs/streams-and-replicas.md "Replay with bounded
- * memory" has the figures and what would close the gap.
+ * What a case with 32 streams may add on top, MB: what connect-node and protobuf-es's write path
+ * holds beyond the goal. Heap snapshots: a stream blocked on a 1 MB event holds two 0.95 MB buffers
+ * (the serialized message, kept by connect-node's serialize and envelope steps, and the gRPC frame
+ * that copies it), a reader keeps those two of its last message while it waits for a slot or a
+ * page, and a writer adds protobuf-es's 4 MiB buffer. A full collection forced after every large
+ * write lowered the peaks by 0 to 15 MB, so this is held memory, not garbage. Each case alone on
+ * the server that stored the log (2026-12-02, Postgres): 32 stalled +44, 8 reading +59, 32 with 8
+ * reading +127 (24 stalled streams hold 48 MB of it); on a process started after the log was stored
+ * (`FEED_MEMORY_FRESH=1`) +40, +89, +111, +150. In this file's order the later cases reuse what the
+ * earlier ones grew, and stay within the goal in most runs (one +77). docs/streams-and-replicas.md
+ * "Replay with bounded memory" has the figures and what would close the gap.
  */
 const WRITE_PATH_MB = 64;
 
@@ -262,9 +261,10 @@ function canceledCalls(): number {
 }
 
 /**
- * Samples the server's `/metrics` every 100 ms until `stop()` (which may be called again), which gives the peaks of V8's heap
- * (`nodejs_heap_size_total_bytes`) and of its external memory (`nodejs_external_memory_bytes`:
- * `ArrayBuffer`s, i.e. serialized messages and frames) against their first sample, MB.
+ * Samples the server's `/metrics` every 100 ms until `stop()` (which may be called again), which
+ * gives the peaks of V8's heap (`nodejs_heap_size_total_bytes`) and of its external memory
+ * (`nodejs_external_memory_bytes`: `ArrayBuffer`s, i.e. serialized messages and frames) against
+ * their first sample, MB.
  */
 function sampleV8(url: string): { stop(): Promise<string> } {
   const names = ["nodejs_heap_size_total_bytes", "nodejs_external_memory_bytes"];
