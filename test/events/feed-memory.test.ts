@@ -43,8 +43,9 @@ const GROWTH_MB = 64;
  * 8 reading +127 (24 stalled streams hold 48 MB of it); on a process started after the log was
  * stored (`FEED_MEMORY_FRESH=1`) +40, +89, +111, +150. In this file's order the later cases reuse
  * what the earlier ones grew, and stay within the goal in most runs (one +77).
- * docs/streams-and-replicas.md "Replay with bounded memory" has the figures and what would close
- * the gap.
+ * docs/streams-and-replicas.md "Replay with bounded memory" has the figures, and what changing
+ * those two libraries would change (measured: in order every case within 64 MB; a cold process's
+ * reading cases still +100 and +137).
  */
 const WRITE_PATH_MB = 64;
 
