@@ -8,6 +8,7 @@ import { sessionLedger } from "../ledger/session-ledger.js";
 import { storePrompt } from "../ledger/store-prompt.js";
 import { writeSession } from "../ledger/writer.js";
 import { createSession } from "../ledger/sessions.js";
+import { routeModelWarnings } from "./model-warnings.js";
 import { LockPoolExhaustedError, SessionBusyError, SessionNotFoundError, ShuttingDownError } from "../errors.js";
 import { lastStatusEvents } from "../storage/event-store.js";
 import { getSessionRow, rowToSession, sessionExists as sessionRowExists } from "../storage/session-store.js";
@@ -67,6 +68,8 @@ function loadLoop(): Promise<(typeof import("./loop.js"))["runLoop"]> {
  * (Prompt, PromptStream, Command, ResumeSession); the prompt stays stored for ResumeSession.
  */
 export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: SessionLocks): Replier {
+  // The AI SDK's warnings about a model's settings go to the structured log, once per kind.
+  routeModelWarnings();
   const running = new Map<string, Running>();
   const loopDeps: LoopDeps = { ...deps, models, runTask: (parent) => taskRunner({ ...deps, models }, locks, parent) };
 
