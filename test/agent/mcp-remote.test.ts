@@ -6,7 +6,7 @@ import { PartSchema, type ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { freePort, startEverythingHttp, type EverythingHttp } from "../support/mcp-http.js";
 import { childPids, everything } from "../support/mcp-servers.js";
 import { mockResolver, NO_RETRY, scriptedModel, textReply, toolCallReply, type ModelKey } from "../support/mock-models.js";
-import { text } from "../support/prompt.js";
+import { mcpResource, text } from "../support/prompt.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { waitFor } from "../support/wait.js";
 
@@ -102,17 +102,7 @@ describe("MCP tools of a remote server", () => {
   });
 
   it("a remote server that is down: its resource draft gets the reason, the other server's is read, the prompt is stored", async () => {
-    const draft = (clientName: string, filename: string) => ({
-      kind: {
-        case: "file" as const,
-        value: {
-          mime: "text/markdown",
-          filename,
-          url: ARCHITECTURE,
-          source: { kind: { case: "resource" as const, value: { clientName, uri: ARCHITECTURE } } },
-        },
-      },
-    });
+    const draft = (clientName: string, filename: string) => mcpResource(clientName, ARCHITECTURE, filename, "text/markdown");
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     const { message } = await t.client.prompt({ sessionId, noReply: true, parts: [draft("down", "a.md"), draft("web", "b.md")] });
     const texts = message!.parts.map((p) => (p.kind.case === "text" ? p.kind.value.text : p.kind.case));

@@ -8,7 +8,7 @@ import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { newId } from "../../src/ids.js";
 import { connectError as rejection } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { file, partText, promptOnce, shape, text } from "../support/prompt.js";
+import { file, mcpResource, partText, promptOnce, shape, text } from "../support/prompt.js";
 
 let t: TestLedger;
 let pluginDir: string;
@@ -148,21 +148,10 @@ describe("stored shape", () => {
   });
 
   it("names an MCP resource sent without a filename by its URI, and one sent as a full path by its last segment", async () => {
-    const resource = (filename: string, uri: string) => ({
-      kind: {
-        case: "file" as const,
-        value: {
-          mime: "text/plain",
-          filename,
-          url: uri,
-          source: { kind: { case: "resource" as const, value: { clientName: "docs", uri } } },
-        },
-      },
-    });
     const { message } = await promptOnce(t.client, t.dir, [
       text("read them"),
-      resource("", "docs://readme"),
-      resource("/home/me/notes/todo.md", "docs://todo"),
+      mcpResource("docs", "docs://readme"),
+      mcpResource("docs", "docs://todo", "/home/me/notes/todo.md"),
     ]);
     const failure = 'MCP server "docs" is not configured (no MCP servers are configured)';
     expect(message.parts.slice(1).map(shape)).toEqual([

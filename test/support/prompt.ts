@@ -15,6 +15,11 @@ export const file = (url: string, mime = "text/plain", filename = ""): Draft => 
   kind: { case: "file", value: { url, mime, filename } },
 });
 
+/** A file draft read through MCP server `clientName`: its `url` is the resource's `uri`. */
+export const mcpResource = (clientName: string, uri: string, filename = "", mime = "text/plain"): Draft => ({
+  kind: { case: "file", value: { url: uri, mime, filename, source: { kind: { case: "resource", value: { clientName, uri } } } } },
+});
+
 /** A compact view of a part: kind, synthetic flag, and its text / file fields. */
 export function shape(part: Part): Record<string, unknown> {
   switch (part.kind.case) {
