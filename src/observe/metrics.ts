@@ -31,7 +31,7 @@ export interface LedgerMetrics {
   /** Counts one finished model step and its tokens. */
   observeStep(model: { providerId: string; modelId: string }, step: StepOutcome): void;
   /**
-   * Counts one refusal of quota `quota` (`prompts_per_minute`, `concurrent_loops`) for a caller of
+   * Counts one refusal of quota `quota` (`prompts_per_minute`, `concurrent_loops`, `stored_bytes`) for a caller of
    * `tenant`, a label the caller has already bounded (a configured tenant's name, `other` or `none`).
    */
   observeQuotaExceeded(tenant: string, quota: string): void;
@@ -95,7 +95,7 @@ export function createMetrics(options: { pool?: () => PoolStats; relay?: () => R
   });
   const quotaExceeded = new Counter({
     name: "ledger_quota_exceeded_total",
-    help: "Calls refused by a quota, by tenant (a configured tenant, other or none) and quota (prompts_per_minute, concurrent_loops).",
+    help: "Calls refused by a quota, by tenant (a configured tenant, other or none) and quota (prompts_per_minute, concurrent_loops, stored_bytes).",
     labelNames: ["tenant", "quota"] as const,
     registers,
   });

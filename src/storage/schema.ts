@@ -126,13 +126,23 @@ export interface DB {
   session_todo: SessionTodoTable;
 }
 
+/** A `session` row as read (`bigint` counters as string on Postgres, number on PGlite). */
 export type SessionRow = Selectable<SessionTable>;
+/** A `session` row to insert (counters default to 0, times to now). */
 export type NewSessionRow = Insertable<SessionTable>;
+/** A `message` row as read. */
 export type MessageRow = Selectable<MessageTable>;
+/** A `message` row to insert. */
 export type NewMessageRow = Insertable<MessageTable>;
+/** A `part` row as read. */
 export type PartRow = Selectable<PartTable>;
+/** A `part` row to insert. */
 export type NewPartRow = Insertable<PartTable>;
+/** A `session_event` row as read (`data_bytes` null for events stored before it existed). */
 export type SessionEventRow = Selectable<SessionEventTable>;
+/** A `session_event` row to insert. */
 export type NewSessionEventRow = Insertable<SessionEventTable>;
+/** A `permission_request` row as read (`reply` null while pending). */
 export type PermissionRequestRow = Selectable<PermissionRequestTable>;
+/** A `session_todo` row as read. */
 export type SessionTodoRow = Selectable<SessionTodoTable>;
