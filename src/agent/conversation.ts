@@ -10,6 +10,11 @@ export interface Work {
   steps: number;
   /** Subtask parts of `user` not run yet, in order (each runs as a `task` tool call). */
   subtasks: Array<{ partId: string; prompt: string; description: string; agent: string; model?: { providerId: string; modelId: string } }>;
+  /**
+   * Agents `user` names in agent parts (`@explore`), in order: the `task` tool runs these without
+   * weighing the `task` permission (OpenCode's `bypassAgentCheck`, narrowed to the named agents).
+   */
+  mentioned: string[];
 }
 
 /**
@@ -92,7 +97,8 @@ export function nextWork(
           ]
         : [],
     );
-    return { user: m.value, conversation: ordered.slice(0, j), steps: answers.length, subtasks };
+    const mentioned = ordered[i]!.parts.flatMap((p) => (p.kind.case === "agent" ? [p.kind.value.name] : []));
+    return { user: m.value, conversation: ordered.slice(0, j), steps: answers.length, subtasks, mentioned };
   }
   return undefined;
 }

@@ -246,6 +246,7 @@ async function answerStep(
             withoutCommands,
             mcpTools,
             subagents,
+            mentioned: work.mentioned,
             runTask: deps.runTask?.(sessionId),
             todos: sessionTodoList(deps, sessionId),
             asker: (request, callSignal) =>

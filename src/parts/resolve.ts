@@ -181,7 +181,8 @@ function textDraft(ctx: ResolveContext, draft: TextPartInput, field: string): Pi
 }
 
 function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {
-  const denied = evaluate(agentRules(ctx.agent), "task", "*") === "deny";
+  // As OpenCode's resolvePart: weighed on the subagent's name, so a `task` map can deny some.
+  const denied = evaluate(agentRules(ctx.agent), "task", draft.name) === "deny";
   const hint = denied ? " . Invoked by user; guaranteed to exist." : "";
   return [
     {

@@ -43,6 +43,7 @@ export interface CommandResult {
 export const bashDefinition: ToolDefinition<BashInput> = {
   id: "bash",
   asks: true,
+  changesFiles: true,
   description:
     "Run a shell command (/bin/sh -c) in the project directory and get its output (stdout and stderr, cut at 2000 lines or 50 KB) and exit code. Default timeout 2 minutes, at most 10 minutes.",
   inputSchema: z.object({

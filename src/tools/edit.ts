@@ -23,6 +23,7 @@ const CLOSEST_MAX_LINES = 5000;
 export const editDefinition: ToolDefinition<EditInput> = {
   id: "edit",
   asks: true,
+  changesFiles: true,
   description:
     "Replace `oldString` with `newString` in a file. `oldString` must match the file exactly (whitespace and indentation included) and only once, unless `replaceAll` is set; an empty `oldString` creates a new file.",
   inputSchema: z.object({

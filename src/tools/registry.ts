@@ -7,7 +7,7 @@ import { editDefinition } from "./edit.js";
 import { globDefinition } from "./glob.js";
 import { grepDefinition } from "./grep.js";
 import { listDefinition } from "./list.js";
-import { checkPermission, disabledTools, permissionRules, type Asker, type Rule } from "./permission.js";
+import { checkPermission, disabledTools, evaluate, permissionRules, type Asker, type Rule } from "./permission.js";
 import { readDefinition } from "./read.js";
 import { taskDefinition, type TaskRunner } from "./task.js";
 import { todoDefinitions, type TodoList } from "./todo.js";
@@ -36,21 +36,25 @@ export type ProgressSink = (callId: string, update: { title?: string; metadata: 
 /**
  * The model's tools for one agent loop (OpenCode `read`, `list`, `glob`, `grep`, `write`,
  * `edit`, `bash`, `task`, `todowrite`, `todoread`), as an AI SDK tool set keyed by tool id, each confined to the session
- * directory and roots. Every tool is offered; each call is weighed against
- * {@link permissionRules} — by the tool itself with its own patterns (write/edit: the path
- * relative to the session directory; bash: the command) through `ctx.ask`, by the registry with
- * the pattern `*` for the others. `deny` fails the call with `permission denied: the <agent>
- * agent may not use the <tool> tool` (plus ` on "<pattern>"` for a pattern other than `*`);
- * `ask` pauses it through `asker` (without one, `ask` is a denial). Those errors, like any a
- * tool throws, become a tool error the model sees (never a failed run). `task` is offered only
- * with a `runTask`, to agents that are not themselves subagents, and when there are `subagents`;
- * `todowrite` and `todoread` only with a `todos` list (the session's, bound by the loop).
+ * directory and roots. A tool denied outright (its last rule: pattern `*`, `deny`) is not
+ * offered; each call of the others is weighed against {@link permissionRules} — by the tool
+ * itself with its own patterns (write/edit: the path relative to the session directory; bash:
+ * the command; task: the subagent's name) through `ctx.ask`, by the registry with the pattern `*`
+ * for the others. `deny` fails the call with `permission denied: the <agent> agent may not use
+ * the <tool> tool` (plus ` on "<pattern>"` for a pattern other than `*`); `ask` pauses it through
+ * `asker` (without one, `ask` is a denial). Those errors, like any a tool throws, become a tool
+ * error the model sees (never a failed run). `task` is offered only with a `runTask`, to agents
+ * that are not themselves subagents, and when some of `subagents` remain once those the `task`
+ * permission denies by name are left out (OpenCode task.ts); a subagent the user named
+ * (`mentioned`) stays, and its calls are not weighed (see `taskDefinition`); `todowrite` and
+ * `todoread` only with a `todos` list (the session's, bound by the loop).
  *
  * @param options.agent - the agent answering; its name and `permission` map.
  * @param options.rules - the session's permission rules.
  * @param options.context - the session directory and roots; a call's abort signal, when the AI
  *   SDK gives one, replaces `context.signal`.
  * @param options.subagents - names of the subagents `task` may run.
+ * @param options.mentioned - subagents the user named in the message being answered (agent parts).
  * @param options.runTask - runs a subagent (absent inside subagents).
  * @param options.todos - the session's todo list, for `todowrite` and `todoread`.
  * @param options.asker - pauses a call on an `ask` rule until the user answers.
@@ -66,6 +70,7 @@ export function createTools(options: {
   rules: PermissionRule[];
   context: ToolContext;
   subagents: string[];
+  mentioned?: readonly string[];
   runTask?: TaskRunner;
   todos?: TodoList;
   asker?: Asker;
@@ -79,15 +84,18 @@ export function createTools(options: {
   const { agent, context } = options;
   const rules = permissionRules(agent, options.rules);
   const definitions = BUILTIN_TOOLS.filter((d) => !(options.withoutCommands && d.id === "bash"));
-  if (options.runTask && agent.mode !== "subagent" && options.subagents.length > 0) {
-    definitions.push(taskDefinition(options.subagents, options.runTask));
+  const mentioned = options.mentioned ?? [];
+  const subagents = options.subagents.filter((name) => mentioned.includes(name) || evaluate(rules, "task", name) !== "deny");
+  if (options.runTask && agent.mode !== "subagent" && subagents.length > 0) {
+    definitions.push(taskDefinition(subagents, options.runTask, mentioned));
   }
   if (options.todos) definitions.push(...(todoDefinitions(options.todos) as ToolDefinition<unknown>[]));
   if (options.mcpTools) definitions.push(...options.mcpTools);
   // Tools denied outright are not offered (OpenCode drops them too): the model cannot spend a step on them.
+  // `task` was weighed per subagent above (a `*` deny may be followed by an allow for one name).
   const disabled = disabledTools(
     rules,
-    definitions.map((d) => d.id),
+    definitions.flatMap((d) => (d.id === "task" ? [] : [d.id])),
   );
   const tools: ToolSet = {};
   for (const definition of definitions)
@@ -116,7 +124,7 @@ function guarded(
         const signal = call.abortSignal ?? context.signal ?? new AbortController().signal;
         const ask = (request: ToolAsk) => checkPermission(agentName, rules, { ...request, callId: call.toolCallId }, signal, options.asker);
         if (!definition.asks) await ask({ permission: name, patterns: ["*"], metadata: {} });
-        else await options.beforeChange?.();
+        if (definition.changesFiles) await options.beforeChange?.();
         return definition.execute(input, {
           ...context,
           signal: call.abortSignal ?? context.signal,

@@ -24,9 +24,9 @@ export interface ToolContext {
 
 /** What a tool asks permission for: its permission name, the patterns the rules match, facts for the user. */
 export interface ToolAsk {
-  /** The tool's name as rules name it (`write`, `edit`, `bash`). */
+  /** The tool's name as rules name it (`write`, `edit`, `bash`, `task`). */
   permission: string;
-  /** File paths relative to the session directory, or the bash command. */
+  /** File paths relative to the session directory, the bash command, or the subagent's name. */
   patterns: string[];
   /** Shown to the person deciding (`filePath`, `diff`, `command`, `description`). */
   metadata: Record<string, unknown>;
@@ -60,10 +60,13 @@ export interface ToolDefinition<Input> {
   /** The name the model calls the tool by, and that permission rules name (`read`, `grep`, ...). */
   id: string;
   /**
-   * True when the tool calls `ctx.ask` itself with its own patterns (write, edit, bash); the
-   * registry checks the others with the pattern `*` before they run.
+   * True when the tool calls `ctx.ask` itself with its own patterns (write, edit, bash: the path
+   * or command; task: the subagent's name); the registry checks the others with the pattern `*`
+   * before they run.
    */
   asks?: boolean;
+  /** True when the tool may change files (write, edit, bash): the step's snapshot is taken before it runs. */
+  changesFiles?: boolean;
   /** What the model is told the tool does. */
   description: string;
   /**

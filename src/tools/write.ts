@@ -15,6 +15,7 @@ export interface WriteInput {
 export const writeDefinition: ToolDefinition<WriteInput> = {
   id: "write",
   asks: true,
+  changesFiles: true,
   description:
     "Write a file with the given content, replacing it if it exists (parent directories are created). Prefer `edit` for changes to an existing file.",
   inputSchema: z.object({

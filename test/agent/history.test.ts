@@ -421,6 +421,14 @@ describe("nextWork", () => {
     expect(work.user.id).toBe("u2");
     expect(ids(work.conversation)).toEqual(["u1", "a1", "u2"]);
     expect(work.steps).toBe(0);
+    expect(work.mentioned).toEqual([]);
+  });
+
+  it("names the agents the user message mentions, in order (their task calls are not weighed)", () => {
+    const mention = (name: string): PartKind => ({ case: "agent", value: { name } });
+    const stored = [userMsg("u1", [text("1"), mention("explore")]), userMsg("u2", [mention("general"), text("2"), mention("explore")])];
+    expect(nextWork(stored)!.mentioned).toEqual(["explore"]);
+    expect(nextWork([stored[1]!])!.mentioned).toEqual(["general", "explore"]);
   });
 
   it("continues a user message whose last step finished with tool calls, counting its steps", () => {

@@ -6,7 +6,7 @@ import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { connectError } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { lastSeq } from "../support/stored.js";
-import { text, type Draft } from "../support/prompt.js";
+import { shape, text, type Draft } from "../support/prompt.js";
 
 // Agent rules: agents named inside a prompt (mentions, subtasks) must exist and be subagents,
 // with nothing written otherwise; and a session keeps its agent across prompts that name none.
@@ -17,7 +17,7 @@ beforeAll(async () => {
     agent: {
       secret: { mode: "subagent", hidden: true, description: "hidden helper" },
       both: { mode: "all", description: "primary and subagent" },
-      reviewer: { mode: "primary", description: "reviews", permission: { edit: "deny" } },
+      reviewer: { mode: "primary", description: "reviews", permission: { edit: "deny", task: { "*": "allow", explore: "deny" } } },
     },
     command: {
       delegate: { template: "Count $ARGUMENTS", agent: "build", subtask: true },
@@ -103,6 +103,19 @@ describe("agents named inside a prompt must exist and be subagents", () => {
       parts: [text("go"), mention("explore"), mention("both"), subtask("secret")],
     });
     expect(res.message!.parts.map((p) => p.kind.case)).toEqual(["text", "agent", "text", "agent", "text", "subtask"]);
+  });
+
+  it("a mention's task hint is weighed on the subagent's name (OpenCode resolvePart): a task map denying explore marks explore only", async () => {
+    const sessionId = await newSession("reviewer");
+    const res = await t.client.prompt({ sessionId, noReply: true, parts: [text("go"), mention("explore"), mention("both")] });
+    const hint = " Use the above message and context to generate a prompt and call the task tool with subagent: ";
+    expect(res.message!.parts.map(shape)).toEqual([
+      { kind: "text", synthetic: false, text: "go" },
+      { kind: "agent", name: "explore" },
+      { kind: "text", synthetic: true, text: `${hint}explore . Invoked by user; guaranteed to exist.` },
+      { kind: "agent", name: "both" },
+      { kind: "text", synthetic: true, text: `${hint}both` },
+    ]);
   });
 
   it("a subtask command whose agent is primary-only → INVALID_ARGUMENT on command.agent", async () => {

@@ -166,6 +166,73 @@ describe("createTools", () => {
     expect(seen).toEqual([{ input: { description: "dig", prompt: "look around", agent: "explore" }, signal: controller.signal }]);
   });
 
+  describe("task is weighed on the subagent's name (OpenCode task.ts)", () => {
+    const described = (tools: ToolSet) => tools.task?.description?.replace(/.*Subagents: /, "");
+
+    it("offers only the subagents the task map does not deny: a later allow for one name brings it back", () => {
+      const tools = (permission: AgentInfo["permission"]) => createTools({ ...options, context: t.ctx, agent: agent(permission) });
+      expect(described(tools({ task: { "*": "deny", explore: "allow" } }))).toBe("explore.");
+      expect(described(tools({ task: { "*": "allow", general: "deny" } }))).toBe("explore.");
+      expect(described(tools({ task: { "*": "ask" } }))).toBe("general, explore.");
+      expect(tools({ task: { general: "deny", explore: "deny" } }).task).toBeUndefined();
+    });
+
+    it("asks with the subagent's name as the pattern and the task's description, and runs it once allowed", async () => {
+      const asked: unknown[] = [];
+      const tools = createTools({
+        ...options,
+        context: t.ctx,
+        agent: agent({ task: { "*": "ask", explore: "allow" } }),
+        asker: async (request) => void asked.push(request),
+      });
+      expect(await run(tools, "task", { description: "dig", prompt: "p", subagent_type: "general" })).toMatchObject({
+        output: "ran general",
+      });
+      expect(await run(tools, "task", { description: "look", prompt: "p", subagent_type: "explore" })).toMatchObject({
+        output: "ran explore",
+      });
+      expect(asked).toEqual([
+        { permission: "task", patterns: ["general"], metadata: { description: "dig", subagent_type: "general" }, callId: "call_1" },
+      ]);
+    });
+
+    it("refuses a denied subagent by name (a call the model makes outside the offered list)", async () => {
+      const tools = createTools({ ...options, context: t.ctx, agent: agent({ task: { "*": "allow", general: "deny" } }) });
+      expect((await rejection(run(tools, "task", { description: "d", prompt: "p", subagent_type: "general" }))).message).toBe(
+        'permission denied: the custom agent may not use the task tool on "general"',
+      );
+    });
+
+    it("offers and runs a subagent the user named even when task is denied, without asking (bypassAgentCheck, for that name only)", async () => {
+      const asked: unknown[] = [];
+      const tools = createTools({
+        ...options,
+        context: t.ctx,
+        agent: agent({ task: "deny" }),
+        mentioned: ["explore"],
+        asker: async (request) => void asked.push(request),
+      });
+      expect(described(tools)).toBe("explore.");
+      expect(await run(tools, "task", { description: "d", prompt: "p", subagent_type: "explore" })).toMatchObject({
+        output: "ran explore",
+      });
+      expect((await rejection(run(tools, "task", { description: "d", prompt: "p", subagent_type: "general" }))).message).toBe(
+        'permission denied: the custom agent may not use the task tool on "general"',
+      );
+      expect(asked).toEqual([]);
+    });
+
+    it("takes the step's snapshot before write, edit and bash only, not before task or read", async () => {
+      const changes: string[] = [];
+      const tools = createTools({ ...options, context: t.ctx, beforeChange: async () => void changes.push("snapshot") });
+      await run(tools, "task", { description: "d", prompt: "p", subagent_type: "explore" });
+      await run(tools, "read", { filePath: "a.txt" });
+      expect(changes).toEqual([]);
+      await run(tools, "write", { filePath: "b.txt", content: "two\n" });
+      expect(changes).toEqual(["snapshot"]);
+    });
+  });
+
   it("gives task a signal that never aborts when neither the call nor the context has one", async () => {
     let signal: AbortSignal | undefined;
     const spy: TaskRunner = async (_input, s) => {
