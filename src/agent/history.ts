@@ -2,6 +2,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import type { AssistantContent, ModelMessage, ToolContent, UserContent } from "ai";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { FilePart, Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
+import { SHELL_USER_TEXT } from "../ledger/shell.js";
 import { COMPACTION_QUESTION, PRUNED_OUTPUT } from "./compacted-history.js";
 
 /** What the model accepts, for deciding how attachments are sent. */
@@ -18,7 +19,9 @@ export interface HistoryTarget {
  * - user: text parts (synthetic included, `ignored` left out); agent parts are replaced by the
  *   synthetic text that follows them; text/directory file parts are left out (their content is in
  *   the synthetic read output); images and PDFs go only to models whose modalities accept them,
- *   otherwise an explicit text notice; subtask parts are not sent (they run as tasks); a
+ *   otherwise an explicit text notice; a subtask part (it runs as a `task` call in the answer)
+ *   is sent as the text {@link SHELL_USER_TEXT}, "The following tool was executed by the user",
+ *   as OpenCode does, so a prompt of subtasks alone still has its user turn before the calls; a
  *   `compaction` part is sent as the text {@link COMPACTION_QUESTION} (OpenCode: "What did we do so far?");
  * - assistant: text, reasoning and tool calls, each step's tool results as a `tool` message;
  *   interrupted tool calls get an error result; a pruned output (`time_compacted` set) is sent as
@@ -61,6 +64,7 @@ function userContent(parts: Part[], target: HistoryTarget): Exclude<UserContent,
       content.push({ type: "text", text: part.kind.value.text });
     if (part.kind.case === "file") content.push(...fileContent(part.kind.value, target));
     if (part.kind.case === "compaction") content.push({ type: "text", text: COMPACTION_QUESTION });
+    if (part.kind.case === "subtask") content.push({ type: "text", text: SHELL_USER_TEXT });
   }
   return content;
 }

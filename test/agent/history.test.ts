@@ -202,9 +202,42 @@ describe("toModelMessages: user messages", () => {
     ]);
   });
 
-  it("leaves out a user message with nothing to send, and subtask parts", () => {
-    const history = [userMsg("u1", [text("", {}), { case: "subtask", value: { prompt: "do it", description: "d", agent: "general" } }])];
+  it("leaves out a user message with nothing to send", () => {
+    const history = [userMsg("u1", [text("", {}), text("not for the model", { ignored: true })])];
     expect(toModelMessages(history, TEXT_ONLY)).toEqual([]);
+  });
+
+  it("sends a subtask part as OpenCode's 'executed by the user' text, so subtasks alone keep their user turn before the task calls", () => {
+    const subtask: PartKind = { case: "subtask", value: { prompt: "do it", description: "d", agent: "general" } };
+    const history = [
+      userMsg("u1", [text("", {}), subtask]),
+      assistantMsg(
+        "a1",
+        "u1",
+        [tool("prt_sub", "task", "completed", { description: "d", prompt: "do it", subagent_type: "general" }, "done")],
+        {
+          finish: "tool-calls",
+        },
+      ),
+    ];
+    expect(toModelMessages(history, TEXT_ONLY)).toEqual([
+      { role: "user", content: [{ type: "text", text: "The following tool was executed by the user" }] },
+      {
+        role: "assistant",
+        content: [
+          {
+            type: "tool-call",
+            toolCallId: "prt_sub",
+            toolName: "task",
+            input: { description: "d", prompt: "do it", subagent_type: "general" },
+          },
+        ],
+      },
+      {
+        role: "tool",
+        content: [{ type: "tool-result", toolCallId: "prt_sub", toolName: "task", output: { type: "text", value: "done" } }],
+      },
+    ]);
   });
 });
 
