@@ -18,7 +18,7 @@ import { listMessageRows } from "../storage/message-store.js";
 import { finishAssistant, startAssistant } from "./assistant-message.js";
 import { modelHistory, toPrune } from "./compacted-history.js";
 import { conversationOrder } from "./conversation.js";
-import { toModelMessages } from "./history.js";
+import { historyTarget, toModelMessages } from "./history.js";
 import type { LoopDeps } from "./loop.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
 import type { ResolvedModel } from "./providers.js";
@@ -150,7 +150,7 @@ async function writeSummary(
     await finishAssistant(ledger, assistant, { error: messageError });
     return messageError;
   }
-  const messages = toModelMessages(history, { providerId: model.providerId, inputModalities: model.config.modalities?.input ?? ["text"] });
+  const messages = toModelMessages(history, historyTarget(model));
   const result = await runStep({
     ledger,
     sessionId,

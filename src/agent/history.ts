@@ -1,9 +1,10 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import type { AssistantContent, ModelMessage, ToolContent, UserContent } from "ai";
+import type { AssistantContent, ModelMessage, ToolContent, ToolResultPart, UserContent } from "ai";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { FilePart, Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { SHELL_USER_TEXT } from "../ledger/shell.js";
 import { COMPACTION_QUESTION, PRUNED_OUTPUT } from "./compacted-history.js";
+import type { ResolvedModel } from "./providers.js";
 
 /** What the model accepts, for deciding how attachments are sent. */
 export interface HistoryTarget {
@@ -11,7 +12,24 @@ export interface HistoryTarget {
   providerId: string;
   /** `modalities.input` of the model ("text", "image", "pdf"). */
   inputModalities: string[];
+  /**
+   * The provider takes images and PDFs inside tool results ({@link ResolvedModel}); otherwise a
+   * tool's attachments follow its results in a user message. Default false.
+   */
+  mediaInToolResults?: boolean;
 }
+
+/** The history target of `model`: its provider, `modalities.input` (default text only) and whether tool results may hold media. */
+export function historyTarget(model: Pick<ResolvedModel, "providerId" | "config" | "mediaInToolResults">): HistoryTarget {
+  return {
+    providerId: model.providerId,
+    inputModalities: model.config.modalities?.input ?? ["text"],
+    mediaInToolResults: model.mediaInToolResults,
+  };
+}
+
+/** The user text before a tool's attachments when the provider takes none in tool results (OpenCode's). */
+export const TOOL_ATTACHMENTS_TEXT = "Attached image(s) from tool result:";
 
 /**
  * Converts a session's stored messages into AI SDK model messages (OpenCode
@@ -25,7 +43,12 @@ export interface HistoryTarget {
  *   `compaction` part is sent as the text {@link COMPACTION_QUESTION} (OpenCode: "What did we do so far?");
  * - assistant: text, reasoning and tool calls, each step's tool results as a `tool` message;
  *   interrupted tool calls get an error result; a pruned output (`time_compacted` set) is sent as
- *   {@link PRUNED_OUTPUT} (OpenCode "[Old tool result content cleared]");
+ *   {@link PRUNED_OUTPUT} (OpenCode "[Old tool result content cleared]"), without attachments;
+ * - a completed tool's attachments (images and PDFs `read` returned; OpenCode `attachments`):
+ *   for a model whose modalities accept them, inside the tool result when the provider takes
+ *   media there (`mediaInToolResults`), else in a user message right after the `tool` message,
+ *   {@link TOOL_ATTACHMENTS_TEXT} then the files (as OpenCode does); for a model that does not
+ *   accept them, the result's text ends with the notice a prompt's attachment gets;
  * - provider metadata (`providerOptions`: Anthropic thinking signatures and redacted thinking,
  *   OpenAI Responses item ids and encrypted reasoning) goes back only to the provider that
  *   produced it (same `providerId`); for another provider it is dropped. A reasoning part with
@@ -49,10 +72,11 @@ export function toModelMessages(history: MessageWithParts[], target: HistoryTarg
     }
     if (message?.case !== "assistant") continue;
     const sameProvider = message.value.model?.providerId === target.providerId;
-    const { content, results } = assistantContent(entry.parts, sameProvider);
+    const { content, results, media } = assistantContent(entry.parts, sameProvider, target);
     if (content.length === 0) continue;
     out.push({ role: "assistant", content });
     if (results.length > 0) out.push({ role: "tool", content: results });
+    if (media.length > 0) out.push({ role: "user", content: [{ type: "text", text: TOOL_ATTACHMENTS_TEXT }, ...media] });
   }
   return out;
 }
@@ -69,22 +93,27 @@ function userContent(parts: Part[], target: HistoryTarget): Exclude<UserContent,
   return content;
 }
 
+/** Whether `file` is an image or a PDF (the media a model may accept), by its mime. */
+function mediaKind(file: FilePart): "image" | "pdf" | undefined {
+  const mime = file.mime.toLowerCase();
+  return mime.startsWith("image/") ? "image" : mime === "application/pdf" ? "pdf" : undefined;
+}
+
+/** The notice sent instead of an image or PDF the model does not accept. */
+function unreadableNotice(file: FilePart, kind: "image" | "pdf"): string {
+  const name = file.filename || file.url.slice(0, 80);
+  return `[Attached ${kind === "image" ? "image" : "PDF"} ${name} (${file.mime}) cannot be read by this model: it does not accept ${kind} input]`;
+}
+
 function fileContent(file: FilePart, target: HistoryTarget): Exclude<UserContent, string> {
   // An MCP resource's content is in the synthetic texts before it; its URL is not readable here.
   if (file.source?.kind.case === "resource") return [];
   const mime = file.mime.toLowerCase();
   if (mime === "text/plain" || mime === "application/x-directory") return [];
-  const kind = mime.startsWith("image/") ? "image" : mime === "application/pdf" ? "pdf" : undefined;
-  const name = file.filename || file.url.slice(0, 80);
-  if (!kind) return [{ type: "text", text: `[Attached file ${name} (${file.mime}) is not shown to the model]` }];
-  if (!target.inputModalities.includes(kind)) {
-    return [
-      {
-        type: "text",
-        text: `[Attached ${kind === "image" ? "image" : "PDF"} ${name} (${file.mime}) cannot be read by this model: it does not accept ${kind} input]`,
-      },
-    ];
-  }
+  const kind = mediaKind(file);
+  if (!kind)
+    return [{ type: "text", text: `[Attached file ${file.filename || file.url.slice(0, 80)} (${file.mime}) is not shown to the model]` }];
+  if (!target.inputModalities.includes(kind)) return [{ type: "text", text: unreadableNotice(file, kind) }];
   return [
     {
       type: "file",
@@ -95,9 +124,14 @@ function fileContent(file: FilePart, target: HistoryTarget): Exclude<UserContent
   ];
 }
 
-function assistantContent(parts: Part[], sameProvider: boolean): { content: Exclude<AssistantContent, string>; results: ToolContent } {
+function assistantContent(
+  parts: Part[],
+  sameProvider: boolean,
+  target: HistoryTarget,
+): { content: Exclude<AssistantContent, string>; results: ToolContent; media: Exclude<UserContent, string> } {
   const content: Exclude<AssistantContent, string> = [];
   const results: ToolContent = [];
+  const media: Exclude<UserContent, string> = [];
   for (const part of parts) {
     const options = sameProvider ? providerOptions(part) : undefined;
     switch (part.kind.case) {
@@ -112,7 +146,7 @@ function assistantContent(parts: Part[], sameProvider: boolean): { content: Excl
       case "tool": {
         const tool = part.kind.value;
         content.push({ type: "tool-call", toolCallId: tool.callId, toolName: tool.tool, input: toolInput(tool), providerOptions: options });
-        results.push({ type: "tool-result", toolCallId: tool.callId, toolName: tool.tool, output: toolOutput(tool) });
+        results.push({ type: "tool-result", toolCallId: tool.callId, toolName: tool.tool, output: toolOutput(tool, target, media) });
         break;
       }
       default:
@@ -120,8 +154,8 @@ function assistantContent(parts: Part[], sameProvider: boolean): { content: Excl
     }
   }
   // Reasoning alone is not sent: it must come with what it led to.
-  if (content.every((c) => c.type === "reasoning")) return { content: [], results };
-  return { content, results };
+  if (content.every((c) => c.type === "reasoning")) return { content: [], results, media: [] };
+  return { content, results, media };
 }
 
 function toolInput(tool: ToolPart): unknown {
@@ -129,11 +163,35 @@ function toolInput(tool: ToolPart): unknown {
   return (state?.value && "input" in state.value ? state.value.input : undefined) ?? {};
 }
 
-function toolOutput(tool: ToolPart): { type: "text"; value: string } | { type: "error-text"; value: string } {
+/**
+ * The result the model gets for `tool`. A completed call's attachments the model accepts go into
+ * the result (`mediaInToolResults`) or onto `media`, for the user message after the results.
+ */
+function toolOutput(tool: ToolPart, target: HistoryTarget, media: Exclude<UserContent, string>): ToolResultPart["output"] {
   const state = tool.state?.status;
-  if (state?.case === "completed") return { type: "text", value: state.value.timeCompacted ? PRUNED_OUTPUT : state.value.output };
   if (state?.case === "error") return { type: "error-text", value: state.value.error };
-  return { type: "error-text", value: "Tool execution was interrupted" };
+  if (state?.case !== "completed") return { type: "error-text", value: "Tool execution was interrupted" };
+  if (state.value.timeCompacted) return { type: "text", value: PRUNED_OUTPUT };
+  const notices: string[] = [];
+  const inResult: Array<{ type: "image-data" | "file-data"; data: string; mediaType: string; filename?: string }> = [];
+  for (const file of state.value.attachments) {
+    const kind = mediaKind(file);
+    const data = kind && base64Of(file.url);
+    if (!kind || data === undefined) continue;
+    if (!target.inputModalities.includes(kind)) notices.push(unreadableNotice(file, kind));
+    else if (!target.mediaInToolResults) media.push(...fileContent(file, target));
+    else if (kind === "image") inResult.push({ type: "image-data", data, mediaType: file.mime });
+    else inResult.push({ type: "file-data", data, mediaType: file.mime, filename: file.filename || undefined });
+  }
+  const text = [state.value.output, ...notices].join("\n\n");
+  if (inResult.length === 0) return { type: "text", value: text };
+  return { type: "content", value: [{ type: "text", text }, ...inResult] };
+}
+
+/** The base64 payload of a `data:<mime>;base64,` URL (what `read` stores), else undefined. */
+function base64Of(url: string): string | undefined {
+  const match = /^data:[^,;]*(?:;[^,;]*)*;base64,/i.exec(url);
+  return match ? url.slice(match[0].length) : undefined;
 }
 
 function providerOptions(part: Part): Record<string, JsonObject> | undefined {

@@ -14,7 +14,7 @@ import { finishAssistant, startAssistant } from "./assistant-message.js";
 import { isOverflow, modelHistory } from "./compacted-history.js";
 import { compactSession, pruneSession } from "./compaction.js";
 import { nextWork, type Work } from "./conversation.js";
-import { toModelMessages } from "./history.js";
+import { historyTarget, toModelMessages } from "./history.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
 import type { ModelResolver, ResolvedModel } from "./providers.js";
 import { processStep, StepSnapshot, ToolProgress, type StepResult, type StepSnapshots } from "./processor.js";
@@ -233,16 +233,13 @@ async function answerStep(
       agent: { temperature: agent.temperature, topP: agent.topP, options: agent.options },
       system: base + hint,
       recordContent: deps.config.telemetry.recordContent,
-      messages: toModelMessages(modelHistory(work.conversation, { continuing: true }), {
-        providerId: model.providerId,
-        inputModalities: model.config.modalities?.input ?? ["text"],
-      }),
+      messages: toModelMessages(modelHistory(work.conversation, { continuing: true }), historyTarget(model)),
       tools: lastStep
         ? undefined
         : createTools({
             agent,
             rules: session.permission,
-            context: { directory: session.directory, roots },
+            context: { directory: session.directory, roots, limits: deps.config.limits },
             withoutCommands,
             mcpTools,
             subagents,

@@ -1,6 +1,7 @@
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import {
+  FilePartSchema,
   PartSchema,
   PatchPartSchema,
   ReasoningPartSchema,
@@ -9,6 +10,7 @@ import {
   TextPartSchema,
   ToolPartSchema,
   ToolStateSchema,
+  type FilePart,
   type Part,
   type ReasoningPart,
   type TextPart,
@@ -378,11 +380,22 @@ function toolPart(
   return entry;
 }
 
-/** A tool's return value: `{ title, output, metadata, attachments }` (see src/tools/tool-context.ts), or anything else as text. */
-function toolOutput(output: unknown): { output: string; title: string; metadata: JsonObject; attachments: never[] } {
+/**
+ * A tool's return value: `{ title, output, metadata, attachments }` (see src/tools/tool-context.ts;
+ * `read` attaches images and PDFs as `{ mime, url, filename }`, stored as file parts of the
+ * completed state, OpenCode `attachments`), or anything else as text.
+ */
+function toolOutput(output: unknown): { output: string; title: string; metadata: JsonObject; attachments: FilePart[] } {
   if (output && typeof output === "object" && "output" in output) {
-    const o = output as { output: unknown; title?: unknown; metadata?: unknown };
-    return { output: String(o.output), title: typeof o.title === "string" ? o.title : "", metadata: asObject(o.metadata), attachments: [] };
+    const o = output as { output: unknown; title?: unknown; metadata?: unknown; attachments?: unknown };
+    const attachments = Array.isArray(o.attachments)
+      ? o.attachments.flatMap((a: { mime?: unknown; url?: unknown; filename?: unknown }) =>
+          typeof a?.mime === "string" && typeof a.url === "string"
+            ? [create(FilePartSchema, { mime: a.mime, url: a.url, filename: typeof a.filename === "string" ? a.filename : "" })]
+            : [],
+        )
+      : [];
+    return { output: String(o.output), title: typeof o.title === "string" ? o.title : "", metadata: asObject(o.metadata), attachments };
   }
   return { output: typeof output === "string" ? output : JSON.stringify(output), title: "", metadata: {}, attachments: [] };
 }

@@ -18,6 +18,12 @@ export interface ResolvedModel {
   config: ModelConfig;
   /** Key under which `providerOptions` for this provider go (e.g. "openai", "anthropic", or the provider id). */
   optionsKey: string;
+  /**
+   * True when the provider's API takes images and PDFs inside a tool result (Anthropic Messages'
+   * `tool_result` blocks, OpenAI Responses' `function_call_output`); OpenAI-compatible chat
+   * completions take only text there (OpenCode `supportsMediaInToolResults`).
+   */
+  mediaInToolResults: boolean;
 }
 
 /** Finds models by provider/model id. */
@@ -73,15 +79,17 @@ export function createModelResolver(config: LedgerConfig, env: NodeJS.ProcessEnv
         model: p.make(modelId),
         config: modelConfig,
         optionsKey: p.optionsKey,
+        mediaInToolResults: p.mediaInToolResults,
       }));
     },
   };
 }
 
-/** A created provider: makes a model by id; `optionsKey` as in {@link ResolvedModel}. */
+/** A created provider: makes a model by id; `optionsKey` and `mediaInToolResults` as in {@link ResolvedModel}. */
 interface Provider {
   make: (modelId: string) => LanguageModelV3;
   optionsKey: string;
+  mediaInToolResults: boolean;
 }
 
 /** Imports the provider's package and creates it; rejects for an unsupported `npm` package. */
@@ -97,7 +105,7 @@ async function createProvider(providerId: string, entry: ProviderConfig, env: No
         headers: options.headers,
         fetch: tracedFetch,
       });
-      return { make: (id: string) => openai(id), optionsKey: "openai" };
+      return { make: (id: string) => openai(id), optionsKey: "openai", mediaInToolResults: true };
     }
     case "@ai-sdk/anthropic": {
       const { createAnthropic } = await import("@ai-sdk/anthropic");
@@ -107,7 +115,7 @@ async function createProvider(providerId: string, entry: ProviderConfig, env: No
         headers: options.headers,
         fetch: tracedFetch,
       });
-      return { make: (id: string) => anthropic(id), optionsKey: "anthropic" };
+      return { make: (id: string) => anthropic(id), optionsKey: "anthropic", mediaInToolResults: true };
     }
     case "@ai-sdk/openai-compatible": {
       const key = options.apiKey || env[`${providerId.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_API_KEY`];
@@ -120,7 +128,7 @@ async function createProvider(providerId: string, entry: ProviderConfig, env: No
         includeUsage: true,
         fetch: tracedFetch,
       });
-      return { make: (id: string) => compatible.chatModel(id), optionsKey: providerId };
+      return { make: (id: string) => compatible.chatModel(id), optionsKey: providerId, mediaInToolResults: false };
     }
     default:
       throw new Error(`provider ${providerId}: npm package "${npm}" is not supported; use one of ${PROVIDER_PACKAGES.join(", ")}`);

@@ -1,5 +1,8 @@
+import { basename } from "node:path";
 import { z } from "zod";
+import { DEFAULT_LIMITS } from "../config/limits.js";
 import { READ_DEFAULT_LIMIT, readPath, ReadFailure, type ReadResult } from "../files/read-file.js";
+import { isImageMime, normalizeImage } from "../parts/image.js";
 import { resolveToolPath, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
 
 /** Input of {@link readTool}. Follows OpenCode read.ts parameters. */
@@ -16,8 +19,10 @@ export interface ReadInput {
 export interface ToolAttachment {
   /** Sniffed MIME type: `image/png`, `image/jpeg`, `image/gif`, `image/webp` or `application/pdf`. */
   mime: string;
-  /** The whole file as a `data:<mime>;base64,…` URL. */
+  /** The whole file as a `data:<mime>;base64,…` URL (an image as stored after `normalizeImage`). */
   url: string;
+  /** The file's name (its last path segment). */
+  filename: string;
 }
 
 /** What {@link readTool} returns: a {@link ToolOutput}, plus the attachment for images and PDFs. */
@@ -42,7 +47,9 @@ export const readDefinition: ToolDefinition<ReadInput> = {
  * - text: `output` is the numbered `<content>` block; `metadata: { truncated, totalLines }`.
  * - directory: `output` is the `<entries>` block; `metadata: { truncated, entries }`.
  * - image/PDF: `output` is `Image read successfully` / `PDF read successfully`, one attachment
- *   with a base64 `data:` URL; `metadata: { truncated: false, mime, bytes }`.
+ *   with a base64 `data:` URL and the file's name; `metadata: { truncated: false, mime, bytes }`
+ *   of the attachment. An image is brought within 2000 px and 5 MiB by `normalizeImage`, as an
+ *   image a prompt attaches (docs/design.md §3 step 6), so it can be stored and sent.
  *
  * Unlike OpenCode there is no `preview` or `loaded` metadata (no instruction files are attached)
  * and no "Did you mean" list for a missing file.
@@ -53,7 +60,9 @@ export const readDefinition: ToolDefinition<ReadInput> = {
  * @throws InvalidArgumentError when `filePath` has a NUL or is over 4096 bytes.
  * @throws Error with the `ReadFailure` message (`File not found: <path>`, `Cannot read binary
  *   file: <path>`, offset/limit errors, ...), so the model sees just the reason.
- * @throws LimitExceededError for an image/PDF over 20 MiB.
+ * @throws LimitExceededError for an image/PDF over 20 MiB, an image over `limits.image_pixels`
+ *   or one that cannot be brought under 5 MiB.
+ * @throws InvalidArgumentError (naming `filePath`) for an image that cannot be decoded.
  * @throws the signal's reason (an `AbortError`) when `ctx.signal` is aborted before or after the read.
  */
 export async function readTool(input: ReadInput, ctx: ToolContext): Promise<ReadToolOutput> {
@@ -76,12 +85,16 @@ export async function readTool(input: ReadInput, ctx: ToolContext): Promise<Read
       return { title, output: result.output, metadata: { truncated, entries: result.entries } };
     }
     case "attachment": {
-      const base64 = Buffer.from(result.data.buffer, result.data.byteOffset, result.data.byteLength).toString("base64");
+      const { mime, bytes } = isImageMime(result.mime)
+        ? await normalizeImage("filePath", result.data, result.mime, ctx.limits ?? DEFAULT_LIMITS)
+        : { mime: result.mime, bytes: result.data };
+      ctx.signal?.throwIfAborted();
+      const base64 = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64");
       return {
         title,
         output: result.output,
-        metadata: { truncated: false, mime: result.mime, bytes: result.data.byteLength },
-        attachments: [{ mime: result.mime, url: `data:${result.mime};base64,${base64}` }],
+        metadata: { truncated: false, mime, bytes: bytes.byteLength },
+        attachments: [{ mime, url: `data:${mime};base64,${base64}`, filename: basename(path) }],
       };
     }
   }

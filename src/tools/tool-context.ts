@@ -1,6 +1,7 @@
 import { isAbsolute, relative, resolve } from "node:path";
 import type { Schema } from "ai";
 import type { z } from "zod";
+import type { Limits } from "../config/limits.js";
 import { checkPathShape, confinePath } from "../files/confine.js";
 
 /** What every model tool gets besides its input: where the session works and what it may touch. */
@@ -11,6 +12,8 @@ export interface ToolContext {
   roots: string[];
   /** Aborts the call: tools check it between files and throw its reason (an `AbortError`). */
   signal?: AbortSignal;
+  /** `limits.image_pixels` (most pixels decoded from one image) for the images `read` returns; default the configured default. */
+  limits?: Pick<Limits, "image_pixels">;
   /**
    * Checks the permission rules for this call before a tool changes anything (OpenCode
    * `ctx.ask`): resolves when allowed (at once, or after the user answered an `ask`); throws the

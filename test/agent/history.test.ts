@@ -241,6 +241,71 @@ describe("toModelMessages: user messages", () => {
   });
 });
 
+describe("toModelMessages: a tool's attachments (images and PDFs read returned)", () => {
+  const PNG_DATA = PNG.slice("data:image/png;base64,".length);
+  const PDF_DATA = PDF.slice("data:application/pdf;base64,".length);
+  /** A user question, then a step whose read call returned `attachments` with `output`. */
+  function readWith(output: string, attachments: Array<{ url: string; mime: string; filename: string }>, compacted = false) {
+    const completed = tool("c1", "read", "completed", { filePath: "logo.png" }, output) as Extract<PartKind, { case: "tool" }>;
+    const state = completed.value.state!.status as { value: Record<string, unknown> };
+    state.value.attachments = attachments;
+    if (compacted) state.value.timeCompacted = timestampNow();
+    return [userMsg("u1", [text("look")]), assistantMsg("a1", "u1", [completed], { finish: "tool-calls" })];
+  }
+  const call = { role: "assistant", content: [{ type: "tool-call", toolCallId: "c1", toolName: "read", input: { filePath: "logo.png" } }] };
+  const result = (output: unknown) => ({ role: "tool", content: [{ type: "tool-result", toolCallId: "c1", toolName: "read", output }] });
+  const logo = { url: PNG, mime: "image/png", filename: "logo.png" };
+  const spec = { url: PDF, mime: "application/pdf", filename: "spec.pdf" };
+
+  it("puts them inside the tool result when the provider takes media there (Anthropic, OpenAI Responses)", () => {
+    const target = { ...VISION, inputModalities: ["text", "image", "pdf"], mediaInToolResults: true };
+    expect(toModelMessages(readWith("Image read successfully", [logo, spec]), target).slice(1)).toEqual([
+      call,
+      result({
+        type: "content",
+        value: [
+          { type: "text", text: "Image read successfully" },
+          { type: "image-data", data: PNG_DATA, mediaType: "image/png" },
+          { type: "file-data", data: PDF_DATA, mediaType: "application/pdf", filename: "spec.pdf" },
+        ],
+      }),
+    ]);
+  });
+
+  it("sends them in a user message after the results when the provider takes only text there (OpenAI-compatible), as OpenCode does", () => {
+    expect(toModelMessages(readWith("Image read successfully", [logo]), { ...VISION, mediaInToolResults: false }).slice(1)).toEqual([
+      call,
+      result({ type: "text", value: "Image read successfully" }),
+      {
+        role: "user",
+        content: [
+          { type: "text", text: "Attached image(s) from tool result:" },
+          { type: "file", data: PNG, mediaType: "image/png", filename: "logo.png" },
+        ],
+      },
+    ]);
+  });
+
+  it("tells a model that does not accept the kind, in the result's text, and sends it nothing else", () => {
+    expect(toModelMessages(readWith("PDF read successfully", [spec]), { ...VISION, mediaInToolResults: true }).slice(1)).toEqual([
+      call,
+      result({
+        type: "text",
+        value:
+          "PDF read successfully\n\n[Attached PDF spec.pdf (application/pdf) cannot be read by this model: it does not accept pdf input]",
+      }),
+    ]);
+  });
+
+  it("drops them with a pruned output", () => {
+    const target = { ...VISION, mediaInToolResults: true };
+    expect(toModelMessages(readWith("Image read successfully", [logo], true), target).slice(1)).toEqual([
+      call,
+      result({ type: "text", value: "[old tool output cleared]" }),
+    ]);
+  });
+});
+
 describe("toModelMessages: assistant messages", () => {
   it("sends text, reasoning and tool calls, then each tool's result in a tool message", () => {
     const history = [

@@ -43,7 +43,15 @@ export function mockResolver(
           modelId,
           Object.keys(models).filter((k) => models[k as ModelKey]),
         );
-      return { providerId, modelId, model, config: { variants: {}, options: {}, ...configs[key] }, optionsKey: providerId };
+      // The mock model receives the prompt as the AI SDK builds it: media may stay in tool results.
+      return {
+        providerId,
+        modelId,
+        model,
+        config: { variants: {}, options: {}, ...configs[key] },
+        optionsKey: providerId,
+        mediaInToolResults: true,
+      };
     },
   };
 }

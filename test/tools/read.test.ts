@@ -1,5 +1,6 @@
 import { symlink } from "node:fs/promises";
 import { join } from "node:path";
+import sharp from "sharp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PathNotAllowedError } from "../../src/errors.js";
 import { readPath, ReadFailure } from "../../src/files/read-file.js";
@@ -46,13 +47,28 @@ describe("readTool", () => {
       title: "pic.bin",
       output: "Image read successfully",
       metadata: { truncated: false, mime: "image/png", bytes: Buffer.from(PNG_1X1, "base64").length },
-      attachments: [{ mime: "image/png", url: `data:image/png;base64,${PNG_1X1}` }],
+      attachments: [{ mime: "image/png", url: `data:image/png;base64,${PNG_1X1}`, filename: "pic.bin" }],
     });
     const pdf = await readTool({ filePath: join(t.session, "doc.bin") }, t.ctx);
     expect(pdf.output).toBe("PDF read successfully");
     expect(pdf.attachments).toEqual([
-      { mime: "application/pdf", url: `data:application/pdf;base64,${Buffer.from(PDF).toString("base64")}` },
+      { mime: "application/pdf", url: `data:application/pdf;base64,${Buffer.from(PDF).toString("base64")}`, filename: "doc.bin" },
     ]);
+  });
+
+  it("brings an image within 2000 px as a prompt's image is (normalizeImage), and refuses one over limits.image_pixels", async () => {
+    await t.write(
+      "wide.png",
+      await sharp({ create: { width: 3000, height: 100, channels: 3, background: "#00c" } })
+        .png()
+        .toBuffer(),
+    );
+    const wide = await readTool({ filePath: "wide.png" }, t.ctx);
+    const stored = Buffer.from(wide.attachments![0]!.url.replace(/^data:image\/png;base64,/, ""), "base64");
+    expect(await sharp(stored).metadata()).toMatchObject({ format: "png", width: 2000, height: 67 });
+    expect(wide.metadata).toEqual({ truncated: false, mime: "image/png", bytes: stored.length });
+    const err = await rejection(readTool({ filePath: "wide.png" }, { ...t.ctx, limits: { image_pixels: 1000 } }));
+    expect(err.message).toBe("filePath: 300000 pixels exceeds limit image_pixels (1000 pixels)");
   });
 
   it("turns a ReadFailure into a plain Error with the same message", async () => {
