@@ -3,6 +3,7 @@ import type { AssistantContent, ModelMessage, ToolContent, ToolResultPart, UserC
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { FilePart, Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { SHELL_USER_TEXT } from "../ledger/shell.js";
+import { isTextMime } from "../parts/data-url.js";
 import { COMPACTION_QUESTION, PRUNED_OUTPUT } from "./compacted-history.js";
 import type { ResolvedModel } from "./providers.js";
 
@@ -35,8 +36,8 @@ export const TOOL_ATTACHMENTS_TEXT = "Attached image(s) from tool result:";
  * Converts a session's stored messages into AI SDK model messages (OpenCode
  * `MessageV2.toModelMessages`):
  * - user: text parts (synthetic included, `ignored` left out); agent parts are replaced by the
- *   synthetic text that follows them; text/directory file parts are left out (their content is in
- *   the synthetic read output); images and PDFs go only to models whose modalities accept them,
+ *   synthetic text that follows them; text/directory file parts and text `data:` URLs are left
+ *   out (their content is in the synthetic read output); images and PDFs go only to models whose modalities accept them,
  *   otherwise an explicit text notice; a subtask part (it runs as a `task` call in the answer)
  *   is sent as the text {@link SHELL_USER_TEXT}, "The following tool was executed by the user",
  *   as OpenCode does, so a prompt of subtasks alone still has its user turn before the calls; a
@@ -110,6 +111,8 @@ function fileContent(file: FilePart, target: HistoryTarget): Exclude<UserContent
   if (file.source?.kind.case === "resource") return [];
   const mime = file.mime.toLowerCase();
   if (mime === "text/plain" || mime === "application/x-directory") return [];
+  // A text `data:` URL's body is in the synthetic texts before it (decoded at admission).
+  if (file.url.startsWith("data:") && isTextMime(mime)) return [];
   const kind = mediaKind(file);
   if (!kind)
     return [{ type: "text", text: `[Attached file ${file.filename || file.url.slice(0, 80)} (${file.mime}) is not shown to the model]` }];

@@ -40,6 +40,22 @@ export function parseDataUrl(field: string, url: string): DataUrl {
   return out;
 }
 
+/** Subtypes of `application/` (and structured-syntax suffixes) whose body is text. */
+const TEXT_SUBTYPE = /(?:^|[+.-])(?:json|jsonc|json5|ndjson|xml|yaml|yml|toml|javascript|ecmascript|typescript|sql|graphql|csv|x-sh|x-shellscript)$/;
+
+/**
+ * Whether a MIME type names text a model can read as it is: any `text/*`, and `application/`
+ * JSON, XML, YAML, TOML, JavaScript, TypeScript, SQL, GraphQL, CSV and shell scripts (with
+ * their `+json`/`+xml` suffix forms, e.g. `application/ld+json`). Parameters are ignored.
+ *
+ * @param mime - e.g. `text/markdown`, `application/json; charset=utf-8`.
+ * @returns true for the types above, false otherwise (images, PDFs, `application/octet-stream`).
+ */
+export function isTextMime(mime: string): boolean {
+  const [type, subtype = ""] = mime.split(";")[0]!.trim().toLowerCase().split("/");
+  return type === "text" || (type === "application" && TEXT_SUBTYPE.test(subtype));
+}
+
 /**
  * Decodes a data URL's body as text.
  *

@@ -17,7 +17,7 @@ import { InvalidArgumentError, LimitExceededError } from "../errors.js";
 import { notConfigured, type McpReader } from "../mcp/reader.js";
 import { confinePath } from "../files/confine.js";
 import { ReadFailure, readPath, type ReadResult } from "../files/read-file.js";
-import { dataUrlText, parseDataUrl, toDataUrl } from "./data-url.js";
+import { dataUrlText, isTextMime, parseDataUrl, toDataUrl } from "./data-url.js";
 import { parseFileUrl } from "./file-url.js";
 import { McpBudget, type McpTurn } from "./mcp-budget.js";
 import { findSymbolAt } from "./symbols/index.js";
@@ -68,7 +68,8 @@ type Piece = { part: Part; synthetic: boolean };
  * dropped when other drafts exist; a prompt with nothing else is refused. Per draft
  * (docs/design.md §4; OpenCode
  * `SessionPrompt.createUserMessage`/`resolvePart`):
- * - text → as given; file `data:` text/plain → S read call, S decoded body, the file part;
+ * - text → as given; file `data:` text (`text/*`, JSON, XML, YAML and the other types of
+ *   `isTextMime`, by the draft's declared mime) → S read call, S decoded body, the file part;
  * - file `data:` image (declared `image/*` as the draft's mime or the URL's, or sniffed image
  *   content, whatever the declared mime) → the file part with the image normalized by
  *   `normalizeImage` (docs/design.md §3 step 6) as a base64 `data:` URL with the image's real mime;
@@ -278,7 +279,8 @@ async function dataDraft(ctx: ResolveContext, draft: FilePartInput, field: strin
     const image = await normalizeImage(`${field}.url`, data.bytes, sniffed ?? essence(declared ?? ""), ctx.limits);
     return [filePart(draft, { mime: image.mime, url: toDataUrl(image.mime, image.bytes) })];
   }
-  if (essence(draft.mime) !== "text/plain") return [filePart(draft, {})];
+  // The declared mime decides (a URL without one is text/plain by the standard, whatever its body).
+  if (!isTextMime(draft.mime)) return [filePart(draft, {})];
   return [
     synthetic(`Called the Read tool with the following input: ${JSON.stringify({ filePath: draft.filename || undefined })}`),
     synthetic(dataUrlText(data)),

@@ -202,6 +202,20 @@ describe("toModelMessages: user messages", () => {
     ]);
   });
 
+  it("leaves out a text data: URL (its body went in the synthetic texts before it), not a text file it cannot read", () => {
+    const history = [
+      userMsg("u1", [
+        text("# Title", { synthetic: true }),
+        file("data:text/markdown;base64,IyBUaXRsZQ==", "text/markdown", "README.md"),
+        file("https://example.com/b.md", "text/markdown", "b.md"),
+      ]),
+    ];
+    expect(toModelMessages(history, VISION)[0]!.content).toEqual([
+      { type: "text", text: "# Title" },
+      { type: "text", text: "[Attached file b.md (text/markdown) is not shown to the model]" },
+    ]);
+  });
+
   it("leaves out a user message with nothing to send", () => {
     const history = [userMsg("u1", [text("", {}), text("not for the model", { ignored: true })])];
     expect(toModelMessages(history, TEXT_ONLY)).toEqual([]);

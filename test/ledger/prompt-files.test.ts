@@ -194,10 +194,29 @@ describe("data: URLs", () => {
     expect(partText(parts[1])).toBe(body);
   });
 
+  it("decodes a data: URL of any text mime (markdown, JSON) like text/plain, keeping the declared mime", async () => {
+    const markdown = `data:text/markdown;base64,${Buffer.from("# Title\n\nbody\n").toString("base64")}`;
+    const json = "data:application/json,%7B%22a%22%3A1%7D";
+    const { parts } = await stored([file(markdown, "text/markdown", "README.md"), file(json, "application/json", "a.json")]);
+    expect(parts.map(shape)).toEqual([
+      { kind: "text", synthetic: true, text: call({ filePath: "README.md" }) },
+      { kind: "text", synthetic: true, text: "# Title\n\nbody\n" },
+      { kind: "file", mime: "text/markdown", filename: "README.md", url: markdown },
+      { kind: "text", synthetic: true, text: call({ filePath: "a.json" }) },
+      { kind: "text", synthetic: true, text: '{"a":1}' },
+      { kind: "file", mime: "application/json", filename: "a.json", url: json },
+    ]);
+  });
+
   it("keeps a data: URL of another mime as the file part only", async () => {
     const dataUrl = `data:image/png;base64,${PNG_1X1.toString("base64")}`;
     const { parts } = await stored([file(dataUrl, "image/png", "dot.png")]);
     expect(parts.map(shape)).toEqual([{ kind: "file", mime: "image/png", filename: "dot.png", url: dataUrl }]);
+    // The declared mime decides, not the URL's: a zip sent as data:text/plain stays a file.
+    const zip = `data:text/plain;base64,${Buffer.from("PK\u0003\u0004").toString("base64")}`;
+    expect((await stored([file(zip, "application/zip", "a.zip")])).parts.map(shape)).toEqual([
+      { kind: "file", mime: "application/zip", filename: "a.zip", url: zip },
+    ]);
   });
 });
 

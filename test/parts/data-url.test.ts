@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { InvalidArgumentError } from "../../src/errors.js";
-import { dataUrlText, parseDataUrl, toDataUrl } from "../../src/parts/data-url.js";
+import { dataUrlText, isTextMime, parseDataUrl, toDataUrl } from "../../src/parts/data-url.js";
 
 const F = "parts[0].file.url";
 const text = (b: Uint8Array): string => Buffer.from(b).toString("utf8");
@@ -95,5 +95,37 @@ describe("toDataUrl", () => {
     const d = parseDataUrl(F, toDataUrl("application/octet-stream", bytes));
     expect(d.mime).toBe("application/octet-stream");
     expect([...d.bytes]).toEqual([...bytes]);
+  });
+});
+
+describe("isTextMime", () => {
+  it("is true for text/* and application/ JSON, XML, YAML, scripts and their suffix forms; false for media and octet streams", () => {
+    const text = [
+      "text/plain",
+      "text/markdown",
+      "TEXT/CSV; charset=utf-8",
+      "application/json",
+      "application/ld+json",
+      "application/xml",
+      "application/atom+xml",
+      "application/x-yaml",
+      "application/yaml",
+      "application/toml",
+      "application/javascript",
+      "application/sql",
+      "application/graphql",
+      "application/x-sh",
+    ];
+    const other = [
+      "image/png",
+      "application/pdf",
+      "application/octet-stream",
+      "application/zip",
+      "application/jsonp-not",
+      "audio/json",
+      "",
+    ];
+    expect(text.filter((m) => !isTextMime(m))).toEqual([]);
+    expect(other.filter(isTextMime)).toEqual([]);
   });
 });
