@@ -41,7 +41,8 @@ export function parseDataUrl(field: string, url: string): DataUrl {
 }
 
 /** Subtypes of `application/` (and structured-syntax suffixes) whose body is text. */
-const TEXT_SUBTYPE = /(?:^|[+.-])(?:json|jsonc|json5|ndjson|xml|yaml|yml|toml|javascript|ecmascript|typescript|sql|graphql|csv|x-sh|x-shellscript)$/;
+const TEXT_SUBTYPE =
+  /(?:^|[+.-])(?:json|jsonc|json5|ndjson|xml|yaml|yml|toml|javascript|ecmascript|typescript|sql|graphql|csv|x-sh|x-shellscript)$/;
 
 /**
  * Whether a MIME type names text a model can read as it is: any `text/*`, and `application/`
