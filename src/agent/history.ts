@@ -114,7 +114,9 @@ function fileContent(file: FilePart, target: HistoryTarget): Exclude<UserContent
   // A text `data:` URL's body is in the synthetic texts before it (decoded at admission).
   if (file.url.startsWith("data:") && isTextMime(mime)) return [];
   const kind = mediaKind(file);
-  if (!kind)
+  // A URL that does not parse (stored before admission checked it, or by UpdatePart) is named, never sent.
+  const readable = file.url.startsWith("data:") || URL.canParse(file.url);
+  if (!kind || !readable)
     return [{ type: "text", text: `[Attached file ${file.filename || file.url.slice(0, 80)} (${file.mime}) is not shown to the model]` }];
   if (!target.inputModalities.includes(kind)) return [{ type: "text", text: unreadableNotice(file, kind) }];
   return [

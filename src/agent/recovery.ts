@@ -48,9 +48,14 @@ export async function recoverInterrupted(deps: LedgerDeps, locks: SessionLocks):
 /**
  * Recovers one session whose loop lock the caller holds (so no live runner can be writing it):
  * reads its open assistant messages and last status now, under the lock, and closes them as
- * `recoverInterrupted` describes. The runner calls it after taking a lock over from a dead holder.
+ * `recoverInterrupted` describes. The runner calls it after taking a lock over from a dead holder,
+ * and after its own loop failed (`why` then replaces "the process running this answer stopped").
  */
-export async function recoverSession(deps: LedgerDeps, sessionId: string): Promise<RecoveryReport> {
+export async function recoverSession(
+  deps: LedgerDeps,
+  sessionId: string,
+  why = "the process running this answer stopped",
+): Promise<RecoveryReport> {
   // The calls that asked are interrupted with their answers: no request stays pending forever.
   await rejectPendingPermissions(deps, sessionId, "the process running this call stopped");
   const open = await listOpenAnswerRows(deps.db, sessionId);
@@ -62,7 +67,7 @@ export async function recoverSession(deps: LedgerDeps, sessionId: string): Promi
     const message = entry.message!;
     const assistant = message.kind.value as AssistantMessage;
     assistant.error = create(MessageErrorSchema, {
-      message: "Interrupted: the process running this answer stopped",
+      message: `Interrupted: ${why}`,
       kind: { case: "interrupted", value: {} },
     });
     assistant.time = create(AssistantTimeSchema, { created: assistant.time?.created, completed: timestampNow() });

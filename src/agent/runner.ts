@@ -121,7 +121,14 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         if (entry.deleted) {
           entry.controller.abort(); // a model request or tool still in flight
           logger.info("agent loop stopped: session deleted", { session_id: sessionId });
-        } else if (!signal.aborted) logger.error("agent loop failed", { session_id: sessionId, error });
+        } else if (!signal.aborted) {
+          logger.error("agent loop failed", { session_id: sessionId, error });
+          // Still holding the lock: close the answer it left open (waiting callers get it, with its
+          // error, instead of waiting for an answer nothing writes) and return the session to idle.
+          await recoverSession(deps, sessionId, "the agent loop failed (the server's log has the cause); ResumeSession retries it").catch(
+            (cause: unknown) => logger.error("closing the failed loop's answer failed", { session_id: sessionId, error: cause }),
+          );
+        }
       } finally {
         entry.finishing = true;
         unsubscribe();

@@ -1,5 +1,5 @@
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
-import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
+import type { AssistantMessage, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { LockPoolExhaustedError, PreconditionError, ShuttingDownError, StoppedWaitingError, WatcherTooSlowError } from "../errors.js";
 import { bufferCaps, followSession } from "../events/feed.js";
 import type { BufferCaps } from "../events/subscription.js";
@@ -9,9 +9,11 @@ import { withParts } from "./messages.js";
 import type { StoredPrompt } from "./prompt-replay.js";
 
 /**
- * The answer to a prompt: the last assistant message answering `userMessageId` (its
- * `parent_id`), with its parts, or undefined when the loop has not answered it. With several
- * steps, this is the final one. One indexed query (`getLastAnswerRow`) plus its parts.
+ * The answer to a prompt so far: the last assistant message answering `userMessageId` (its
+ * `parent_id`), with its parts, or undefined when the loop has not started answering it. With
+ * several steps, this is the latest one, which may still be running or may be followed by more
+ * ({@link endsAnswer} says whether it is the final one). One indexed query (`getLastAnswerRow`)
+ * plus its parts.
  */
 export async function finalAnswer(
   deps: Pick<LedgerDeps, "db">,
@@ -22,12 +24,25 @@ export async function finalAnswer(
   return row ? (await withParts(deps.db, [row]))[0] : undefined;
 }
 
+/**
+ * Whether assistant message `answer` ends the answer to its prompt: it is completed, and failed
+ * or finished for a reason other than `tool-calls` (a `tool-calls` step is followed by another).
+ */
+export function endsAnswer(answer: AssistantMessage | undefined): boolean {
+  return answer?.time?.completed !== undefined && (answer.error !== undefined || answer.finish !== "tool-calls");
+}
+
+/** Whether the prompt `userMessageId` has its final answer stored ({@link finalAnswer}, {@link endsAnswer}). */
+export async function isAnswered(deps: Pick<LedgerDeps, "db">, sessionId: string, userMessageId: string): Promise<boolean> {
+  const answer = (await finalAnswer(deps, sessionId, userMessageId))?.message?.kind;
+  return answer?.case === "assistant" && endsAnswer(answer.value);
+}
+
 /** True for the `message_updated` of a completed assistant message that ends the answer to `userId`. */
 export function isFinalAnswer(event: SessionEvent, userId: string): boolean {
   if (event.kind.case !== "messageUpdated") return false;
   const message = event.kind.value.message?.kind;
-  if (message?.case !== "assistant" || message.value.parentId !== userId || !message.value.time?.completed) return false;
-  return message.value.error !== undefined || message.value.finish !== "tool-calls";
+  return message?.case === "assistant" && message.value.parentId === userId && endsAnswer(message.value);
 }
 
 /**
@@ -49,7 +64,8 @@ const UNCAPPED: BufferCaps = { events: Infinity, bytes: Infinity };
 
 /**
  * Starts (or joins) the loop for a stored prompt. `after` is the seq of the prompt's last event;
- * `ran` is undefined for a replayed prompt that is already answered; `error` is
+ * `ran` is undefined for a replayed prompt whose final answer is stored (one still being
+ * answered joins its run, so a retry waits for the same answer as the original); `error` is
  * NO_MODEL_PROVIDER when nothing can answer.
  */
 export async function startAnswer(
@@ -64,7 +80,7 @@ export async function startAnswer(
     return { error: error as PreconditionError };
   }
   const after = stored.events.at(-1)?.seq ?? 0n;
-  if (stored.replayed && (await finalAnswer(deps, user.sessionId, user.id))) return { userId: user.id, after };
+  if (stored.replayed && (await isAnswered(deps, user.sessionId, user.id))) return { userId: user.id, after };
   return { userId: user.id, after, ran: replier.run(user.sessionId) };
 }
 
@@ -98,7 +114,7 @@ export async function* untilAnswered(
   void ran
     .then(async () => {
       await new Promise((resolve) => (grace = setTimeout(resolve, RUN_END_GRACE_MS)));
-      if (!answered && !(await finalAnswer(deps, sessionId, userId))) stop.abort();
+      if (!answered && !(await isAnswered(deps, sessionId, userId))) stop.abort();
     })
     .catch((error: unknown) => {
       if (error instanceof LockPoolExhaustedError || error instanceof ShuttingDownError) notStarted = error;

@@ -201,7 +201,7 @@ async function fileDraft(
   problems: ReadProblem[],
   symbol: boolean,
 ): Promise<Piece[]> {
-  const scheme = urlScheme(`${field}.url`, draft.url);
+  const scheme = checkFileUrl(`${field}.url`, draft.url);
   if (scheme === "data") return dataDraft(ctx, draft, field);
   if (scheme === "file") return fileUrlDraft(ctx, draft, field, problems, symbol);
   return [filePart(draft, {})];
@@ -257,9 +257,21 @@ async function resourceDraft(
 
 const SCHEMES = new Set(["data", "file", "http", "https"]);
 
-/** The URL's scheme, lower-cased; anything but data/file/http(s), e.g. raw base64, is refused. */
-function urlScheme(field: string, url: string): string {
+/**
+ * Checks the URL of a file part that has no MCP resource source (a draft's, or an edited part's in
+ * `UpdatePart`) and returns its scheme, lower-cased: `data`, `file`, `http` or `https`.
+ *
+ * @param field - the request field named in errors, e.g. `parts[1].file.url`.
+ * @throws InvalidArgumentError naming `field` for another scheme or none (raw base64 gets the hint
+ *   "send it as data:<mime>;base64,…"), and for an `http(s):` URL that does not parse or names no
+ *   host (`https://`, `http://exa mple.com/x.pdf`): it would reach the provider as such.
+ */
+export function checkFileUrl(field: string, url: string): string {
   const scheme = /^\s*([a-z][a-z0-9+.-]*):/i.exec(url)?.[1]?.toLowerCase();
+  if (scheme === "http" || scheme === "https") {
+    const parsed = URL.canParse(url) ? new URL(url) : undefined;
+    if (!parsed?.hostname) throw new InvalidArgumentError(field, `is not a valid ${scheme}: URL (expected ${scheme}://host/path)`);
+  }
   if (scheme !== undefined && SCHEMES.has(scheme)) return scheme;
   const hint = /^[A-Za-z0-9+/=_\-\s]{16,}$/.test(url.slice(0, 4096))
     ? "; it looks like raw base64: send it as data:<mime>;base64,<data>"

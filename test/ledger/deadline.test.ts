@@ -6,6 +6,7 @@ import { encodeEnvelope } from "@connectrpc/connect/protocol";
 import { endStreamFlag, endStreamFromJson, errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { newId } from "../../src/ids.js";
 import { grpcLedgerClient, type GrpcLedger } from "../support/grpc-js.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
@@ -155,6 +156,44 @@ describe("a client deadline while waiting for the model", () => {
     });
     expect(error?.code).toBe(4);
     expect(await finalText(sessionId)).toBe("one two three four five six");
+  });
+
+  it("a retry with the same message_id while the answer runs waits for the final answer (Prompt), or follows the run to idle (PromptStream)", async () => {
+    const sessionId = await newSession();
+    const messageId = newId("msg");
+    const request = { sessionId, messageId, parts: [text("slow, retried")] };
+    t.fake.push(SLOW);
+    const first = await t.client.prompt(request, { timeoutMs: 300 }).then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e).code,
+    );
+    expect(first).toBe(Code.DeadlineExceeded);
+    // The answer has started and is not complete: a retry must not take it for the answer.
+    const [retried, streamed] = await Promise.all([
+      t.client.prompt(request),
+      (async () => {
+        const events: SessionEvent[] = [];
+        for await (const res of t.client.promptStream(request)) events.push(res.event!);
+        return events;
+      })(),
+    ]);
+    const answer = retried.message!.message!.kind;
+    expect(answer.case === "assistant" && [answer.value.parentId, answer.value.finish, answer.value.time?.completed !== undefined]).toEqual(
+      [messageId, "stop", true],
+    );
+    expect(retried.message!.parts.flatMap((p) => (p.kind.case === "text" ? [p.kind.value.text] : []))).toEqual([
+      "one two three four five six",
+    ]);
+    const last = streamed.at(-1)!;
+    expect(last.kind.case === "sessionStatus" && last.kind.value.status.case).toBe("idle");
+    expect(
+      streamed.some(
+        (e) =>
+          e.kind.case === "messageUpdated" &&
+          e.kind.value.message?.kind.case === "assistant" &&
+          e.kind.value.message.kind.value.finish === "stop",
+      ),
+    ).toBe(true);
   });
 
   it("WatchSession (connect-timeout-ms) ends with DEADLINE_EXCEEDED (WATCH_INTERRUPTED, after_seq = the last seq sent)", async () => {

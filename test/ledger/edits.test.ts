@@ -1,8 +1,8 @@
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
-import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
+import { PartSchema, type FilePartSourceSchema } from "../../gen/ledger/v1/part_pb.js";
 import { newId } from "../../src/ids.js";
 import { hangLoop } from "../support/busy.js";
 import { failure } from "../support/errors.js";
@@ -136,6 +136,35 @@ describe("DeleteMessage / DeletePart / UpdatePart", () => {
     );
     expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(m1) }))).toMatchObject({ code: Code.InvalidArgument });
     expect((await t.client.getMessage({ sessionId, messageId: idOf(m1) })).message!.parts.map(partText)).toEqual(["one a", "one b"]);
+  });
+
+  it("UpdatePart checks a file part's URL as a prompt's (INVALID_ARGUMENT on part.file.url); an MCP resource keeps its URI", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const url = `data:text/plain;base64,${Buffer.from("hi").toString("base64")}`;
+    const sent = (
+      await t.client.prompt({
+        sessionId,
+        noReply: true,
+        parts: [{ kind: { case: "file", value: { mime: "text/plain", url, filename: "a.txt" } } }],
+      })
+    ).message!;
+    const stored = sent.parts.find((p) => p.kind.case === "file")!;
+    const withUrl = (value: string, source?: MessageInitShape<typeof FilePartSourceSchema>) =>
+      create(PartSchema, {
+        id: stored.id,
+        sessionId,
+        messageId: idOf(sent),
+        kind: { case: "file", value: { mime: "text/plain", url: value, filename: "a.txt", source } },
+      });
+    for (const bad of ["javascript:alert(1)", "https://", "aGVsbG8gd29ybGQgaGVsbG8="]) {
+      expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(sent), part: withUrl(bad) }))).toMatchObject({
+        code: Code.InvalidArgument,
+        field: "part.file.url",
+      });
+    }
+    const resource = { kind: { case: "resource" as const, value: { clientName: "docs", uri: "skill://notes" } } };
+    const { part } = await t.client.updatePart({ sessionId, messageId: idOf(sent), part: withUrl("skill://notes", resource) });
+    expect(part?.kind.case === "file" && part.kind.value.url).toBe("skill://notes");
   });
 
   it("refuses all three while the session's loop runs (SESSION_BUSY); GetStatus shows it busy", async () => {

@@ -106,6 +106,25 @@ describe("request validation", () => {
     );
     expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
   });
+
+  it("an http(s) url without a host or that does not parse → INVALID_ARGUMENT naming the url field; nothing stored", async () => {
+    const sessionId = await newSession();
+    const refused = async (url: string) => {
+      const error = await failure(t.client.prompt({ sessionId, noReply: true, parts: [text("look"), file(url, "image/png", "x.png")] }));
+      return [error.code, badRequestFields(error), error.rawMessage];
+    };
+    expect(await refused("https://")).toEqual([
+      Code.InvalidArgument,
+      ["parts[1].file.url"],
+      "parts[1].file.url: is not a valid https: URL (expected https://host/path)",
+    ]);
+    expect(await refused("http://exa mple.com/x.pdf")).toEqual([
+      Code.InvalidArgument,
+      ["parts[1].file.url"],
+      "parts[1].file.url: is not a valid http: URL (expected http://host/path)",
+    ]);
+    expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
+  });
 });
 
 describe("domain errors", () => {
