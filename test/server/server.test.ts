@@ -107,6 +107,16 @@ describe("request validation", () => {
     expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
   });
 
+  it("a json_schema retry_count over 10 → INVALID_ARGUMENT naming the field; nothing stored (each retry is a model call)", async () => {
+    const sessionId = await newSession();
+    const format = (retryCount: number) => ({ kind: { case: "jsonSchema" as const, value: { schema: { type: "object" }, retryCount } } });
+    const error = await failure(t.client.prompt({ sessionId, noReply: true, format: format(4294967295), parts: [text("json")] }));
+    expect([error.code, badRequestFields(error)]).toEqual([Code.InvalidArgument, ["format.json_schema.retry_count"]]);
+    expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
+    await t.client.prompt({ sessionId, noReply: true, format: format(10), parts: [text("json")] });
+    expect((await t.client.listMessages({ sessionId })).messages).toHaveLength(1);
+  });
+
   it("an http(s) url without a host or that does not parse → INVALID_ARGUMENT naming the url field; nothing stored", async () => {
     const sessionId = await newSession();
     const refused = async (url: string) => {
