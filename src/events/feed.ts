@@ -85,11 +85,11 @@ export async function* followSession(
         const known = heldAfter(sessionId, last);
         if (first) {
           first = false;
-          const bounded = await readEventPageWithBounds(deps.db, sessionId, Number(last), REPLAY_PAGE, known);
+          const bounded = await readEventPageWithBounds(deps.db, sessionId, querySeq(last), REPLAY_PAGE, known);
           options.checkBounds?.(bounded?.bounds);
           missing = !bounded;
           page = bounded ?? { events: [], sizes: [], more: false };
-        } else page = await readEventPage(deps.db, sessionId, Number(last), REPLAY_PAGE, known);
+        } else page = await readEventPage(deps.db, sessionId, querySeq(last), REPLAY_PAGE, known);
         known.clear();
         const { events, sizes, more } = page;
         for (let i = 0; i < events.length; i++) if (sizes[i]! >= SHARED_EVENT_BYTES) events[i] = shared(events[i]!);
@@ -208,6 +208,18 @@ const forget = new FinalizationRegistry<{ sessionId: string; seq: bigint }>(({ s
 
 /** At most this many held events are named to one page query (a page holds at most 4 shared events: 256 KiB / 64 KiB). */
 const KNOWN_PER_PAGE = 8;
+
+/** The largest seq a query is given: a cursor beyond any log (up to 2^64 − 1 from a client) reads nothing after it. */
+const MAX_QUERY_SEQ = BigInt(Number.MAX_SAFE_INTEGER);
+
+/**
+ * `seq` as the event store takes it (a number): a client's cursor above 2^53 − 1 is read as that,
+ * after which no session has events, so the page is empty and `checkBounds` answers CURSOR_AHEAD
+ * (a bigint beyond Postgres' `bigint` was an INTERNAL "out of range" before).
+ */
+function querySeq(seq: bigint): number {
+  return Number(seq > MAX_QUERY_SEQ ? MAX_QUERY_SEQ : seq);
+}
 
 /**
  * The held events of `sessionId` that the next page after `afterSeq` may hold (the first

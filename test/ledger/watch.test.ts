@@ -566,6 +566,11 @@ describe("stale and ahead cursors", () => {
       reason: "CURSOR_AHEAD",
       metadata: { after_seq: String(lastSeq + 1n), last_seq: String(lastSeq) },
     });
+    // A cursor past any log (up to uint64's largest) is the same CURSOR_AHEAD, not a failed query.
+    for (const afterSeq of [2n ** 53n, 2n ** 63n, 2n ** 64n - 1n]) {
+      const far = await failure(t.client.watchSession({ sessionId, afterSeq }));
+      expect([far.code, far.findDetails(ErrorInfoSchema)[0]?.metadata.after_seq]).toEqual([Code.OutOfRange, String(afterSeq)]);
+    }
   });
 });
 
