@@ -31,7 +31,7 @@ export async function listMessages(
   const session = await getSessionRow(deps.db, sessionId);
   if (!session) throw new SessionNotFoundError(sessionId);
   const limit = Math.min(page.pageSize || MESSAGE_PAGE.default, MESSAGE_PAGE.max);
-  const token = page.pageToken ? messageCursor(page.pageToken, page.newestFirst ?? false) : undefined;
+  const token = page.pageToken ? messageCursor(page.pageToken, page.newestFirst ?? false, sessionId) : undefined;
   const revert = page.includeReverted ? undefined : rowToSession(session).revert;
   const revertRow = revert ? await getMessageRow(deps.db, sessionId, revert.messageId) : undefined;
   const cut =
@@ -58,7 +58,9 @@ export async function listMessages(
   return {
     messages,
     nextPageToken:
-      rows.length > limit && last ? encodePageToken(page.newestFirst ? { b: Number(last.position) } : { p: Number(last.position) }) : "",
+      rows.length > limit && last
+        ? encodePageToken(page.newestFirst ? { b: Number(last.position), s: sessionId } : { p: Number(last.position), s: sessionId })
+        : "",
   };
 }
 
@@ -89,14 +91,15 @@ export async function withParts(db: Kysely<DB>, rows: MessageRow[]): Promise<Mes
 
 /**
  * The position a ListMessages page token continues from. Oldest-first tokens are `{p: last
- * position}`, newest-first ones `{b: last position}`. Throws `InvalidArgumentError` on
- * `page_token` (INVALID_ARGUMENT) for a token that is not ours, or one issued for the other order.
+ * position, s: session id}`, newest-first ones `{b: last position, s: session id}` (tokens issued
+ * before `s` existed are taken without it). Throws `InvalidArgumentError` on `page_token`
+ * (INVALID_ARGUMENT) for a token that is not ours, one issued for the other order, or one issued
+ * for another session (positions are per session: it would skip this one's first messages).
  */
-function messageCursor(token: string, newestFirst: boolean): number {
+function messageCursor(token: string, newestFirst: boolean, sessionId: string): number {
+  let cursor: Record<string, string | number>;
   try {
-    return Number(
-      newestFirst ? decodePageToken("page_token", token, { b: "int" }).b : decodePageToken("page_token", token, { p: "int" }).p,
-    );
+    cursor = newestFirst ? decodePageToken("page_token", token, { b: "int" }) : decodePageToken("page_token", token, { p: "int" });
   } catch (error) {
     try {
       if (newestFirst) decodePageToken("page_token", token, { p: "int" });
@@ -109,4 +112,10 @@ function messageCursor(token: string, newestFirst: boolean): number {
       `continues a listing with newest_first = ${!newestFirst}; send the same newest_first as the call that returned it, or no page_token to start over`,
     );
   }
+  if (cursor.s !== undefined && cursor.s !== sessionId)
+    throw new InvalidArgumentError(
+      "page_token",
+      "continues the listing of another session; send it with the session_id of the call that returned it, or no page_token to start over",
+    );
+  return Number(newestFirst ? cursor.b : cursor.p);
 }

@@ -9,7 +9,7 @@ export function encodePageToken(cursor: Record<string, string | number>): string
   return Buffer.from(JSON.stringify(cursor), "utf8").toString("base64url");
 }
 
-/** What each cursor field must hold: a string, a non-negative integer, or an ISO date. */
+/** What each cursor field must hold: a string, a non-negative integer, or an ISO date (`toISOString`, years 0001-9999). */
 export type CursorField = "string" | "int" | "date";
 
 /**
@@ -35,5 +35,9 @@ function valid(value: unknown, kind: CursorField): boolean {
   if (kind === "int") return typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
   // A string that Postgres cannot take (NUL, lone surrogate) is no cursor of ours.
   if (typeof value !== "string" || !isStorableText(value)) return false;
-  return kind === "string" || !Number.isNaN(Date.parse(value));
+  // A date as `toISOString` writes it, years 0001-9999: Date.parse takes years Postgres refuses.
+  return kind === "string" || (ISO_DATE.test(value) && !Number.isNaN(Date.parse(value)));
 }
+
+/** `Date.prototype.toISOString`'s form for years 0001 to 9999. */
+const ISO_DATE = /^(?!0000)\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;

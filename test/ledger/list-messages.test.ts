@@ -76,6 +76,22 @@ describe("ListMessages order", () => {
     expect(forged).toContain("page_token: is not a page token issued by this service");
   });
 
+  it("refuses a page token of another session (positions are per session: it would skip this one's first messages)", async () => {
+    const [a, b] = [await sevenMessages(), await sevenMessages()];
+    for (const newestFirst of [false, true]) {
+      const { nextPageToken } = await t.client.listMessages({ sessionId: a.sessionId, pageSize: 2, newestFirst });
+      const error = await t.client.listMessages({ sessionId: b.sessionId, pageSize: 2, newestFirst, pageToken: nextPageToken }).then(
+        () => "listed",
+        (e: Error) => e.message,
+      );
+      expect(error).toBe(
+        "[invalid_argument] page_token: continues the listing of another session; send it with the session_id of the call that returned it, or no page_token to start over",
+      );
+    }
+    // Its own token still pages on.
+    expect(await pages(b.sessionId, { pageSize: 3 })).toEqual([["m1", "m2", "m3"], ["m4", "m5", "m6"], ["m7"]]);
+  });
+
   it("with newest_first starts below a revert point unless include_reverted", async () => {
     const { sessionId, sent } = await sevenMessages();
     await t.client.revert({ sessionId, messageId: sent[4]!.message!.kind.value!.id });

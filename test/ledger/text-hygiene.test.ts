@@ -211,6 +211,12 @@ describe("sessions, parts and commands follow the same rule", () => {
       "invalid_argument",
       "page_token: is not a page token issued by this service",
     ]);
+    // Dates Date.parse takes and Postgres refuses (a year past 9999, before 0001) are no cursor of ours either.
+    for (const t of ["+275760-09-13T00:00:00.000Z", "10000-01-01", "-000001-01-01T00:00:00Z", "0000-01-01T00:00:00.000Z"]) {
+      const forged = Buffer.from(JSON.stringify({ t, id: "ses_01M8V893W28Y4E0G0RFG11GSNM" })).toString("base64url");
+      const refused = await post("ListSessions", JSON.stringify({ pageToken: forged }));
+      expect([refused.status, refused.json.message]).toEqual([400, "page_token: is not a page token issued by this service"]);
+    }
   });
 });
 
