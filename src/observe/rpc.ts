@@ -183,12 +183,13 @@ export function createRpcObserver(options: { logger?: Logger; metrics?: LedgerMe
       const start = performance.now();
       const context: RequestContext = { requestId, started: false };
       contexts.set(req, context);
+      const grpc = watchGrpcStatus(res, protocolOf(header(req.headers["content-type"])) === "grpc-web");
       res.once("close", () => {
         if (context.started) return;
         const path = (req.url ?? "").split("?", 1)[0] ?? "";
         if (procedures.has(path)) {
           const protocol = protocolOf(header(req.headers["content-type"]));
-          record({ procedure: path, protocol, code: responseCode(res), start, requestId, status: res.statusCode });
+          record({ procedure: path, protocol, code: responseCode(res, grpc.status), start, requestId, status: res.statusCode });
           return;
         }
         const duration_ms = Math.round((performance.now() - start) * 1000) / 1000;
@@ -279,13 +280,54 @@ async function* observeStream<T>(
 }
 
 /**
- * The outcome a response written without the interceptor carries: its `grpc-status` (gRPC and
- * gRPC-Web errors are trailers-only), else the Connect code of its HTTP status, "canceled" when
- * nothing was sent.
+ * Watches what `res` says its gRPC status is, for a response written without the interceptor (a
+ * request connect-node refused before any handler): `grpc-status` in the headers given to
+ * `writeHead` (trailers-only), in the trailers (`addTrailers`), or, for gRPC-Web (`inBody`), in
+ * the body's trailer frame (flag 0x80, `grpc-status:3\r\n…`). Returns the holder it fills.
  */
-function responseCode(res: NodeResponse): string {
+function watchGrpcStatus(res: NodeResponse, inBody: boolean): { status?: string } {
+  const seen: { status?: string } = {};
+  const take = (headers: unknown) => {
+    const value = headers && typeof headers === "object" ? (headers as Record<string, unknown>)["grpc-status"] : undefined;
+    if (value !== undefined) seen.status = String(Array.isArray(value) ? value[0] : value);
+  };
+  const loose = res as unknown as {
+    writeHead: (...args: unknown[]) => unknown;
+    addTrailers: (headers: unknown) => void;
+    write: (...args: unknown[]) => boolean;
+  };
+  const writeHead = loose.writeHead.bind(res);
+  loose.writeHead = (...args: unknown[]) => {
+    take(args.at(-1));
+    return writeHead(...args);
+  };
+  const addTrailers = loose.addTrailers.bind(res);
+  loose.addTrailers = (headers: unknown) => {
+    take(headers);
+    addTrailers(headers);
+  };
+  if (inBody) {
+    const write = loose.write.bind(res);
+    loose.write = (...args: unknown[]) => {
+      const chunk = args[0];
+      if (chunk instanceof Uint8Array && chunk[0] === 0x80) {
+        const status = /grpc-status:\s*(\d{1,2})/i.exec(Buffer.from(chunk.subarray(5)).toString("latin1"))?.[1];
+        if (status !== undefined) seen.status = status;
+      }
+      return write(...args);
+    };
+  }
+  return seen;
+}
+
+/**
+ * The outcome a response written without the interceptor carries: its `grpc-status` (`grpc`, as
+ * {@link watchGrpcStatus} saw it, or a header set before), else the Connect code of its HTTP
+ * status, "canceled" when nothing was sent.
+ */
+function responseCode(res: NodeResponse, grpc?: string): string {
   if (!res.headersSent) return codeName(Code.Canceled);
-  const grpcStatus = header(res.getHeader("grpc-status"));
+  const grpcStatus = grpc ?? header(res.getHeader("grpc-status"));
   if (grpcStatus !== undefined && /^\d{1,2}$/.test(grpcStatus)) return grpcStatus === "0" ? "ok" : codeName(Number(grpcStatus) as Code);
   if (res.statusCode === 200) return "ok";
   return codeName(CODE_OF_STATUS[res.statusCode] ?? (res.statusCode >= 500 ? Code.Internal : Code.Unknown));

@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import http2 from "node:http2";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Code, createClient } from "@connectrpc/connect";
@@ -177,6 +178,48 @@ describe("an in-process ledger", () => {
       5000,
     );
     expect(http).toMatchObject({ msg: "http", path: "/no.such.Service/Method", status: 404 });
+  });
+
+  it("logs gRPC and gRPC-Web requests refused before any handler with the status the client got (it was 'ok')", async () => {
+    // One message of 3 bytes that is no protobuf: connect-node refuses it before the handler.
+    const garbage = Buffer.from([0, 0, 0, 0, 3, 0xff, 0xff, 0xff]);
+    const session = http2.connect(t.ledger.url);
+    const grpcStatus = await new Promise<string>((resolve, reject) => {
+      const req = session.request({
+        ":method": "POST",
+        ":path": `${SERVICE}/GetSession`,
+        "content-type": "application/grpc",
+        te: "trailers",
+        "x-request-id": "req-grpc-garbage",
+      });
+      let status = "";
+      req.on("response", (headers) => (status = String(headers["grpc-status"] ?? status)));
+      req.on("trailers", (trailers) => (status = String(trailers["grpc-status"] ?? status)));
+      req.on("end", () => resolve(status));
+      req.on("error", reject);
+      req.resume();
+      req.end(garbage);
+    });
+    session.close();
+    expect(grpcStatus).toBe("3");
+    const web = await fetch(`${t.ledger.url}${SERVICE}/GetSession`, {
+      method: "POST",
+      headers: { "content-type": "application/grpc-web+proto", "x-request-id": "req-web-garbage" },
+      body: garbage,
+    });
+    expect(Buffer.from(await web.arrayBuffer()).toString("latin1")).toMatch(/grpc-status:\s*3/);
+    const lines = await waitFor(
+      "both refused requests' log lines",
+      () => {
+        const found = ["req-grpc-garbage", "req-web-garbage"].map((id) => rpcLines(id)[0]);
+        return found.every(Boolean) ? found : undefined;
+      },
+      5000,
+    );
+    expect(lines.map((l) => [l!.protocol, l!.code])).toEqual([
+      ["grpc", "invalid_argument"],
+      ["grpc-web", "invalid_argument"],
+    ]);
   });
 
   it("a client that hangs up on a stream while it is being written is an ordinary cancellation: an info line, no error, no stack", async () => {
