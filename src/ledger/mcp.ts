@@ -59,7 +59,8 @@ export async function listMcpResources(
 ): Promise<McpResourcePage> {
   checkMcpAllowed(deps, principal);
   const { server } = request;
-  const entry = deps.config.mcp[server];
+  // Own keys only: "__proto__" or "toString" must not find Object.prototype members.
+  const entry = Object.hasOwn(deps.config.mcp, server) ? deps.config.mcp[server] : undefined;
   if (!entry) throw new McpServerNotFoundError(server, Object.keys(deps.config.mcp));
   if (!entry.enabled)
     throw new PreconditionError("MCP_SERVER_DISABLED", `server: MCP server ${JSON.stringify(server)} is disabled ("enabled": false)`, {

@@ -25,7 +25,7 @@ export async function startMcp(config: Pick<LedgerConfig, "mcp" | "limits">): Pr
     if (closed) throw new Error("MCP is shut down");
     const connection = connections.get(name);
     if (connection) return connection;
-    const server = config.mcp[name];
+    const server = Object.hasOwn(config.mcp, name) ? config.mcp[name] : undefined;
     if (!server) throw notConfigured(name, Object.keys(config.mcp));
     throw new Error(`MCP server ${JSON.stringify(name)} is disabled ("enabled": false)`);
   };

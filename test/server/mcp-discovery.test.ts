@@ -170,6 +170,14 @@ describe("ListMcpResources", () => {
       reason: "MCP_SERVER_NOT_FOUND",
       metadata: { server: "nope", available: "everything,off,broken,paged" },
     });
+    // Names every JavaScript object has are not configured servers either (they were "disabled").
+    for (const server of ["__proto__", "toString", "constructor"]) {
+      await expectConnectError(
+        t.client.listMcpResources({ server }),
+        Code.NotFound,
+        `server: MCP server ${JSON.stringify(server)} is not configured; configured MCP servers: "everything", "off", "broken", "paged"`,
+      );
+    }
   });
 
   it("a disabled server is FAILED_PRECONDITION (MCP_SERVER_DISABLED) and stays unstarted", async () => {
