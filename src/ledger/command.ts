@@ -70,24 +70,28 @@ export async function runCommand(deps: LedgerDeps, request: CommandRequest, sign
 /** `"quoted words"`, `'quoted words'` or a run of non-blanks (OpenCode's argument split). */
 const ARGUMENT = /"[^"]*"|'[^']*'|[^\s"']+/g;
 const PLACEHOLDER = /\$(\d+)/g;
+/** `$N` or `$ARGUMENTS`, replaced in one pass so that what the arguments bring is never expanded again. */
+const ANY_PLACEHOLDER = /\$(\d+)|\$ARGUMENTS/g;
 
 /**
  * Fills a command template: `$1`, `$2`... become the whitespace-split arguments (quotes keep
  * words together and are dropped; the highest placeholder takes the remaining arguments; a
  * missing one becomes empty), `$ARGUMENTS` the whole argument string. A template with neither
- * gets the arguments appended after a blank line.
+ * gets the arguments appended after a blank line. Placeholders are replaced in one pass: a `$1`
+ * or `$ARGUMENTS` the user typed in the arguments stays as typed (OpenCode replaces `$N` first,
+ * then `$ARGUMENTS` in the result, so an argument holding `$ARGUMENTS` was expanded again).
  */
 export function expandTemplate(template: string, args: string): string {
   const words = (args.match(ARGUMENT) ?? []).map((w) => w.replace(/^["']|["']$/g, ""));
   const positions = [...template.matchAll(PLACEHOLDER)].map((m) => Number(m[1]));
   const last = Math.max(0, ...positions);
-  const filled = template.replace(PLACEHOLDER, (_, index: string) => {
+  const result = template.replace(ANY_PLACEHOLDER, (_, index: string | undefined) => {
+    if (index === undefined) return args;
     const position = Number(index);
     if (position < 1 || position > words.length) return "";
     return position === last ? words.slice(position - 1).join(" ") : words[position - 1]!;
   });
   const usesArguments = template.includes("$ARGUMENTS");
-  const result = filled.replaceAll("$ARGUMENTS", () => args);
   if (positions.length === 0 && !usesArguments && args.trim()) return `${result}\n\n${args}`;
   return result;
 }

@@ -37,6 +37,11 @@ describe("expandTemplate", () => {
     expect(expandTemplate("plain", "extra args")).toBe("plain\n\nextra args");
     expect(expandTemplate("cost $ARGUMENTS", "$1 and $&")).toBe("cost $1 and $&");
   });
+
+  it("never expands what the arguments bring: a $1 or $ARGUMENTS typed by the user stays as typed", () => {
+    expect(expandTemplate("Review $1 for $2 ($ARGUMENTS)", "$ARGUMENTS $1")).toBe("Review $ARGUMENTS for $1 ($ARGUMENTS $1)");
+    expect(expandTemplate("all: $ARGUMENTS", "$ARGUMENTS $$")).toBe("all: $ARGUMENTS $$");
+  });
 });
 
 describe("Command", () => {
