@@ -7,6 +7,25 @@ import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
 import type { Todo } from "../../gen/ledger/v1/todo_pb.js";
 
+/** Control characters a terminal acts on: C0 but tab and newline, a carriage return not before a newline, DEL and C1. */
+const TERMINAL_CONTROLS = /[\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f]|\r(?!\n)/g;
+
+/**
+ * Text from a session (a model's answer, a tool's output, a title) made safe to print on a
+ * terminal: control characters other than tab and newline are shown, not sent (`ESC` as `^[`,
+ * a lone carriage return as `^M`, DEL as `^?`, C1 as `<U+009B>`), so stored text cannot clear
+ * the screen, move the cursor, set the window title or hide what precedes it. JSON output needs
+ * none of this (JSON escapes control characters).
+ */
+export function terminalSafe(text: string): string {
+  return text.replace(TERMINAL_CONTROLS, (c) => {
+    const code = c.charCodeAt(0);
+    if (code < 0x20) return `^${String.fromCharCode(code + 64)}`;
+    if (code === 0x7f) return "^?";
+    return `<U+${code.toString(16).toUpperCase().padStart(4, "0")}>`;
+  });
+}
+
 /** Lines of a text part shown by `formatMessage` before eliding the rest. */
 export const PREVIEW_LINES = 4;
 

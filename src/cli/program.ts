@@ -11,7 +11,7 @@ import { withClient, type ClientOptions } from "./client.js";
 import { processIo, type CliIo } from "./io.js";
 import { listResources, listServers, parseResourceOption } from "./mcp.js";
 import { answerWhileRunning } from "./permissions.js";
-import { formatDiff, formatMessage, formatSession, formatTodos } from "./print.js";
+import { formatDiff, formatMessage, formatSession, formatTodos, terminalSafe } from "./print.js";
 import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
 import type { ServeOptions } from "./serve.js";
 import {
@@ -35,12 +35,13 @@ import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK } from "./render.js";
  */
 export async function main(argv: string[], io: CliIo = processIo()): Promise<number> {
   let exitCode = EXIT_OK;
-  const print = (line: string): void => void io.stdout.write(`${line}\n`);
+  // Stored text is shown, never acted on by the terminal (JSON lines hold no raw controls).
+  const print = (line: string): void => void io.stdout.write(`${terminalSafe(line)}\n`);
   const fail = (error: unknown): number => {
     if (error instanceof ConnectError) {
-      io.stderr.write(`error: ${Code[error.code]}: ${error.rawMessage}\n`);
+      io.stderr.write(terminalSafe(`error: ${Code[error.code]}: ${error.rawMessage}\n`));
     } else {
-      io.stderr.write(`error: ${error instanceof Error ? error.message : String(error)}\n`);
+      io.stderr.write(terminalSafe(`error: ${error instanceof Error ? error.message : String(error)}\n`));
     }
     io.exit(1);
     return 1;
@@ -191,7 +192,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
               : "no changes",
           );
         }
-        for (const d of diffs) io.stdout.write(formatDiff(d));
+        for (const d of diffs) io.stdout.write(terminalSafe(formatDiff(d)));
       }),
     );
 
@@ -212,7 +213,13 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
           interactive: process.stdin.isTTY === true && io.stderr.isTTY === true,
           command: "shell" as const,
         };
-        const answering = answerWhileRunning(client, sessionId, policy, watching.signal, (text) => void io.stderr.write(text));
+        const answering = answerWhileRunning(
+          client,
+          sessionId,
+          policy,
+          watching.signal,
+          (text) => void io.stderr.write(terminalSafe(text)),
+        );
         const { message } = await client.shell({ sessionId, agent: opts.agent, command }).finally(() => watching.abort());
         await answering;
         if (opts.json) {
@@ -221,11 +228,11 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
         }
         const state = message?.parts[0]?.kind.case === "tool" ? message.parts[0].kind.value.state?.status : undefined;
         if (state?.case === "completed") {
-          io.stdout.write(state.value.output.endsWith("\n") ? state.value.output : `${state.value.output}\n`);
+          io.stdout.write(terminalSafe(state.value.output.endsWith("\n") ? state.value.output : `${state.value.output}\n`));
           const exit = state.value.metadata?.exit;
           return typeof exit === "number" ? exit : 1;
         }
-        io.stderr.write(`error: ${state?.case === "error" ? state.value.error : "the command did not run"}\n`);
+        io.stderr.write(terminalSafe(`error: ${state?.case === "error" ? state.value.error : "the command did not run"}\n`));
         return 1;
       });
     });

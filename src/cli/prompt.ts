@@ -8,7 +8,7 @@ import { PartInputSchema, type PartInput } from "../../gen/ledger/v1/part_pb.js"
 import { parseModelRef } from "../config/config.js";
 import type { ClientOptions, Ledger } from "./client.js";
 import type { CliIo } from "./io.js";
-import { errorKind, formatMessage } from "./print.js";
+import { errorKind, formatMessage, terminalSafe } from "./print.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK, PromptRenderer } from "./render.js";
 import { parseResourceOption, resourceDraft } from "./mcp.js";
 import { createSpinner } from "./spinner.js";
@@ -54,7 +54,7 @@ interface Request {
  * Output goes to `io.stdout`/`io.stderr`; `--file` and `--dir` resolve against `io.cwd`.
  */
 export async function runPrompt(client: Ledger, text: string, opts: PromptOptions, io: CliIo): Promise<number> {
-  const print = (line: string): void => void io.stdout.write(`${line}\n`);
+  const print = (line: string): void => void io.stdout.write(`${terminalSafe(line)}\n`);
   // Refuse a malformed --model before any request (and before a session is made for it).
   const model = opts.model ? parseModelRef(opts.model, "--model") : undefined;
   const files = await Promise.all(opts.file.map((file) => fileDraft(file, io.cwd)));
@@ -93,14 +93,14 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
   }
   const policy: PermissionPolicy = { yes: opts.yes === true, interactive: process.stdin.isTTY === true && io.stderr.isTTY === true };
   if (opts.json) {
-    const interrupt = onInterrupt(io, () => void abort(client, sessionId, (text) => void io.stderr.write(text)));
+    const interrupt = onInterrupt(io, () => void abort(client, sessionId, (text) => void io.stderr.write(terminalSafe(text))));
     const watching = new AbortController();
     const answering = answerWhileRunning(
       client,
       sessionId,
       { ...policy, onInterrupt: interrupt.interrupt },
       watching.signal,
-      (text) => void io.stderr.write(text),
+      (text) => void io.stderr.write(terminalSafe(text)),
     );
     try {
       const res = await client.prompt(request).catch(forget);
@@ -202,7 +202,7 @@ function exitCodeOf(message: MessageWithParts | undefined, io: CliIo): number {
   const kind = message?.message?.kind;
   if (kind?.case !== "assistant" || !kind.value.error) return EXIT_OK;
   const error = kind.value.error;
-  io.stderr.write(`error: ${errorKind(error)}: ${error.message}\n`);
+  io.stderr.write(terminalSafe(`error: ${errorKind(error)}: ${error.message}\n`));
   return error.kind.case === "aborted" ? EXIT_ABORTED : EXIT_FAILED;
 }
 

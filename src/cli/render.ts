@@ -3,7 +3,7 @@ import type { SessionEvent, StatusRetry } from "../../gen/ledger/v1/event_pb.js"
 import type { MessageError } from "../../gen/ledger/v1/error_pb.js";
 import type { AssistantMessage } from "../../gen/ledger/v1/message_pb.js";
 import type { Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
-import { describeInput, errorKind, formatTodos, summary } from "./print.js";
+import { describeInput, errorKind, formatTodos, summary, terminalSafe } from "./print.js";
 import type { Spinner } from "./spinner.js";
 
 /** `ledger prompt` exit code: the prompt was answered (or stored with `--no-reply`). */
@@ -164,7 +164,7 @@ export class PromptRenderer {
         if (!kind.value.time?.end || thought.shown || !thought.text.trim()) return;
         thought.shown = true;
         const body = thought.text.trim().replaceAll("\n", "\n          ");
-        this.notice(this.output.dim ? `\x1b[2mthinking: ${body}\x1b[0m\n` : `thinking: ${body}\n`);
+        this.notice(`thinking: ${body}\n`, true);
         this.output.spinner.set("waiting for the model");
         return;
       }
@@ -214,21 +214,25 @@ export class PromptRenderer {
     const more = full.slice(text.printed.length);
     text.printed = full;
     this.output.spinner.clear();
-    this.output.out(more);
+    this.output.out(terminalSafe(more));
     this.lineOpen = !more.endsWith("\n");
   }
 
   private line(text: string): void {
     this.endLine();
     this.output.spinner.clear();
-    this.output.out(`${text}\n`);
+    this.output.out(`${terminalSafe(text)}\n`);
   }
 
-  /** Writes a notice on stderr, ending a half-written stdout line first. */
-  notice(text: string): void {
+  /**
+   * Writes a notice on stderr (its control characters shown, `terminalSafe`), ending a
+   * half-written stdout line first; `dim` draws it dimmed on a terminal.
+   */
+  notice(text: string, dim = false): void {
     this.endLine();
     this.output.spinner.clear();
-    this.output.err(text);
+    const safe = terminalSafe(text);
+    this.output.err(dim && this.output.dim ? `\x1b[2m${safe.trimEnd()}\x1b[0m\n` : safe);
   }
 
   private endLine(): void {

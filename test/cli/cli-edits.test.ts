@@ -78,3 +78,27 @@ describe("ledger prompt, diff and shell with permission asks", () => {
     CLI_TIMEOUT,
   );
 });
+
+describe("stored text on a terminal", () => {
+  it(
+    "ledger messages and ledger prompt show a session's control characters instead of sending them (no title set, no screen cleared)",
+    async () => {
+      const dir = path.join(t.dir, "controls");
+      await mkdir(dir);
+      const hostile = "title\u001b]0;pwned\u0007 clear\u001b[2J back\rover";
+      fake.push({ kind: "stream", chunks: [{ text: `answer ${hostile}` }] });
+      const prompted = await ledger("prompt", "--dir", dir, `say ${hostile}`);
+      expect(prompted.code).toBe(0);
+      expect(prompted.stdout).toContain("answer title^[]0;pwned^G clear^[[2J back^Mover");
+      const sessionId = /^session (ses_\S+)$/m.exec(prompted.stdout)![1]!;
+      const listed = await ledger("messages", sessionId);
+      expect(listed.stdout).toContain("say title^[]0;pwned^G clear^[[2J back^Mover");
+      for (const out of [prompted.stdout, prompted.stderr, listed.stdout, listed.stderr])
+        expect(out).not.toMatch(/[\u001b\u0007]|\r(?!\n)/);
+      // JSON keeps the text exact (escaped by JSON itself).
+      const json = await ledger("messages", sessionId, "--json");
+      expect(json.stdout).toContain("title\\u001b]0;pwned\\u0007 clear\\u001b[2J back\\rover");
+    },
+    CLI_TIMEOUT,
+  );
+});

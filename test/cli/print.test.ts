@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
-import { formatMessage } from "../../src/cli/print.js";
+import { formatMessage, terminalSafe } from "../../src/cli/print.js";
 
 // `ledger messages` output for the part kinds the end-to-end test does not produce.
 
@@ -66,5 +66,12 @@ describe("formatMessage", () => {
       message: { kind: { case: "assistant", value: { id: MSG, agent: "build", finish: "stop" } } },
     });
     expect(formatMessage(entry)).toBe(`message ${MSG}  assistant  agent=build  model=(none)  finish=stop`);
+  });
+});
+
+describe("terminalSafe", () => {
+  it("shows C0 controls but tab and newline in caret notation, a lone CR as ^M, DEL as ^?, C1 by code point", () => {
+    expect(terminalSafe("a\tb\nc\r\nd")).toBe("a\tb\nc\r\nd");
+    expect(terminalSafe("\u001b[2J\u0007x\ry\u0000\u007f\u009b31m")).toBe("^[[2J^Gx^My^@^?<U+009B>31m");
   });
 });
