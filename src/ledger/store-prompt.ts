@@ -18,7 +18,7 @@ import { duplicateId, isUniqueViolation } from "../storage/pg-errors.js";
 import { knownSession, readKnownSession, sessionCache, type KnownSession } from "../storage/session-cache.js";
 import type { RowChange } from "../storage/session-write.js";
 import type { LedgerDeps } from "./deps.js";
-import { AlreadyExistsError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
+import { AlreadyExistsError, InvalidArgumentError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
 import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
 import { promptFingerprint } from "./prompt-hash.js";
 import { applyRevert } from "./revert.js";
@@ -304,9 +304,23 @@ function permissionsFromTools(tools: Record<string, boolean>) {
   );
 }
 
+/**
+ * At most `limits.parts_per_prompt` drafts (`LimitExceededError`), and no draft id given twice:
+ * `InvalidArgumentError` on the later one's `parts[i].id` (the insert would otherwise refuse the
+ * second as ALREADY_EXISTS naming the first).
+ */
 function checkCounts(deps: LedgerDeps, request: PromptRequest): void {
   const max = deps.config.limits.parts_per_prompt;
   if (request.parts.length > max) throw new LimitExceededError("parts", "parts_per_prompt", max, request.parts.length, "parts");
+  const first = new Map<string, number>();
+  request.parts.forEach((part, i) => {
+    const id = part.kind.value?.id;
+    if (!id) return;
+    const earlier = first.get(id);
+    if (earlier !== undefined)
+      throw new InvalidArgumentError(`parts[${i}].id`, `repeats parts[${earlier}].id (${id}): each part needs its own id`);
+    first.set(id, i);
+  });
 }
 
 function mapConflict(error: unknown, request: PromptRequest, messageId: string): unknown {

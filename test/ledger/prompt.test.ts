@@ -218,6 +218,24 @@ describe("atomicity", () => {
     expect(after).toEqual(before);
     expect(after.session.data).toEqual(before.session.data);
   });
+
+  it("a part id given twice in one prompt → INVALID_ARGUMENT on the second, naming the first; nothing written", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const before = await tables(sessionId);
+    const id = "prt_01M8N5N64AYAFYM716YNCVWCW9";
+    const error = await rejection(
+      t.client.prompt({
+        sessionId,
+        noReply: true,
+        parts: [text("a"), { kind: { case: "text", value: { id, text: "b" } } }, { kind: { case: "text", value: { id, text: "c" } } }],
+      }),
+    );
+    expect([error.code, error.rawMessage]).toEqual([
+      Code.InvalidArgument,
+      `parts[2].id: repeats parts[1].id (${id}): each part needs its own id`,
+    ]);
+    expect(await tables(sessionId)).toEqual(before);
+  });
 });
 
 describe("idempotency key (message_id)", () => {
