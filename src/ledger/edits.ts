@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
-import { InvalidArgumentError, MessageNotFoundError, PartNotFoundError } from "../errors.js";
+import { InvalidArgumentError, LimitExceededError, MessageNotFoundError, PartNotFoundError } from "../errors.js";
 import { ID_FORMAT, isId } from "../ids.js";
 import { checkFileUrl } from "../parts/resolve.js";
 import { deleteMessages, getMessageRow } from "../storage/message-store.js";
@@ -50,6 +50,7 @@ export async function deletePart(deps: LedgerDeps, sessionId: string, messageId:
  * Replaces a stored part with `part` (same id, message and kind); emits `part_updated`.
  * Throws `InvalidArgumentError` (`part.id` is not a part id, `part.session_id`/`part.message_id` differ from the request,
  * a file part's URL is not a `data:`, `file:` or valid `http(s):` URL (`part.file.url`),
+ * `LimitExceededError` (RESOURCE_EXHAUSTED) for a text over `limits.text_part_bytes`,
  * `part.kind` unset or changed, or the part belongs to another message), `SessionNotFoundError`,
  * `MessageNotFoundError`, `PartNotFoundError` (`part.id`), `SessionBusyError`.
  */
@@ -62,6 +63,12 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
     throw new InvalidArgumentError("part.id", `${JSON.stringify(part.id.slice(0, 80))} is not a part id: expected ${ID_FORMAT.prt}`);
   // A file part's URL is checked as a prompt's is (an MCP resource keeps its server's URI).
   if (part.kind.case === "file" && part.kind.value.source?.kind.case !== "resource") checkFileUrl("part.file.url", part.kind.value.url);
+  // A text part is bounded as a prompt's text draft is.
+  if (part.kind.case === "text") {
+    const bytes = Buffer.byteLength(part.kind.value.text, "utf8");
+    const max = deps.config.limits.text_part_bytes;
+    if (bytes > max) throw new LimitExceededError("part.text.text", "text_part_bytes", max, bytes, "bytes");
+  }
   const { result } = await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
     await messageOf(w, messageId);

@@ -81,6 +81,19 @@ describe("DeleteMessage / DeletePart / UpdatePart", () => {
     expect(await eventsAfter(sessionId, seq)).toEqual([["part_updated", part.id, "one b, edited"]]);
   });
 
+  it("UpdatePart bounds a text as a prompt's draft is (RESOURCE_EXHAUSTED on part.text.text over text_part_bytes); nothing written", async () => {
+    const { sessionId, sent } = await twoMessages();
+    const seq = await lastSeq(sessionId);
+    const part = create(PartSchema, sent[0].parts[0]!);
+    const max = t.ledger.deps.config.limits.text_part_bytes;
+    if (part.kind.case === "text") part.kind.value.text = "é".repeat(max / 2 + 1);
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(sent[0]), part }))).toMatchObject({
+      code: Code.ResourceExhausted,
+      field: "part.text.text",
+    });
+    expect(await lastSeq(sessionId)).toBe(seq);
+  });
+
   it("unknown ids → NOT_FOUND: a message of another session, a part of another message", async () => {
     const { sessionId, sent } = await twoMessages();
     const [m1, m2] = sent;
