@@ -11,7 +11,7 @@ import type { ModelRef } from "../../gen/ledger/v1/model_pb.js";
 import { PartSchema, ToolStateSchema, type Part, type ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import type { ShellRequest } from "../../gen/ledger/v1/service_pb.js";
 import { visibleAgentNames } from "../config/agents.js";
-import { AgentNotFoundError, PreconditionError } from "../errors.js";
+import { AgentNotFoundError, InvalidArgumentError, PreconditionError } from "../errors.js";
 import { newId } from "../ids.js";
 import { BASH_DEFAULT_TIMEOUT_MS, formatResult, runCommand } from "../tools/bash.js";
 import { checkPermission, permissionRules } from "../tools/permission.js";
@@ -43,12 +43,15 @@ export const SHELL_USER_TEXT = "The following tool was executed by the user";
  * aborted error.
  *
  * @returns the assistant message with its part.
- * @throws SessionNotFoundError (NOT_FOUND); CommandsNotAllowedError (PERMISSION_DENIED) for a
+ * @throws InvalidArgumentError (field `command`) for a command holding a NUL; SessionNotFoundError (NOT_FOUND); CommandsNotAllowedError (PERMISSION_DENIED) for a
  *   session of a tenant without `tenants.<name>.commands`; AgentNotFoundError (NOT_FOUND, field `agent`);
  *   SessionBusyError (FAILED_PRECONDITION) while a loop runs the session;
  *   PreconditionError NO_RUNNER when the server has no runner.
  */
 export async function runShell(deps: LedgerDeps, request: ShellRequest): Promise<MessageWithParts> {
+  // No shell command holds a NUL (the command line is a C string): refused before anything is stored.
+  if (request.command.includes("\0"))
+    throw new InvalidArgumentError("command", "contains a NUL character (U+0000), which no shell command can hold");
   const session = await getSession(deps, request.sessionId);
   await checkCommandsAllowed(deps, session.id);
   const agent = deps.config.agents.get(request.agent);

@@ -1,6 +1,6 @@
 import { mkdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
@@ -450,6 +450,19 @@ describe("Shell", () => {
       finish: "stop",
       agent: "build",
     });
+  });
+
+  it("refuses a command holding a NUL with INVALID_ARGUMENT on command; nothing stored", async () => {
+    const { sessionId } = await newSession("shell-nul");
+    const error = await grpc.shell({ sessionId, agent: "build", command: "echo a\u0000b" }).then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e),
+    );
+    expect([error?.code, error?.rawMessage]).toEqual([
+      Code.InvalidArgument,
+      "command: contains a NUL character (U+0000), which no shell command can hold",
+    ]);
+    expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
   });
 
   it("asks for a command an ask rule matches, and ends the part in error when rejected", async () => {
