@@ -199,7 +199,10 @@ async function answerStep(
   }
   const maxSteps = agent.steps ?? DEFAULT_MAX_STEPS;
   const lastStep = work.steps + 1 >= maxSteps;
-  const subagents = [...deps.config.agents.values()].filter((a) => a.mode !== "primary" && !a.hidden).map((a) => a.name);
+  // Hidden subagents are offered only when the user names them (an agent mention may name one).
+  const subagents = [...deps.config.agents.values()]
+    .filter((a) => a.mode !== "primary" && (!a.hidden || work.mentioned.includes(a.name)))
+    .map((a) => a.name);
   const schema = user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.schema ?? {}) : undefined;
   const tries =
     schema && user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.retryCount || DEFAULT_STRUCTURED_RETRIES) + 1 : 1;

@@ -123,8 +123,12 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
           logger.info("agent loop stopped: session deleted", { session_id: sessionId });
         } else if (!signal.aborted) {
           logger.error("agent loop failed", { session_id: sessionId, error });
-          // Still holding the lock: close the answer it left open (waiting callers get it, with its
-          // error, instead of waiting for an answer nothing writes) and return the session to idle.
+          // Only while holding the lock (taking it may have failed: another replica may be running
+          // the session): stop what is still in flight (a tool call), then close the answer it
+          // left open (waiting callers get it, with its error, instead of waiting for an answer
+          // nothing writes) and return the session to idle.
+          if (!entry.holding) return;
+          entry.controller.abort();
           await recoverSession(deps, sessionId, "the agent loop failed (the server's log has the cause); ResumeSession retries it").catch(
             (cause: unknown) => logger.error("closing the failed loop's answer failed", { session_id: sessionId, error: cause }),
           );

@@ -46,7 +46,8 @@ export type ProgressSink = (callId: string, update: { title?: string; metadata: 
  * error the model sees (never a failed run). `task` is offered only with a `runTask`, to agents
  * that are not themselves subagents, and when some of `subagents` remain once those the `task`
  * permission denies by name are left out (OpenCode task.ts); a subagent the user named
- * (`mentioned`) stays, and its calls are not weighed (see `taskDefinition`); `todowrite` and
+ * (`mentioned`) stays, and its calls are not weighed (see `taskDefinition`), but a `task` denied
+ * outright (`"task": "deny"`) is not offered, mentions or not (OpenCode drops it too); `todowrite` and
  * `todoread` only with a `todos` list (the session's, bound by the loop).
  *
  * @param options.agent - the agent answering; its name and `permission` map.
@@ -92,10 +93,9 @@ export function createTools(options: {
   if (options.todos) definitions.push(...(todoDefinitions(options.todos) as ToolDefinition<unknown>[]));
   if (options.mcpTools) definitions.push(...options.mcpTools);
   // Tools denied outright are not offered (OpenCode drops them too): the model cannot spend a step on them.
-  // `task` was weighed per subagent above (a `*` deny may be followed by an allow for one name).
   const disabled = disabledTools(
     rules,
-    definitions.flatMap((d) => (d.id === "task" ? [] : [d.id])),
+    definitions.map((d) => d.id),
   );
   const tools: ToolSet = {};
   for (const definition of definitions)

@@ -203,23 +203,27 @@ describe("createTools", () => {
       );
     });
 
-    it("offers and runs a subagent the user named even when task is denied, without asking (bypassAgentCheck, for that name only)", async () => {
+    it("offers and runs a subagent the user named though its name is denied, without asking (bypassAgentCheck, for that name only)", async () => {
       const asked: unknown[] = [];
       const tools = createTools({
         ...options,
         context: t.ctx,
-        agent: agent({ task: "deny" }),
-        mentioned: ["explore"],
+        agent: agent({ task: { "*": "deny", explore: "ask" } }),
+        mentioned: ["general"],
         asker: async (request) => void asked.push(request),
       });
-      expect(described(tools)).toBe("explore.");
-      expect(await run(tools, "task", { description: "d", prompt: "p", subagent_type: "explore" })).toMatchObject({
-        output: "ran explore",
+      expect(described(tools)).toBe("general, explore.");
+      expect(await run(tools, "task", { description: "d", prompt: "p", subagent_type: "general" })).toMatchObject({
+        output: "ran general",
       });
-      expect((await rejection(run(tools, "task", { description: "d", prompt: "p", subagent_type: "general" }))).message).toBe(
-        'permission denied: the custom agent may not use the task tool on "general"',
-      );
       expect(asked).toEqual([]);
+      await run(tools, "task", { description: "d", prompt: "p", subagent_type: "explore" });
+      expect(asked).toEqual([expect.objectContaining({ permission: "task", patterns: ["explore"] })]);
+    });
+
+    it("does not offer a task denied outright, mentions or not (OpenCode drops the tool too)", () => {
+      expect(createTools({ ...options, context: t.ctx, agent: agent({ task: "deny" }), mentioned: ["explore"] }).task).toBeUndefined();
+      expect(createTools({ ...options, context: t.ctx, rules: [rule("task", false)], mentioned: ["explore"] }).task).toBeUndefined();
     });
 
     it("takes the step's snapshot before write, edit and bash only, not before task or read", async () => {
