@@ -12,17 +12,17 @@ const TERMINAL_CONTROLS = /[\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f
 
 /**
  * Text from a session (a model's answer, a tool's output, a title) made safe to print on a
- * terminal: control characters other than tab and newline are shown, not sent (`ESC` as `^[`,
- * a lone carriage return as `^M`, DEL as `^?`, C1 as `<U+009B>`), so stored text cannot clear
- * the screen, move the cursor, set the window title or hide what precedes it. JSON output needs
- * none of this (JSON escapes control characters).
+ * terminal: control characters other than tab and newline are shown, not sent (C0 in caret
+ * notation, `ESC` as `^[`, a lone carriage return as `^M`; DEL and C1 as JSON escapes, `\u007f`,
+ * `\u009b`), so stored text cannot clear the screen, move the cursor, set the window title or
+ * hide what precedes it. A JSON line passes through with the same value: `JSON.stringify`
+ * escapes C0 itself, and leaves DEL and C1 raw, which this writes as the escapes JSON reads back.
  */
 export function terminalSafe(text: string): string {
   return text.replace(TERMINAL_CONTROLS, (c) => {
     const code = c.charCodeAt(0);
     if (code < 0x20) return `^${String.fromCharCode(code + 64)}`;
-    if (code === 0x7f) return "^?";
-    return `<U+${code.toString(16).toUpperCase().padStart(4, "0")}>`;
+    return `\\u${code.toString(16).padStart(4, "0")}`;
   });
 }
 

@@ -211,8 +211,11 @@ export class PromptRenderer {
   /** Prints what `full` adds to what is on screen, if `full` extends it. */
   private catchUp(text: StreamedText, full: string): void {
     if (full.length <= text.printed.length || !full.startsWith(text.printed)) return;
-    const more = full.slice(text.printed.length);
-    text.printed = full;
+    // A carriage return at the end waits for the next delta: "\r\n" split in two is a newline, not ^M.
+    const upTo = full.endsWith("\r") ? full.length - 1 : full.length;
+    const more = full.slice(text.printed.length, upTo);
+    if (!more) return;
+    text.printed = full.slice(0, upTo);
     this.output.spinner.clear();
     this.output.out(terminalSafe(more));
     this.lineOpen = !more.endsWith("\n");

@@ -70,8 +70,15 @@ describe("formatMessage", () => {
 });
 
 describe("terminalSafe", () => {
-  it("shows C0 controls but tab and newline in caret notation, a lone CR as ^M, DEL as ^?, C1 by code point", () => {
+  it("shows C0 controls but tab and newline in caret notation, a lone CR as ^M, DEL and C1 as JSON escapes", () => {
     expect(terminalSafe("a\tb\nc\r\nd")).toBe("a\tb\nc\r\nd");
-    expect(terminalSafe("\u001b[2J\u0007x\ry\u0000\u007f\u009b31m")).toBe("^[[2J^Gx^My^@^?<U+009B>31m");
+    expect(terminalSafe("\u001b[2J\u0007x\ry\u0000\u007f\u009b31m")).toBe("^[[2J^Gx^My^@\\u007f\\u009b31m");
+  });
+
+  it("leaves a JSON line's value unchanged (JSON.stringify keeps DEL and C1 raw)", () => {
+    const value = { text: "a\u007fb\u009bc\u001bd\re" };
+    const line = terminalSafe(JSON.stringify(value));
+    expect(line).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/);
+    expect(JSON.parse(line)).toEqual(value);
   });
 });

@@ -62,6 +62,18 @@ function render(events: SessionEvent[]) {
 }
 
 describe("PromptRenderer", () => {
+  it("shows a streamed text's control characters, and a CRLF split between two deltas as a line break", () => {
+    const { out } = render([
+      assistant(A1),
+      part("prt_c", A1, { case: "text", value: { text: "" } }),
+      delta("prt_c", A1, "one\r"),
+      delta("prt_c", A1, "\ntwo \u001b[2J three\rfour"),
+      part("prt_c", A1, { case: "text", value: { text: "one\r\ntwo \u001b[2J three\rfour", time: { end: timestampNow() } } }),
+      assistant(A1, {}),
+    ]);
+    expect(out).toContain("one\r\ntwo ^[[2J three^Mfour");
+  });
+
   it("prints the session line, text once (deltas or snapshots, in either order), tool lines and the summary", () => {
     const { out, err, outcome } = render([
       event({ case: "messageUpdated", value: { message: { kind: { case: "user", value: { id: USER, sessionId: SES } } } } }),
