@@ -2,7 +2,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import type { AssistantContent, ModelMessage, ToolContent, ToolResultPart, UserContent } from "ai";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { FilePart, Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
-import { SHELL_USER_TEXT } from "../ledger/shell.js";
+import { SHELL_USER_TEXT } from "../ledger/shell-text.js";
 import { isTextMime } from "../parts/data-url.js";
 import { COMPACTION_QUESTION, PRUNED_OUTPUT } from "./compacted-history.js";
 import type { ResolvedModel } from "./providers.js";
@@ -94,6 +94,16 @@ function userContent(parts: Part[], target: HistoryTarget): Exclude<UserContent,
   return content;
 }
 
+/** A `data:` URL, in any case (as admission takes it). */
+const DATA_URL = /^\s*data:/i;
+
+/** Whether a provider can be sent `url`: a `data:` URL, or an `http(s):` URL naming a host. */
+function sendable(url: string): boolean {
+  if (DATA_URL.test(url)) return true;
+  const parsed = URL.canParse(url) ? new URL(url) : undefined;
+  return (parsed?.protocol === "http:" || parsed?.protocol === "https:") && parsed.hostname !== "";
+}
+
 /** Whether `file` is an image or a PDF (the media a model may accept), by its mime. */
 function mediaKind(file: FilePart): "image" | "pdf" | undefined {
   const mime = file.mime.toLowerCase();
@@ -112,17 +122,17 @@ function fileContent(file: FilePart, target: HistoryTarget): Exclude<UserContent
   const mime = file.mime.toLowerCase();
   if (mime === "text/plain" || mime === "application/x-directory") return [];
   // A text `data:` URL's body is in the synthetic texts before it (decoded at admission).
-  if (file.url.startsWith("data:") && isTextMime(mime)) return [];
+  if (DATA_URL.test(file.url) && isTextMime(mime)) return [];
   const kind = mediaKind(file);
-  // A URL that does not parse (stored before admission checked it, or by UpdatePart) is named, never sent.
-  const readable = file.url.startsWith("data:") || URL.canParse(file.url);
-  if (!kind || !readable)
+  // Only a data: URL or an http(s) one with a host can reach a provider; anything else (a URL
+  // stored before admission checked it, a file: URL set by UpdatePart) is named, never sent.
+  if (!kind || !sendable(file.url))
     return [{ type: "text", text: `[Attached file ${file.filename || file.url.slice(0, 80)} (${file.mime}) is not shown to the model]` }];
   if (!target.inputModalities.includes(kind)) return [{ type: "text", text: unreadableNotice(file, kind) }];
   return [
     {
       type: "file",
-      data: file.url.startsWith("data:") ? file.url : new URL(file.url),
+      data: DATA_URL.test(file.url) ? file.url.trim() : new URL(file.url),
       mediaType: file.mime,
       filename: file.filename || undefined,
     },

@@ -26,7 +26,7 @@ import { instructionSections } from "./instructions.js";
 import { systemPrompt } from "./system.js";
 import { permissionRules } from "../tools/permission.js";
 import { mcpToolDefinitions } from "../tools/mcp-tools.js";
-import { createTools } from "../tools/registry.js";
+import { BUILTIN_TOOLS, createTools } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/tool-context.js";
 import type { TaskRunner } from "../tools/task.js";
 import { sessionTodoList } from "./todo-list.js";
@@ -35,6 +35,8 @@ import { stepCost } from "./usage.js";
 
 /** Retries of a `json_schema` answer when the request sets `retry_count` 0 (OpenCode's default). */
 export const DEFAULT_STRUCTURED_RETRIES = 2;
+/** Most retries of a structured output, whatever `retry_count` says (the proto's bound). */
+export const MAX_STRUCTURED_RETRIES = 10;
 
 /** `finish` of an answer's last message when the agent's step limit cut it short. */
 export const STEP_LIMIT_FINISH = "step-limit";
@@ -126,12 +128,15 @@ async function summarizeTurn(deps: LoopDeps, ledger: SessionLedger, sessionId: s
   await ledger.saveMessage(entry.message);
 }
 
+/** The built-in tools that may change files (`changesFiles`: write, edit, bash). */
+const FILE_CHANGING_TOOLS = BUILTIN_TOOLS.filter((d) => d.changesFiles).map((d) => d.id);
+
 /**
- * Whether a step with these rules may change files: some call of `write`, `edit` or `bash` could
- * be allowed or asked (not every rule for them denies).
+ * Whether a step with these rules may change files: some call of a tool that changes files
+ * (write, edit, bash) could be allowed or asked (not every rule for them denies).
  */
 export function mayChangeFiles(rules: readonly Rule[]): boolean {
-  return ["write", "edit", "bash"].some((tool) => {
+  return FILE_CHANGING_TOOLS.some((tool) => {
     let possible = true; // no rule: allowed
     for (const rule of rules) {
       if (!namesTool(rule, tool)) continue;
@@ -204,8 +209,11 @@ async function answerStep(
     .filter((a) => a.mode !== "primary" && (!a.hidden || work.mentioned.includes(a.name)))
     .map((a) => a.name);
   const schema = user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.schema ?? {}) : undefined;
+  // A prompt stored before retry_count was bounded (protovalidate: at most 10) is held to it too.
   const tries =
-    schema && user.format?.kind.case === "jsonSchema" ? (user.format.kind.value.retryCount || DEFAULT_STRUCTURED_RETRIES) + 1 : 1;
+    schema && user.format?.kind.case === "jsonSchema"
+      ? Math.min(user.format.kind.value.retryCount || DEFAULT_STRUCTURED_RETRIES, MAX_STRUCTURED_RETRIES) + 1
+      : 1;
   // Read at every step, as OpenCode does: an edited AGENTS.md counts from the next step on.
   const instructions = await instructionSections({
     directory: session.directory,

@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { InvalidArgumentError, LimitExceededError, MessageNotFoundError, PartNotFoundError } from "../errors.js";
 import { ID_FORMAT, isId } from "../ids.js";
+import { parseDataUrl } from "../parts/data-url.js";
 import { checkFileUrl } from "../parts/resolve.js";
 import { deleteMessages, getMessageRow } from "../storage/message-store.js";
 import { deleteParts, getPartRow, updatePartRow } from "../storage/part-store.js";
@@ -49,7 +50,7 @@ export async function deletePart(deps: LedgerDeps, sessionId: string, messageId:
 /**
  * Replaces a stored part with `part` (same id, message and kind); emits `part_updated`.
  * Throws `InvalidArgumentError` (`part.id` is not a part id, `part.session_id`/`part.message_id` differ from the request,
- * a file part's URL is not a `data:`, `file:` or valid `http(s):` URL (`part.file.url`),
+ * a file part's URL is not a valid `data:`, `file:` or `http(s):` URL (`part.file.url`),
  * `LimitExceededError` (RESOURCE_EXHAUSTED) for a text over `limits.text_part_bytes`,
  * `part.kind` unset or changed, or the part belongs to another message), `SessionNotFoundError`,
  * `MessageNotFoundError`, `PartNotFoundError` (`part.id`), `SessionBusyError`.
@@ -62,7 +63,10 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
   if (!isId("prt", part.id))
     throw new InvalidArgumentError("part.id", `${JSON.stringify(part.id.slice(0, 80))} is not a part id: expected ${ID_FORMAT.prt}`);
   // A file part's URL is checked as a prompt's is (an MCP resource keeps its server's URI).
-  if (part.kind.case === "file" && part.kind.value.source?.kind.case !== "resource") checkFileUrl("part.file.url", part.kind.value.url);
+  if (part.kind.case === "file" && part.kind.value.source?.kind.case !== "resource") {
+    const scheme = checkFileUrl("part.file.url", part.kind.value.url);
+    if (scheme === "data") parseDataUrl("part.file.url", part.kind.value.url);
+  }
   // A text part is bounded as a prompt's text draft is.
   if (part.kind.case === "text") {
     const bytes = Buffer.byteLength(part.kind.value.text, "utf8");

@@ -11,6 +11,7 @@ import type { ModelRef } from "../../gen/ledger/v1/model_pb.js";
 import { PartSchema, ToolStateSchema, type Part, type ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import type { ShellRequest } from "../../gen/ledger/v1/service_pb.js";
 import { visibleAgentNames } from "../config/agents.js";
+import { SHELL_USER_TEXT } from "./shell-text.js";
 import { AgentNotFoundError, InvalidArgumentError, PreconditionError } from "../errors.js";
 import { newId } from "../ids.js";
 import { BASH_DEFAULT_TIMEOUT_MS, formatResult, runCommand } from "../tools/bash.js";
@@ -25,9 +26,6 @@ import { checkCommandsAllowed } from "./access.js";
 
 /** Longest time (ms) between two stored snapshots of a running command's output. */
 const OUTPUT_INTERVAL_MS = 100;
-
-/** The synthetic text of the user message a Shell call stores. Follows OpenCode `SessionPrompt.shell`. */
-export const SHELL_USER_TEXT = "The following tool was executed by the user";
 
 /**
  * The `Shell` RPC (OpenCode `SessionPrompt.shell`): runs `command` the user typed with `/bin/sh -c`

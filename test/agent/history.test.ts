@@ -202,14 +202,20 @@ describe("toModelMessages: user messages", () => {
     ]);
   });
 
-  it("names a stored file whose URL does not parse instead of sending it (the step would fail on it, and every later one)", () => {
+  it("names a stored image or PDF whose URL no provider takes instead of sending it (the step would fail on it, and every later one)", () => {
     const history = [
-      userMsg("u1", [text("look"), file("https://", "image/png", "x.png"), file("http://exa mple.com/x.pdf", "application/pdf")]),
+      userMsg("u1", [
+        text("look"),
+        file("https://", "image/png", "x.png"),
+        file("http://exa mple.com/x.pdf", "application/pdf"),
+        file("file:///tmp/y.png", "image/png", "y.png"),
+      ]),
     ];
     expect(toModelMessages(history, { ...VISION, inputModalities: ["text", "image", "pdf"] })[0]!.content).toEqual([
       { type: "text", text: "look" },
       { type: "text", text: "[Attached file x.png (image/png) is not shown to the model]" },
       { type: "text", text: "[Attached file http://exa mple.com/x.pdf (application/pdf) is not shown to the model]" },
+      { type: "text", text: "[Attached file y.png (image/png) is not shown to the model]" },
     ]);
   });
 

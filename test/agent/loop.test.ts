@@ -4,10 +4,12 @@ import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { LanguageModelV3, LanguageModelV3CallOptions, LanguageModelV3StreamResult } from "@ai-sdk/provider";
 import type { MockLanguageModelV3 } from "ai/test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { MessageWithParts, OutputFormatSchema } from "../../gen/ledger/v1/message_pb.js";
 import type { Part, ReasoningPart, TextPart, ToolPart } from "../../gen/ledger/v1/part_pb.js";
+import { prompt } from "../../src/ledger/prompt.js";
 import { readTool } from "../../src/tools/read.js";
+import { PromptRequestSchema } from "../../gen/ledger/v1/service_pb.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import {
   lengthReply,
@@ -375,6 +377,16 @@ describe("structured output", () => {
       "text",
       "stepFinish:stop",
     ]);
+  });
+
+  it("holds a retry_count stored before it was bounded to 10 retries (the domain call skips the proto's rule, as old rows do)", async () => {
+    const mock = scriptedModel(Array.from({ length: 12 }, () => textReply("no json")));
+    models["mock/model"] = mock;
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const unbounded = { kind: { case: "jsonSchema" as const, value: { schema: { type: "object" }, retryCount: 4294967295 } } };
+    const answer = await prompt(t.ledger.deps, create(PromptRequestSchema, { sessionId, format: unbounded, parts: [text("json?")] }));
+    expect(mock.doStreamCalls).toHaveLength(11);
+    expect(assistantOf(answer)!.error?.kind).toMatchObject({ case: "structuredOutput", value: { retries: 10 } });
   });
 });
 

@@ -169,7 +169,7 @@ describe("DeleteMessage / DeletePart / UpdatePart", () => {
         messageId: idOf(sent),
         kind: { case: "file", value: { mime: "text/plain", url: value, filename: "a.txt", source } },
       });
-    for (const bad of ["javascript:alert(1)", "https://", "aGVsbG8gd29ybGQgaGVsbG8="]) {
+    for (const bad of ["javascript:alert(1)", "https://", "aGVsbG8gd29ybGQgaGVsbG8=", "data:image/png;base64,not base64!"]) {
       expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(sent), part: withUrl(bad) }))).toMatchObject({
         code: Code.InvalidArgument,
         field: "part.file.url",
