@@ -4,6 +4,7 @@ import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { FilePart, Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
 import { SHELL_USER_TEXT } from "../ledger/shell-text.js";
 import { isTextMime } from "../parts/data-url.js";
+import { isHttpUrlWithHost } from "../parts/http-url.js";
 import { COMPACTION_QUESTION, PRUNED_OUTPUT } from "./compacted-history.js";
 import type { ResolvedModel } from "./providers.js";
 
@@ -99,9 +100,12 @@ const DATA_URL = /^\s*data:/i;
 
 /** Whether a provider can be sent `url`: a `data:` URL, or an `http(s):` URL naming a host. */
 function sendable(url: string): boolean {
-  if (DATA_URL.test(url)) return true;
-  const parsed = URL.canParse(url) ? new URL(url) : undefined;
-  return (parsed?.protocol === "http:" || parsed?.protocol === "https:") && parsed.hostname !== "";
+  return DATA_URL.test(url) || isHttpUrlWithHost(url);
+}
+
+/** How a notice names `file`: its filename, else the start of its URL. */
+function shownName(file: FilePart): string {
+  return file.filename || file.url.slice(0, 80);
 }
 
 /** Whether `file` is an image or a PDF (the media a model may accept), by its mime. */
@@ -112,8 +116,7 @@ function mediaKind(file: FilePart): "image" | "pdf" | undefined {
 
 /** The notice sent instead of an image or PDF the model does not accept. */
 function unreadableNotice(file: FilePart, kind: "image" | "pdf"): string {
-  const name = file.filename || file.url.slice(0, 80);
-  return `[Attached ${kind === "image" ? "image" : "PDF"} ${name} (${file.mime}) cannot be read by this model: it does not accept ${kind} input]`;
+  return `[Attached ${kind === "image" ? "image" : "PDF"} ${shownName(file)} (${file.mime}) cannot be read by this model: it does not accept ${kind} input]`;
 }
 
 function fileContent(file: FilePart, target: HistoryTarget): Exclude<UserContent, string> {
@@ -127,7 +130,7 @@ function fileContent(file: FilePart, target: HistoryTarget): Exclude<UserContent
   // Only a data: URL or an http(s) one with a host can reach a provider; anything else (a URL
   // stored before admission checked it, a file: URL set by UpdatePart) is named, never sent.
   if (!kind || !sendable(file.url))
-    return [{ type: "text", text: `[Attached file ${file.filename || file.url.slice(0, 80)} (${file.mime}) is not shown to the model]` }];
+    return [{ type: "text", text: `[Attached file ${shownName(file)} (${file.mime}) is not shown to the model]` }];
   if (!target.inputModalities.includes(kind)) return [{ type: "text", text: unreadableNotice(file, kind) }];
   return [
     {

@@ -18,6 +18,7 @@ import { notConfigured, type McpReader } from "../mcp/reader.js";
 import { confinePath } from "../files/confine.js";
 import { ReadFailure, readPath, type ReadResult } from "../files/read-file.js";
 import { dataUrlText, isTextMime, parseDataUrl, toDataUrl } from "./data-url.js";
+import { isHttpUrlWithHost } from "./http-url.js";
 import { parseFileUrl } from "./file-url.js";
 import { McpBudget, type McpTurn } from "./mcp-budget.js";
 import { findSymbolAt } from "./symbols/index.js";
@@ -268,10 +269,8 @@ const SCHEMES = new Set(["data", "file", "http", "https"]);
  */
 export function checkFileUrl(field: string, url: string): string {
   const scheme = /^\s*([a-z][a-z0-9+.-]*):/i.exec(url)?.[1]?.toLowerCase();
-  if (scheme === "http" || scheme === "https") {
-    const parsed = URL.canParse(url) ? new URL(url) : undefined;
-    if (!parsed?.hostname) throw new InvalidArgumentError(field, `is not a valid ${scheme}: URL (expected ${scheme}://host/path)`);
-  }
+  if ((scheme === "http" || scheme === "https") && !isHttpUrlWithHost(url))
+    throw new InvalidArgumentError(field, `is not a valid ${scheme}: URL (expected ${scheme}://host/path)`);
   if (scheme !== undefined && SCHEMES.has(scheme)) return scheme;
   const hint = /^[A-Za-z0-9+/=_\-\s]{16,}$/.test(url.slice(0, 4096))
     ? "; it looks like raw base64: send it as data:<mime>;base64,<data>"

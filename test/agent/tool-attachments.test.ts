@@ -56,6 +56,12 @@ afterAll(async () => {
   await Promise.all([claude?.close(), openai?.close(), local?.close()]);
 });
 
+/** An OpenAI-compatible reply calling `read` on logo.png. */
+const READ_LOGO = {
+  kind: "stream" as const,
+  chunks: [{ toolCall: { id: "call_1", name: "read", arguments: JSON.stringify({ filePath: "logo.png" }) } }],
+};
+
 async function ask(model: { providerId: string; modelId: string }) {
   const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
   const res = await t.client.prompt({ sessionId, model, parts: [text("what is in logo.png?")] });
@@ -128,10 +134,7 @@ describe("a tool's images and PDFs reach the model on the next step", () => {
 
   it("OpenAI-compatible: the tool message keeps its text, a user message after it carries the image", async () => {
     const before = local.requests.length;
-    local.push(
-      { kind: "stream", chunks: [{ toolCall: { id: "call_1", name: "read", arguments: JSON.stringify({ filePath: "logo.png" }) } }] },
-      { kind: "stream", chunks: [{ text: "A red rectangle." }] },
-    );
+    local.push(READ_LOGO, { kind: "stream", chunks: [{ text: "A red rectangle." }] });
     await ask({ providerId: "local", modelId: "qwen-vl" });
     const sent = local.requests[before + 1]!.body.messages as Array<Record<string, unknown>>;
     expect(sent.slice(-2)).toEqual([
@@ -148,10 +151,7 @@ describe("a tool's images and PDFs reach the model on the next step", () => {
 
   it("a model that takes no images gets a notice in the result's text and no image", async () => {
     const before = local.requests.length;
-    local.push(
-      { kind: "stream", chunks: [{ toolCall: { id: "call_1", name: "read", arguments: JSON.stringify({ filePath: "logo.png" }) } }] },
-      { kind: "stream", chunks: [{ text: "I cannot see it." }] },
-    );
+    local.push(READ_LOGO, { kind: "stream", chunks: [{ text: "I cannot see it." }] });
     await ask({ providerId: "local", modelId: "qwen" });
     const sent = local.requests[before + 1]!.body.messages as Array<Record<string, unknown>>;
     expect(sent.slice(-1)).toEqual([
