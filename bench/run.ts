@@ -12,6 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import pg from "pg";
 import { ADMIN_URL, SCALE, elapsedMs, log, now, type Row } from "./common.js";
+import { dataUrl } from "./data-url.js";
 import { historyRead } from "./history-read.js";
 import { kyselyVsPg } from "./kysely-vs-pg.js";
 import { pgliteVsPg } from "./pglite-vs-pg.js";
@@ -30,6 +31,7 @@ const MODULES: Array<[string, () => Promise<Row[]>]> = [
   ["replica-visibility", replicaVisibility],
   ["relay", relay],
   ["history-read", historyRead],
+  ["data-url", dataUrl],
   ["pglite-vs-pg", pgliteVsPg],
   ["start-memory", startMemory],
 ];
