@@ -11,6 +11,14 @@ export interface Limits {
   request_bytes: number;
   /** Largest text draft, in bytes of UTF-8. Default 1 MiB. */
   text_part_bytes: number;
+  /**
+   * Most JSON one request carries in `google.protobuf.Struct`/`Value` fields (part metadata, tool
+   * input and metadata in `UpdatePart`, the output format's JSON schema), all together, in bytes
+   * of compact JSON (strings by their UTF-8 bytes). Such values cost far more CPU per byte than a
+   * text (1,000,000 list items of 2 bytes held the event loop for 5 s), so this is much lower than
+   * `request_bytes`. Default 256 KiB.
+   */
+  metadata_bytes: number;
   /** Largest decoded `data:` URL body, in bytes. Default 20 MiB. */
   data_url_bytes: number;
   /** Largest file inlined as an attachment (image/PDF read from `file:`), in bytes. Default 20 MiB. */
@@ -75,6 +83,7 @@ export interface Limits {
 export const DEFAULT_LIMITS: Limits = {
   request_bytes: 32 * 1024 * 1024,
   text_part_bytes: 1024 * 1024,
+  metadata_bytes: 256 * 1024,
   data_url_bytes: 20 * 1024 * 1024,
   attachment_bytes: 20 * 1024 * 1024,
   parts_per_prompt: 256,

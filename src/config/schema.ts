@@ -65,6 +65,7 @@ const limitsSchema = z
   .object({
     request_bytes: z.number().int().positive(),
     text_part_bytes: z.number().int().positive(),
+    metadata_bytes: z.number().int().positive(),
     data_url_bytes: z.number().int().positive(),
     attachment_bytes: z.number().int().positive(),
     parts_per_prompt: z.number().int().positive(),

@@ -8,6 +8,7 @@ import { deleteMessages, getMessageRow } from "../storage/message-store.js";
 import { deleteParts, getPartRow, updatePartRow } from "../storage/part-store.js";
 import { protoCaseName } from "../storage/proto-names.js";
 import type { LedgerDeps } from "./deps.js";
+import { checkJsonFields } from "./json-fields.js";
 import { moveRevertPoint } from "./revert.js";
 import { assertIdle } from "./status.js";
 import { writeSession, type SessionWrite } from "./writer.js";
@@ -51,7 +52,8 @@ export async function deletePart(deps: LedgerDeps, sessionId: string, messageId:
  * Replaces a stored part with `part` (same id, message and kind); emits `part_updated`.
  * Throws `InvalidArgumentError` (`part.id` is not a part id, `part.session_id`/`part.message_id` differ from the request,
  * a file part's URL is not a valid `data:`, `file:` or `http(s):` URL (`part.file.url`),
- * `LimitExceededError` (RESOURCE_EXHAUSTED) for a text over `limits.text_part_bytes`,
+ * `LimitExceededError` (RESOURCE_EXHAUSTED) for a text over `limits.text_part_bytes` or more than
+ * `limits.metadata_bytes` of JSON in the part's Struct fields (metadata, tool input),
  * `part.kind` unset or changed, or the part belongs to another message), `SessionNotFoundError`,
  * `MessageNotFoundError`, `PartNotFoundError` (`part.id`), `SessionBusyError`.
  */
@@ -68,6 +70,7 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
     if (scheme === "data") parseDataUrl("part.file.url", part.kind.value.url);
   }
   // A text part is bounded as a prompt's text draft is.
+  checkJsonFields(PartSchema, part, deps.config.limits.metadata_bytes, "part");
   if (part.kind.case === "text") {
     const bytes = Buffer.byteLength(part.kind.value.text, "utf8");
     const max = deps.config.limits.text_part_bytes;

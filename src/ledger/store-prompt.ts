@@ -6,7 +6,7 @@ import { MessageSchema, MessageWithPartsSchema, type Message, type MessageWithPa
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Span } from "@opentelemetry/api";
 import { PermissionAction, PermissionRuleSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
-import type { PromptRequest } from "../../gen/ledger/v1/service_pb.js";
+import { PromptRequestSchema, type PromptRequest } from "../../gen/ledger/v1/service_pb.js";
 import { mcpRefusal, rootsForSession } from "./access.js";
 import { newId } from "../ids.js";
 import { annotateActiveSpan, inSpan } from "../observe/spans.js";
@@ -19,6 +19,7 @@ import { knownSession, readKnownSession, sessionCache, type KnownSession } from 
 import type { RowChange } from "../storage/session-write.js";
 import type { LedgerDeps } from "./deps.js";
 import { AlreadyExistsError, InvalidArgumentError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
+import { checkJsonFields } from "./json-fields.js";
 import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
 import { promptFingerprint } from "./prompt-hash.js";
 import { applyRevert } from "./revert.js";
@@ -305,13 +306,15 @@ function permissionsFromTools(tools: Record<string, boolean>) {
 }
 
 /**
- * At most `limits.parts_per_prompt` drafts (`LimitExceededError`), and no draft id given twice:
+ * At most `limits.parts_per_prompt` drafts and `limits.metadata_bytes` of JSON in the drafts'
+ * metadata and the format's schema (`LimitExceededError`), and no draft id given twice:
  * `InvalidArgumentError` on the later one's `parts[i].id` (the insert would otherwise refuse the
  * second as ALREADY_EXISTS naming the first).
  */
 function checkCounts(deps: LedgerDeps, request: PromptRequest): void {
   const max = deps.config.limits.parts_per_prompt;
   if (request.parts.length > max) throw new LimitExceededError("parts", "parts_per_prompt", max, request.parts.length, "parts");
+  checkJsonFields(PromptRequestSchema, request, deps.config.limits.metadata_bytes);
   const first = new Map<string, number>();
   request.parts.forEach((part, i) => {
     const id = part.kind.value?.id;

@@ -1,0 +1,88 @@
+/**
+ * The `limits.metadata_bytes` rule: how much JSON (`google.protobuf.Struct`, `Value` and
+ * `ListValue` fields) a request carries, measured on the decoded message before anything else
+ * works on it.
+ */
+import type { DescMessage, JsonValue, MessageShape } from "@bufbuild/protobuf";
+import { LimitExceededError } from "../errors.js";
+
+const JSON_TYPES = new Set(["google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"]);
+
+/**
+ * Refuses `message` when its JSON fields (every `Struct`, `Value` and `ListValue` field at any
+ * depth: part metadata, tool input, a format's schema) hold more than `max` bytes together, as
+ * {@link jsonBytes} counts them. One pass over the message's fields and the JSON values, no
+ * conversion.
+ *
+ * @param schema - the message's descriptor, e.g. `PromptRequestSchema`.
+ * @param prefix - field path of `message` in the request (`part` for UpdatePart's), or "".
+ * @throws LimitExceededError (`RESOURCE_EXHAUSTED`, limit `metadata_bytes`) naming the field at which
+ *   the total passed `max` (e.g. `parts[3].text.metadata`), with the request's total in bytes.
+ */
+export function checkJsonFields<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>, max: number, prefix = ""): void {
+  let total = 0;
+  let over: string | undefined;
+  visitJsonFields(schema, message as unknown as Record<string, unknown>, prefix, (value, path) => {
+    total += jsonBytes(value);
+    if (total > max && over === undefined) over = path;
+  });
+  if (over !== undefined) throw new LimitExceededError(over, "metadata_bytes", max, total, "bytes");
+}
+
+/**
+ * Calls `visit` with each JSON field value set in `message` and its field path (proto names,
+ * `parts[2].text.metadata`), walking nested messages, lists, maps and oneofs.
+ */
+function visitJsonFields(
+  desc: DescMessage,
+  message: Record<string, unknown>,
+  path: string,
+  visit: (value: JsonValue, path: string) => void,
+): void {
+  for (const field of desc.fields) {
+    let value: unknown;
+    if (field.oneof) {
+      const chosen = message[field.oneof.localName] as { case?: string; value?: unknown } | undefined;
+      if (chosen?.case !== field.localName) continue;
+      value = chosen.value;
+    } else value = message[field.localName];
+    if (value === undefined || value === null) continue;
+    const at = path ? `${path}.${field.name}` : field.name;
+    const item = (inner: DescMessage, v: unknown, p: string) =>
+      JSON_TYPES.has(inner.typeName) ? visit(v as JsonValue, p) : visitJsonFields(inner, v as Record<string, unknown>, p, visit);
+    if (field.fieldKind === "message") item(field.message, value, at);
+    else if (field.fieldKind === "list" && field.listKind === "message")
+      (value as unknown[]).forEach((v, i) => item(field.message, v, `${at}[${i}]`));
+    else if (field.fieldKind === "map" && field.mapKind === "message")
+      for (const [key, v] of Object.entries(value as Record<string, unknown>)) item(field.message, v, `${at}[${JSON.stringify(key)}]`);
+  }
+}
+
+/**
+ * Size of `value` written as compact JSON, in bytes: strings (and keys) by their UTF-8 bytes
+ * plus two quotes (escapes are not expanded), numbers as `String(n)`, `true`/`false`/`null`,
+ * and the brackets, colons and commas. Iterative (no recursion limit).
+ */
+export function jsonBytes(value: JsonValue): number {
+  let bytes = 0;
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v === "string") bytes += Buffer.byteLength(v, "utf8") + 2;
+    else if (typeof v === "number") bytes += String(v).length;
+    else if (typeof v === "boolean") bytes += v ? 4 : 5;
+    else if (v === null || v === undefined) bytes += 4;
+    else if (Array.isArray(v)) {
+      bytes += 2 + Math.max(0, v.length - 1);
+      for (let i = 0; i < v.length; i++) stack.push(v[i]);
+    } else {
+      const keys = Object.keys(v as object);
+      bytes += 2 + Math.max(0, keys.length - 1);
+      for (const key of keys) {
+        bytes += Buffer.byteLength(key, "utf8") + 3;
+        stack.push((v as Record<string, unknown>)[key]);
+      }
+    }
+  }
+  return bytes;
+}
