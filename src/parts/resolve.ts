@@ -1,4 +1,5 @@
 import path from "node:path";
+import pLimit, { type LimitFunction } from "p-limit";
 import { agentRules, evaluate } from "../tools/permission.js";
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import {
@@ -44,6 +45,39 @@ export interface ResolveContext {
   mcp?: McpReader;
   /** Set when the session may not use MCP servers (a tenant without `tenants.<name>.mcp`): every resource read fails with it. */
   mcpRefused?: string;
+}
+
+/** Most `file:` reads one prompt runs at once (each may hold up to `attachment_bytes`). */
+const READS_AT_ONCE = 4;
+
+/**
+ * What the drafts of one prompt share while they resolve: the read problems met, and the reads
+ * of their `file:` URLs, each (path, offset, limit) read once whatever the drafts that name it
+ * (`@dir/`, `@dir//` and a `file:` URL of the same directory are one listing), at most
+ * {@link READS_AT_ONCE} at a time. A probe sent 256 drafts of one 100,000-entry directory: 54 s
+ * and 2.3 GB, each listing read, sorted and held at once.
+ */
+interface DraftRun {
+  problems: ReadProblem[];
+  reads: Map<string, Promise<ReadResult>>;
+  readSlots: LimitFunction;
+}
+
+/**
+ * `readPath(filePath, options)` through `run`: the first draft of a (path, offset, limit) reads
+ * it, the others share its result. A failed read is not shared (its error names its own draft's
+ * field): the next draft reads again.
+ */
+function readOnce(run: DraftRun, filePath: string, options: NonNullable<Parameters<typeof readPath>[1]>): Promise<ReadResult> {
+  const key = JSON.stringify([filePath, options.offset, options.limit]);
+  const known = run.reads.get(key);
+  if (known) return known.catch(() => readOnce(run, filePath, options));
+  const reading = run.readSlots(() => readPath(filePath, options));
+  run.reads.set(key, reading);
+  reading.catch(() => {
+    if (run.reads.get(key) === reading) run.reads.delete(key);
+  });
+  return reading;
 }
 
 /** A `file:` draft that could not be read; it becomes a failure text and a `session_error` event. */
@@ -101,7 +135,7 @@ type Piece = { part: Part; synthetic: boolean };
  * nothing is stored.
  */
 export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): Promise<ResolvedDrafts> {
-  const problems: ReadProblem[] = [];
+  const run: DraftRun = { problems: [], reads: new Map(), readSlots: pLimit(READS_AT_ONCE) };
   const blank = (d: PartInput) => d.kind.case === "text" && d.kind.value.text.trim() === "";
   if (drafts.every(blank)) throw new InvalidArgumentError("parts", "has no content: every draft is an empty or whitespace-only text");
   const symbols = symbolDrafts(drafts, ctx.limits.symbol_lookups);
@@ -109,7 +143,7 @@ export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): P
   const budget = new McpBudget(ctx.limits.mcp_prompt_bytes);
   const turns = new Map(drafts.flatMap((d, i) => (isResourceDraft(d) && !blank(d) ? [[i, budget.turn()] as const] : [])));
   const resolved = await Promise.all(
-    drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, `parts[${i}]`, problems, symbols.has(i), turns.get(i)))),
+    drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, `parts[${i}]`, run, symbols.has(i), turns.get(i)))),
   );
   const parts: Part[] = [];
   const syntheticIds: string[] = [];
@@ -120,7 +154,7 @@ export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): P
     parts.push(part);
     if (synthetic) syntheticIds.push(part.id);
   }
-  return { parts, syntheticIds, problems };
+  return { parts, syntheticIds, problems: run.problems };
 }
 
 /**
@@ -148,7 +182,7 @@ async function resolveDraft(
   ctx: ResolveContext,
   draft: PartInput,
   field: string,
-  problems: ReadProblem[],
+  run: DraftRun,
   symbol: boolean,
   turn: McpTurn | undefined,
 ): Promise<Piece[]> {
@@ -158,7 +192,7 @@ async function resolveDraft(
     case "file":
       if (draft.kind.value.source?.kind.case === "resource")
         return resourceDraft(ctx, draft.kind.value, draft.kind.value.source.kind.value, turn!);
-      return fileDraft(ctx, draft.kind.value, `${field}.file`, problems, symbol);
+      return fileDraft(ctx, draft.kind.value, `${field}.file`, run, symbol);
     case "agent":
       requireSubagent(ctx.agents, draft.kind.value.name, `${field}.agent.name`);
       return agentDraft(ctx, draft.kind.value);
@@ -195,16 +229,10 @@ function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {
   ];
 }
 
-async function fileDraft(
-  ctx: ResolveContext,
-  draft: FilePartInput,
-  field: string,
-  problems: ReadProblem[],
-  symbol: boolean,
-): Promise<Piece[]> {
+async function fileDraft(ctx: ResolveContext, draft: FilePartInput, field: string, run: DraftRun, symbol: boolean): Promise<Piece[]> {
   const scheme = checkFileUrl(`${field}.url`, draft.url);
   if (scheme === "data") return dataDraft(ctx, draft, field);
-  if (scheme === "file") return fileUrlDraft(ctx, draft, field, problems, symbol);
+  if (scheme === "file") return fileUrlDraft(ctx, draft, field, run, symbol);
   return [filePart(draft, {})];
 }
 
@@ -303,7 +331,7 @@ async function fileUrlDraft(
   ctx: ResolveContext,
   draft: FilePartInput,
   field: string,
-  problems: ReadProblem[],
+  run: DraftRun,
   symbolAllowed: boolean,
 ): Promise<Piece[]> {
   const target = parseFileUrl(`${field}.url`, draft.url);
@@ -326,10 +354,10 @@ async function fileUrlDraft(
   );
   let result: ReadResult;
   try {
-    result = await readPath(filePath, { offset, limit, maxAttachmentBytes: ctx.limits.attachment_bytes, field: `${field}.url` });
+    result = await readOnce(run, filePath, { offset, limit, maxAttachmentBytes: ctx.limits.attachment_bytes, field: `${field}.url` });
   } catch (error) {
     if (!(error instanceof ReadFailure)) throw error;
-    problems.push({ path: filePath, message: error.message });
+    run.problems.push({ path: filePath, message: error.message });
     return [...lead, call, synthetic(`Read tool failed to read ${filePath} with the following error: ${error.message}`)];
   }
   const filename = draft.filename || path.basename(filePath);

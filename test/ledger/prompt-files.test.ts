@@ -143,6 +143,39 @@ describe("file: URLs", () => {
     expect(partText(parts[4])).not.toContain("\uFEFF");
   });
 
+  it("drafts naming one path in several spellings share its read: each still gets its own call, listing and file part, in order; another range is read apart", async () => {
+    const dirPath = path.join(t.dir, "folder");
+    const spellings = [url("folder"), `${url("folder")}/`, `${url("folder")}//`, `${url("folder")}/sub/..`];
+    const ten = path.join(t.dir, "ten.txt");
+    const { parts } = await stored([
+      ...spellings.map((u) => file(u, "application/x-directory")),
+      file(`${url("ten.txt")}?start=1&end=2`),
+      file(`${url("ten.txt")}?start=1&end=2`),
+      file(`${url("ten.txt")}?start=9&end=10`),
+    ]);
+    const listing = `<path>${dirPath}</path>\n<type>directory</type>\n<entries>\nb.txt\nsub/\n\n(2 entries)\n</entries>`;
+    const content = (a: number, b: number, footer: string) =>
+      `<path>${ten}</path>\n<type>file</type>\n<content>\n${a}: line ${a}\n${b}: line ${b}\n\n(${footer})\n</content>`;
+    const ranges: Array<[number, number, string]> = [
+      [1, 2, "Showing lines 1-2 of 10. Use offset=3 to continue."],
+      [1, 2, "Showing lines 1-2 of 10. Use offset=3 to continue."],
+      [9, 10, "End of file - total 10 lines"],
+    ];
+    expect(parts.map(shape)).toEqual([
+      ...spellings.flatMap((u) => [
+        { kind: "text", synthetic: true, text: call({ filePath: dirPath }) },
+        { kind: "text", synthetic: true, text: listing },
+        { kind: "file", mime: "application/x-directory", filename: "folder", url: u },
+      ]),
+      ...ranges.flatMap(([a, b, footer]) => [
+        { kind: "text", synthetic: true, text: call({ filePath: ten, offset: a, limit: 2 }) },
+        { kind: "text", synthetic: true, text: content(a, b, footer) },
+        { kind: "file", mime: "text/plain", filename: "ten.txt", url: `${url("ten.txt")}?start=${a}&end=${b}` },
+      ]),
+    ]);
+    expect(new Set(parts.map((p) => p.id)).size).toBe(parts.length);
+  });
+
   it("reads ?start=3&end=5 of a 10-line file as lines 3-5", async () => {
     const filePath = path.join(t.dir, "ten.txt");
     const { parts } = await stored([file(`${url("ten.txt")}?start=3&end=5`)]);
