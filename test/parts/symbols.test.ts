@@ -152,6 +152,17 @@ describe("findSymbolAt: TypeScript and JavaScript (language service)", () => {
     expect(await at("cr.cjs", 2)).toEqual({ name: "a", kind: "function", start: 2, end: 4 });
   });
 
+  it("answers from the file as it is now: a file edited between two lookups is parsed again", async () => {
+    await writeFile(join(dir, "edited.ts"), "function one() {\n  return 1;\n}\n");
+    expect(await at("edited.ts", 1)).toEqual({ name: "one", kind: "function", start: 1, end: 3 });
+    expect(await at("edited.ts", 1)).toEqual({ name: "one", kind: "function", start: 1, end: 3 });
+    await writeFile(join(dir, "edited.ts"), "function two() {\n  return 2;\n\n}\n");
+    expect(await at("edited.ts", 1)).toEqual({ name: "two", kind: "function", start: 1, end: 4 });
+    // Another file of the same text is its own entry.
+    await writeFile(join(dir, "copy.ts"), "function two() {\n  return 2;\n\n}\n");
+    expect(await at("copy.ts", 1)).toEqual({ name: "two", kind: "function", start: 1, end: 4 });
+  });
+
   it("still finds declarations in a file with a syntax error", async () => {
     expect(await at("broken.ts", 1)).toEqual({ name: "ok", kind: "function", start: 1, end: 3 });
   });
