@@ -1,12 +1,10 @@
 import { mkdirSync } from "node:fs";
-import { cp, readdir, readFile, rm } from "node:fs/promises";
-import { createRequire } from "node:module";
+import { cp, readdir, rm } from "node:fs/promises";
 import path from "node:path";
 import type { PGlite, PGliteOptions } from "@electric-sql/pglite";
 import { Kysely, PGliteDialect, PostgresDialect, sql } from "kysely";
 import { Migrator } from "kysely/migration";
 import pg from "pg";
-import { loadOnce } from "../load-once.js";
 import { migrations } from "./migrations/index.js";
 import { PreparingClient } from "./prepared.js";
 import { ensureTemplate, isNewDataDir, templateBlob, templateDisabled } from "./pglite-template.js";
@@ -138,27 +136,10 @@ export function pgliteOptions(defaultStartParams: readonly string[]): PGliteOpti
  */
 const PGLITE_SETTINGS: readonly string[] = ["shared_buffers=16MB"];
 
-/**
- * PGlite's compiled WebAssembly module (`pglite.wasm`, 9 MB) and its file-system bundle
- * (`pglite.data`, 6 MB), read and compiled once per process and given to every PGlite it opens
- * after (`pgliteWasmModule`, `fsBundle`). Without them each open reads and compiles the module
- * again: about 0.75 s of CPU of an open's 2.3 s (a `:memory:` database from the template,
- * 2026-12-02), paid by every test file and every in-process CLI command on PGlite. A failed read
- * is not kept (the next open tries again); that open lets PGlite find its own files.
- */
-const pgliteArtifacts = loadOnce(async (): Promise<PGliteOptions> => {
-  const dist = path.dirname(createRequire(import.meta.url).resolve("@electric-sql/pglite"));
-  const [wasm, data] = await Promise.all([readFile(path.join(dist, "pglite.wasm")), readFile(path.join(dist, "pglite.data"))]);
-  const { WebAssembly: wasmApi } = globalThis as unknown as {
-    WebAssembly: { compile(bytes: Uint8Array): Promise<NonNullable<PGliteOptions["pgliteWasmModule"]>> };
-  };
-  return { pgliteWasmModule: await wasmApi.compile(wasm), fsBundle: new Blob([data]) };
-});
-
 async function openPglite(dir: string): Promise<Database> {
   const { PGlite } = await import("@electric-sql/pglite");
   const memory = dir === ":memory:";
-  const options = { ...pgliteOptions(PGlite.defaultStartParams), ...(await pgliteArtifacts().catch(() => ({}))) };
+  const options = pgliteOptions(PGlite.defaultStartParams);
   const create = async (dataDir: string | undefined, loadDataDir?: Blob) => {
     const pglite = new PGlite({ ...options, ...(dataDir === undefined ? {} : { dataDir }), ...(loadDataDir ? { loadDataDir } : {}) });
     await pglite.waitReady;

@@ -1,8 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { mkdtemp, rm } from "node:fs/promises";
 import net from "node:net";
-import os from "node:os";
-import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
@@ -97,31 +94,6 @@ describe(`storage on ${TEST_ENGINE}`, () => {
     await expect(
       database.db.transaction().execute((trx) => insertMessage(trx, { message: message(newId("msg")), position: 1 })),
     ).rejects.toThrow();
-  });
-});
-
-// It opens its own PGlite databases whatever the project's engine: run once per suite.
-describe.runIf(TEST_ENGINE === "postgres")("PGlite databases of one process", () => {
-  it("share PGlite's compiled module but no data: two open at once, one in a directory, stay apart", async () => {
-    const dir = await mkdtemp(path.join(os.tmpdir(), "ledger-db-two-"));
-    const first = await openDatabase({ kind: "pglite", dir: ":memory:" });
-    const second = await openDatabase({ kind: "pglite", dir: path.join(dir, "db") });
-    try {
-      const a = await insertTestSession(first.db);
-      const b = await insertTestSession(second.db);
-      const ids = async (d: Database) => (await d.db.selectFrom("session").select("id").execute()).map((r) => r.id);
-      expect(await ids(first)).toEqual([a]);
-      expect(await ids(second)).toEqual([b]);
-      await first.close();
-      // The other keeps working after one closed, and a third opens.
-      const third = await openDatabase({ kind: "pglite", dir: ":memory:" });
-      expect(await ids(second)).toEqual([b]);
-      expect(await ids(third)).toEqual([]);
-      await third.close();
-    } finally {
-      await second.close();
-      await rm(dir, { recursive: true, force: true });
-    }
   });
 });
 
