@@ -5,10 +5,10 @@ import { ID_FORMAT, isId } from "../ids.js";
 import { parseDataUrl } from "../parts/data-url.js";
 import { checkFileUrl } from "../parts/resolve.js";
 import { deleteMessages, getMessageRow } from "../storage/message-store.js";
-import { deleteParts, getPartRow, updatePartRow } from "../storage/part-store.js";
+import { deleteParts, getPartRow, rowToPart, updatePartRow } from "../storage/part-store.js";
 import { protoCaseName } from "../storage/proto-names.js";
 import type { LedgerDeps } from "./deps.js";
-import { checkJsonFields } from "./json-fields.js";
+import { jsonFieldSizes, limitJsonFields } from "./json-fields.js";
 import { moveRevertPoint } from "./revert.js";
 import { assertIdle } from "./status.js";
 import { writeSession, type SessionWrite } from "./writer.js";
@@ -52,8 +52,9 @@ export async function deletePart(deps: LedgerDeps, sessionId: string, messageId:
  * Replaces a stored part with `part` (same id, message and kind); emits `part_updated`.
  * Throws `InvalidArgumentError` (`part.id` is not a part id, `part.session_id`/`part.message_id` differ from the request,
  * a file part's URL is not a valid `data:`, `file:` or `http(s):` URL (`part.file.url`),
- * `LimitExceededError` (RESOURCE_EXHAUSTED) for a text over `limits.text_part_bytes` or more than
- * `limits.metadata_bytes` of JSON in the part's Struct fields (metadata, tool input),
+ * `LimitExceededError` (RESOURCE_EXHAUSTED) for a text over `limits.text_part_bytes`, or more JSON
+ * in the part's Struct fields (metadata, tool input) than `limits.metadata_bytes` and the stored
+ * part's own,
  * `part.kind` unset or changed, or the part belongs to another message), `SessionNotFoundError`,
  * `MessageNotFoundError`, `PartNotFoundError` (`part.id`), `SessionBusyError`.
  */
@@ -69,8 +70,11 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
     const scheme = checkFileUrl("part.file.url", part.kind.value.url);
     if (scheme === "data") parseDataUrl("part.file.url", part.kind.value.url);
   }
+  // Struct fields are bounded as a prompt's are, but never below what this part holds already:
+  // the server's own tool parts may be larger (a write's input and diff hold the whole file).
+  const json = jsonFieldSizes(PartSchema, part, "part");
+  const metadataMax = deps.config.limits.metadata_bytes;
   // A text part is bounded as a prompt's text draft is.
-  checkJsonFields(PartSchema, part, deps.config.limits.metadata_bytes, "part");
   if (part.kind.case === "text") {
     const bytes = Buffer.byteLength(part.kind.value.text, "utf8");
     const max = deps.config.limits.text_part_bytes;
@@ -88,6 +92,7 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
       );
     const kind = protoCaseName(PartSchema, part.kind.case ?? "");
     if (row.kind !== kind) throw new InvalidArgumentError("part.kind", `cannot change a ${row.kind} part into ${kind}`);
+    if (json.total > metadataMax) limitJsonFields(json, Math.max(metadataMax, jsonFieldSizes(PartSchema, rowToPart(row), "part").total));
     const stored = create(PartSchema, part);
     await updatePartRow(w.trx, stored);
     w.emit({ case: "partUpdated", value: { part: stored } });

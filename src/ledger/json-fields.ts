@@ -8,25 +8,55 @@ import { LimitExceededError } from "../errors.js";
 
 const JSON_TYPES = new Set(["google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"]);
 
+/** The JSON fields set in a message, in field order, with their sizes as {@link jsonBytes} counts them. */
+export interface JsonFieldSizes {
+  /** All of them together, in bytes. */
+  total: number;
+  /** Each field's path (proto names, e.g. `parts[3].text.metadata`) and size in bytes. */
+  fields: Array<{ path: string; bytes: number }>;
+}
+
 /**
- * Refuses `message` when its JSON fields (every `Struct`, `Value` and `ListValue` field at any
- * depth: part metadata, tool input, a format's schema) hold more than `max` bytes together, as
- * {@link jsonBytes} counts them. One pass over the message's fields and the JSON values, no
- * conversion.
+ * The sizes of `message`'s JSON fields (every `Struct`, `Value` and `ListValue` field at any
+ * depth: part metadata, tool input, a format's schema). One pass over the message's fields and
+ * the JSON values, no conversion.
  *
  * @param schema - the message's descriptor, e.g. `PromptRequestSchema`.
  * @param prefix - field path of `message` in the request (`part` for UpdatePart's), or "".
- * @throws LimitExceededError (`RESOURCE_EXHAUSTED`, limit `metadata_bytes`) naming the field at which
- *   the total passed `max` (e.g. `parts[3].text.metadata`), with the request's total in bytes.
+ */
+export function jsonFieldSizes<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>, prefix = ""): JsonFieldSizes {
+  const sizes: JsonFieldSizes = { total: 0, fields: [] };
+  visitJsonFields(schema, message as unknown as Record<string, unknown>, prefix, (value, path) => {
+    const bytes = jsonBytes(value);
+    sizes.total += bytes;
+    sizes.fields.push({ path, bytes });
+  });
+  return sizes;
+}
+
+/**
+ * Refuses JSON fields of more than `max` bytes together (limit `metadata_bytes`).
+ *
+ * @param sizes - from {@link jsonFieldSizes}.
+ * @param max - the bytes allowed (`limits.metadata_bytes`, or more where the request may carry more).
+ * @throws LimitExceededError (`RESOURCE_EXHAUSTED`, limit `metadata_bytes`) naming the field at
+ *   which the total passed `max` (e.g. `parts[3].text.metadata`), with the total in bytes.
+ */
+export function limitJsonFields(sizes: JsonFieldSizes, max: number): void {
+  if (sizes.total <= max) return;
+  let running = 0;
+  const over = sizes.fields.find((f) => (running += f.bytes) > max)!;
+  throw new LimitExceededError(over.path, "metadata_bytes", max, sizes.total, "bytes");
+}
+
+/**
+ * {@link limitJsonFields} of {@link jsonFieldSizes}: refuses `message` when its JSON fields hold
+ * more than `max` bytes together.
+ *
+ * @throws LimitExceededError (`RESOURCE_EXHAUSTED`, limit `metadata_bytes`), see {@link limitJsonFields}.
  */
 export function checkJsonFields<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>, max: number, prefix = ""): void {
-  let total = 0;
-  let over: string | undefined;
-  visitJsonFields(schema, message as unknown as Record<string, unknown>, prefix, (value, path) => {
-    total += jsonBytes(value);
-    if (total > max && over === undefined) over = path;
-  });
-  if (over !== undefined) throw new LimitExceededError(over, "metadata_bytes", max, total, "bytes");
+  limitJsonFields(jsonFieldSizes(schema, message, prefix), max);
 }
 
 /**

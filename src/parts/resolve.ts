@@ -65,17 +65,18 @@ interface DraftRun {
 
 /**
  * `readPath(filePath, options)` through `run`: the first draft of a (path, offset, limit) reads
- * it, the others share its result. A failed read is not shared (its error names its own draft's
- * field): the next draft reads again.
+ * it, the others share its result, a `ReadFailure` (the failure text names the path, not a
+ * field) included. Another error names the first draft's field: a later draft reads again.
  */
 function readOnce(run: DraftRun, filePath: string, options: NonNullable<Parameters<typeof readPath>[1]>): Promise<ReadResult> {
   const key = JSON.stringify([filePath, options.offset, options.limit]);
   const known = run.reads.get(key);
-  if (known) return known.catch(() => readOnce(run, filePath, options));
+  if (known)
+    return known.catch((error: unknown) => (error instanceof ReadFailure ? Promise.reject(error) : readOnce(run, filePath, options)));
   const reading = run.readSlots(() => readPath(filePath, options));
   run.reads.set(key, reading);
-  reading.catch(() => {
-    if (run.reads.get(key) === reading) run.reads.delete(key);
+  reading.catch((error: unknown) => {
+    if (!(error instanceof ReadFailure) && run.reads.get(key) === reading) run.reads.delete(key);
   });
   return reading;
 }

@@ -5,7 +5,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { jsonBytes } from "../../src/ledger/json-fields.js";
+import type { LanguageModelV3 } from "@ai-sdk/provider";
 import { connectError } from "../support/errors.js";
+import { mockResolver, reply, scriptedModel, textReply, toolCallParts, type ModelKey } from "../support/mock-models.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 import { idOf, lastSeq } from "../support/stored.js";
@@ -16,9 +18,10 @@ import { idOf, lastSeq } from "../support/stored.js";
 // event loop for 5 s; 15,000,000 (28.6 MiB) for 73 s, 2.8 GB of RSS, then INTERNAL on PGlite.
 
 const MAX = 4096;
+const models: Partial<Record<ModelKey, LanguageModelV3>> = {};
 let t: TestLedger;
 beforeAll(async () => {
-  t = await startTestLedger({ limits: { metadata_bytes: MAX } });
+  t = await startTestLedger({ model: "mock/model", limits: { metadata_bytes: MAX } }, { models: mockResolver(models) });
 });
 afterAll(() => t?.close());
 
@@ -119,6 +122,36 @@ describe("metadata_bytes", () => {
     if (part.kind.case === "text") part.kind.value.metadata = metadataOf(MAX);
     const updated = await t.client.updatePart({ sessionId, messageId: idOf(sent), part });
     expect(updated.part?.kind.case === "text" && updated.part.kind.value.metadata).toEqual(metadataOf(MAX));
+    expect(await lastSeq(t.ledger.deps.db, sessionId)).toBe(seq + 1);
+  });
+
+  it("UpdatePart of a part the server stored over the limit (a tool call's input): sent back as stored it is taken, grown it is refused", async () => {
+    const pattern = "x".repeat(MAX + 100);
+    models["mock/model"] = scriptedModel([reply(toolCallParts("call_1", "glob", { pattern }), "tool-calls"), textReply("done")]);
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    await t.client.prompt({ sessionId, parts: [text("find")] });
+    const { messages } = await t.client.listMessages({ sessionId });
+    const owner = messages.find((m) => m.parts.some((p) => p.kind.case === "tool"))!;
+    const part = create(
+      PartSchema,
+      owner.parts.find((p) => p.kind.case === "tool")!,
+    );
+    const state = part.kind.case === "tool" ? part.kind.value.state?.status : undefined;
+    if (state?.case !== "completed") throw new Error(`expected a completed tool part, got ${state?.case}`);
+    expect(state.value.input).toEqual({ pattern });
+    const stored = jsonBytes({ pattern }) + jsonBytes(state.value.metadata ?? {});
+    expect(stored).toBeGreaterThan(MAX);
+
+    const seq = await lastSeq(t.ledger.deps.db, sessionId);
+    await t.client.updatePart({ sessionId, messageId: idOf(owner), part });
+    expect(await lastSeq(t.ledger.deps.db, sessionId)).toBe(seq + 1);
+
+    // The input grew by one byte: the total passes the stored size at the field after it.
+    state.value.input = { pattern: `${pattern}y` };
+    expect(await refused(t.client.updatePart({ sessionId, messageId: idOf(owner), part }))).toMatchObject({
+      code: Code.ResourceExhausted,
+      metadata: { field: "part.tool.state.completed.metadata", limit: "metadata_bytes", max: String(stored), actual: String(stored + 1) },
+    });
     expect(await lastSeq(t.ledger.deps.db, sessionId)).toBe(seq + 1);
   });
 });

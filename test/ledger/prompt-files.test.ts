@@ -100,6 +100,18 @@ describe("file: URLs", () => {
     ]);
   });
 
+  it("drafts of one missing file share its failure: each gets its call and failure text, and a session_error each", async () => {
+    const missing = path.join(t.dir, "gone.txt");
+    const { sessionId, parts } = await stored([file(url("gone.txt")), file(url("gone.txt")), file(`${url("gone.txt")}/`)]);
+    const failed = [
+      { kind: "text", synthetic: true, text: call({ filePath: missing }) },
+      { kind: "text", synthetic: true, text: `Read tool failed to read ${missing} with the following error: File not found: ${missing}` },
+    ];
+    expect(parts.map(shape)).toEqual([...failed, ...failed, ...failed]);
+    const rows = await storedEvents(t.ledger.deps.db, sessionId, { kind: "session_error" });
+    expect(rows).toHaveLength(3);
+  });
+
   it("lists a directory given with a trailing slash and a text/plain mime", async () => {
     const dirUrl = `${url("folder")}/`;
     const { parts } = await stored([file(dirUrl, "text/plain")]);
