@@ -14,10 +14,9 @@ export interface Limits {
   /**
    * Most JSON one request carries in `google.protobuf.Struct`/`Value` fields (part metadata, tool
    * input and metadata in `UpdatePart`, never less there than the stored part's own; the output
-   * format's JSON schema), all together, in bytes
-   * of compact JSON (strings by their UTF-8 bytes). Such values cost far more CPU per byte than a
-   * text (1,000,000 list items of 2 bytes held the event loop for 5 s), so this is much lower than
-   * `request_bytes`. Default 256 KiB.
+   * format's JSON schema), all together, in bytes of compact JSON (strings by their UTF-8 bytes).
+   * Such values cost far more CPU per byte than a text (1,000,000 list items of 2 bytes held the
+   * event loop for 5 s), so this is much lower than `request_bytes`. Default 256 KiB.
    */
   metadata_bytes: number;
   /** Largest decoded `data:` URL body, in bytes. Default 20 MiB. */
