@@ -10,6 +10,7 @@ import { CommandNotFoundError, SessionNotFoundError } from "../errors.js";
 import { getSessionRow } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { prompt } from "./prompt.js";
+import type { PartField } from "../parts/resolve.js";
 
 type Draft = MessageInitShape<typeof PartInputSchema>;
 
@@ -25,7 +26,8 @@ type Draft = MessageInitShape<typeof PartInputSchema>;
  * Throws `CommandNotFoundError` (NOT_FOUND, listing the configured commands),
  * `SessionNotFoundError`, `AgentNotFoundError` for an unknown subtask agent and
  * `InvalidArgumentError` on `command.agent` for a primary-only one (`requireSubagent`), and whatever
- * `prompt` throws (e.g. PERMISSION_DENIED for a reference outside the allowed directories).
+ * `prompt` throws (e.g. PERMISSION_DENIED for a reference outside the allowed directories),
+ * naming the drafts as `commandPartField` says.
  */
 export async function runCommand(deps: LedgerDeps, request: CommandRequest, signal?: AbortSignal): Promise<MessageWithParts> {
   const command = Object.hasOwn(deps.config.commands, request.command) ? deps.config.commands[request.command] : undefined;
@@ -64,7 +66,20 @@ export async function runCommand(deps: LedgerDeps, request: CommandRequest, sign
   });
   return prompt(deps, promptRequest, signal, {
     extraEvents: (messageId) => [{ case: "command", value: { command: request.command, arguments: request.arguments, messageId } }],
+    partField: commandPartField(drafts.length),
   });
+}
+
+/**
+ * How a Command's errors name its drafts: the `template` drafts the template brings (its text,
+ * then one `file:` draft per `@path` reference, or the subtask) are `command.template.parts[k]`,
+ * and the request's own come after them but keep their index in its `parts`: an error on the
+ * client's first draft names `parts[0]`, not `parts[3]`.
+ *
+ * @param fromTemplate - how many drafts the template brought (they come first in the prompt).
+ */
+export function commandPartField(fromTemplate: number): PartField {
+  return (index) => (index < fromTemplate ? `command.template.parts[${index}]` : `parts[${index - fromTemplate}]`);
 }
 
 /** `"quoted words"`, `'quoted words'` or a run of non-blanks (OpenCode's argument split). */

@@ -10,7 +10,7 @@ import { PromptRequestSchema, type PromptRequest } from "../../gen/ledger/v1/ser
 import { mcpRefusal, rootsForSession } from "./access.js";
 import { newId } from "../ids.js";
 import { annotateActiveSpan, inSpan } from "../observe/spans.js";
-import { resolveDrafts, type ResolvedDrafts } from "../parts/resolve.js";
+import { requestPartField, resolveDrafts, type PartField, type ResolvedDrafts } from "../parts/resolve.js";
 import { makeStorable } from "../storage/jsonb.js";
 import { insertMessage } from "../storage/message-store.js";
 import { insertParts } from "../storage/part-store.js";
@@ -19,7 +19,7 @@ import { knownSession, readKnownSession, sessionCache, type KnownSession } from 
 import type { RowChange } from "../storage/session-write.js";
 import type { LedgerDeps } from "./deps.js";
 import { AlreadyExistsError, InvalidArgumentError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
-import { checkJsonFields } from "./json-fields.js";
+import { jsonFieldSizes, limitJsonFields } from "./json-fields.js";
 import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
 import { promptFingerprint } from "./prompt-hash.js";
 import { applyRevert } from "./revert.js";
@@ -36,6 +36,11 @@ export interface StorePromptOptions {
    * E.g. `command` for the `Command` RPC. Not called for a replayed prompt.
    */
   extraEvents?: (messageId: string) => EventKind[];
+  /**
+   * Names the request's i-th draft in errors (default `parts[i]`). The `Command` RPC's drafts
+   * are its template's and then the client's, so it names them as the client sent them.
+   */
+  partField?: PartField;
 }
 
 /**
@@ -63,7 +68,7 @@ export interface StorePromptOptions {
  * them nothing is written.
  */
 export async function storePrompt(deps: LedgerDeps, request: PromptRequest, options: StorePromptOptions = {}): Promise<StoredPrompt> {
-  checkCounts(deps, request);
+  checkCounts(deps, request, options.partField ?? requestPartField);
   // The storage rule, applied up front: the fingerprint, plugins and drafts see what will be stored.
   makeStorable(request);
   return storeResolved(deps, request, options, await knownSession(deps.db, request.sessionId), false);
@@ -115,6 +120,7 @@ async function storeResolved(
         mcpRefused,
       },
       request.parts,
+      options.partField,
     ),
   );
   const draftMessage = create(MessageSchema, {
@@ -207,7 +213,7 @@ async function writePrompt(
       const stored = await findStoredPrompt(deps.db, session.id, request.messageId, fingerprint);
       if (stored) return stored;
     }
-    throw mapConflict(error, request, messageId);
+    throw mapConflict(error, request, messageId, input.options.partField ?? requestPartField);
   }
 }
 
@@ -311,29 +317,31 @@ function permissionsFromTools(tools: Record<string, boolean>) {
  * `InvalidArgumentError` on the later one's `parts[i].id` (the insert would otherwise refuse the
  * second as ALREADY_EXISTS naming the first).
  */
-function checkCounts(deps: LedgerDeps, request: PromptRequest): void {
+function checkCounts(deps: LedgerDeps, request: PromptRequest, partField: PartField): void {
   const max = deps.config.limits.parts_per_prompt;
   if (request.parts.length > max) throw new LimitExceededError("parts", "parts_per_prompt", max, request.parts.length, "parts");
-  checkJsonFields(PromptRequestSchema, request, deps.config.limits.metadata_bytes);
+  const json = jsonFieldSizes(PromptRequestSchema, request);
+  for (const field of json.fields) field.path = field.path.replace(/^parts\[(\d+)\]/, (_, i: string) => partField(Number(i)));
+  limitJsonFields(json, deps.config.limits.metadata_bytes);
   const first = new Map<string, number>();
   request.parts.forEach((part, i) => {
     const id = part.kind.value?.id;
     if (!id) return;
     const earlier = first.get(id);
     if (earlier !== undefined)
-      throw new InvalidArgumentError(`parts[${i}].id`, `repeats parts[${earlier}].id (${id}): each part needs its own id`);
+      throw new InvalidArgumentError(`${partField(i)}.id`, `repeats ${partField(earlier)}.id (${id}): each part needs its own id`);
     first.set(id, i);
   });
 }
 
-function mapConflict(error: unknown, request: PromptRequest, messageId: string): unknown {
+function mapConflict(error: unknown, request: PromptRequest, messageId: string, partField: PartField): unknown {
   if (isUniqueViolation(error, "message_pkey")) {
     return new AlreadyExistsError("message_id", messageId, "is already used by another session or prompt");
   }
   if (isUniqueViolation(error, "part_pkey")) {
     const id = duplicateId(error) ?? "";
     const index = request.parts.findIndex((p) => p.kind.value?.id === id);
-    return new AlreadyExistsError(index >= 0 ? `parts[${index}].id` : "parts", id, "is already used by another part");
+    return new AlreadyExistsError(index >= 0 ? `${partField(index)}.id` : "parts", id, "is already used by another part");
   }
   return error;
 }

@@ -132,10 +132,14 @@ type Piece = { part: Part; synthetic: boolean };
  * `InvalidArgumentError` (one naming a primary-only agent, bad URL or range, a URL without a `data:`/`file:`/`http(s):`
  * scheme such as raw base64, an empty, truncated or undecodable image), `PathNotAllowedError`
  * (outside the session directory and roots) and `LimitExceededError` (text, data: URL,
- * attachment or image pixels over its limit), each naming the field as `parts[i]...`; then
- * nothing is stored.
+ * attachment or image pixels over its limit), each naming the field as `partField(i)...`
+ * (`parts[i]...` by default); then nothing is stored.
  */
-export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): Promise<ResolvedDrafts> {
+export async function resolveDrafts(
+  ctx: ResolveContext,
+  drafts: PartInput[],
+  partField: PartField = requestPartField,
+): Promise<ResolvedDrafts> {
   const run: DraftRun = { problems: [], reads: new Map(), readSlots: pLimit(READS_AT_ONCE) };
   const blank = (d: PartInput) => d.kind.case === "text" && d.kind.value.text.trim() === "";
   if (drafts.every(blank)) throw new InvalidArgumentError("parts", "has no content: every draft is an empty or whitespace-only text");
@@ -144,7 +148,7 @@ export async function resolveDrafts(ctx: ResolveContext, drafts: PartInput[]): P
   const budget = new McpBudget(ctx.limits.mcp_prompt_bytes);
   const turns = new Map(drafts.flatMap((d, i) => (isResourceDraft(d) && !blank(d) ? [[i, budget.turn()] as const] : [])));
   const resolved = await Promise.all(
-    drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, `parts[${i}]`, run, symbols.has(i), turns.get(i)))),
+    drafts.map((draft, i) => (blank(draft) ? [] : resolveDraft(ctx, draft, partField(i), run, symbols.has(i), turns.get(i)))),
   );
   const parts: Part[] = [];
   const syntheticIds: string[] = [];
@@ -410,3 +414,13 @@ function synthetic(text: string, metadata?: JsonObject): Piece {
 function essence(mime: string): string {
   return mime.split(";")[0]!.trim().toLowerCase();
 }
+
+/**
+ * Names the i-th draft of a prompt in errors, e.g. `parts[2]` (then `parts[2].file.url`). The
+ * `Command` RPC names the drafts its template brings `command.template.parts[k]` and the
+ * request's own drafts by their index in its `parts` (`commandPartField`).
+ */
+export type PartField = (index: number) => string;
+
+/** The default {@link PartField}: `parts[i]`, the draft's index in the request. */
+export const requestPartField: PartField = (index) => `parts[${index}]`;

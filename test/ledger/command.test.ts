@@ -1,4 +1,5 @@
-import { mkdir, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { Code } from "@connectrpc/connect";
@@ -9,11 +10,16 @@ import { newId } from "../../src/ids.js";
 import { connectError as rejection } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { storedEvents } from "../support/stored.js";
-import { shape, text } from "../support/prompt.js";
+import { file, shape, text, type Draft } from "../support/prompt.js";
 
 let t: TestLedger;
+/** A directory outside the session's, for a template reference the session may not read. */
+let outside: string;
 beforeAll(async () => {
+  outside = await mkdtemp(path.join(tmpdir(), "command-outside-"));
+  await writeFile(path.join(outside, "secret.txt"), "not yours\n");
   t = await startTestLedger({
+    limits: { metadata_bytes: 64 },
     command: {
       review: {
         template: "Review $1 for $2 ($ARGUMENTS). Notes in @notes.txt, not in @missing.txt.",
@@ -21,12 +27,16 @@ beforeAll(async () => {
         agent: "plan",
       },
       count: { template: "Count the files under $1", description: "count files", agent: "explore", subtask: true },
+      leak: { template: `Compare @notes.txt with @${outside}/secret.txt`, description: "reads outside" },
     },
   });
   await writeFile(path.join(t.dir, "notes.txt"), "first note\nsecond note\n");
   await mkdir(path.join(t.dir, "src"));
 });
-afterAll(() => t?.close());
+afterAll(async () => {
+  await t?.close();
+  await rm(outside, { recursive: true, force: true });
+});
 
 const eventKinds = (sessionId: string) => storedEvents(t.ledger.deps.db, sessionId);
 
@@ -112,15 +122,51 @@ describe("Command", () => {
     expect((await eventKinds(sessionId)).some((e) => e.kind === "command")).toBe(true);
   });
 
+  // Review, 2026-12-02: errors counted the template's drafts (its text, `@notes.txt`) before the
+  // client's, so a bad first draft of the request was named parts[2].
+  it("names the client's drafts by their index in its parts, and the template's as command.template.parts[k], writing nothing", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const before = await eventKinds(sessionId);
+    const secret = pathToFileURL(path.join(outside, "secret.txt")).href;
+    const call = (parts: Draft[], command = "review") =>
+      rejection(t.client.command({ sessionId, command, arguments: "a", noReply: true, parts }));
+
+    const denied = await call([text("fine"), file(secret)]);
+    expect([denied.code, denied.rawMessage]).toEqual([
+      Code.PermissionDenied,
+      `parts[1].file.url: ${path.join(outside, "secret.txt")} is outside the session directory and the configured roots`,
+    ]);
+    const id = newId("prt");
+    const repeated = await call([
+      { kind: { case: "text", value: { id, text: "a" } } },
+      { kind: { case: "text", value: { id, text: "b" } } },
+    ]);
+    expect([repeated.code, repeated.rawMessage]).toEqual([
+      Code.InvalidArgument,
+      `parts[1].id: repeats parts[0].id (${id}): each part needs its own id`,
+    ]);
+    const big = await call([{ kind: { case: "text", value: { text: "m", metadata: { note: "x".repeat(100) } } } }]);
+    expect(big.code).toBe(Code.ResourceExhausted);
+    expect(big.findDetails(ErrorInfoSchema)[0]?.metadata).toMatchObject({ field: "parts[0].text.metadata", limit: "metadata_bytes" });
+
+    // The template's own reference outside the session directory: its text is draft 0, @notes.txt 1.
+    const fromTemplate = await call([text("fine")], "leak");
+    expect([fromTemplate.code, fromTemplate.rawMessage]).toEqual([
+      Code.PermissionDenied,
+      `command.template.parts[2].file.url: ${path.join(outside, "secret.txt")} is outside the session directory and the configured roots`,
+    ]);
+    expect(await eventKinds(sessionId)).toEqual(before);
+  });
+
   it("answers NOT_FOUND listing the configured commands, writing nothing", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     const before = await eventKinds(sessionId);
     const error = await rejection(t.client.command({ sessionId, command: "deploy", arguments: "", noReply: true }));
     expect(error.code).toBe(Code.NotFound);
-    expect(error.rawMessage).toContain("review, count");
+    expect(error.rawMessage).toContain("review, count, leak");
     expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({
       reason: "COMMAND_NOT_FOUND",
-      metadata: { command: "deploy", available: "review,count" },
+      metadata: { command: "deploy", available: "review,count,leak" },
     });
     expect(await eventKinds(sessionId)).toEqual(before);
   });
