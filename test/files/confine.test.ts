@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidArgumentError, PathNotAllowedError } from "../../src/errors.js";
 import { confinePath, isInside, isSpecialPath, MAX_PATH_BYTES } from "../../src/files/confine.js";
+import { settlesWithin } from "../support/wait.js";
 
 const F = "parts[0].file.url";
 let base: string; // realpath of the temp dir
@@ -141,10 +142,8 @@ describe("confinePath", () => {
   });
 
   it("refuses a FIFO quickly, without opening it", async () => {
-    const started = Date.now();
-    const err = await denied(join(root, "pipe"), [root]);
+    const err = await settlesWithin("the refusal", denied(join(root, "pipe"), [root]));
     expect(err.message).toBe(`${F}: ${join(root, "pipe")} is not a regular file or directory`);
-    expect(Date.now() - started).toBeLessThan(1000);
   });
 
   it("refuses a unix socket without connecting to it", async () => {
@@ -164,10 +163,8 @@ describe("confinePath", () => {
     "/dev",
     "/dev/nope",
   ])("refuses %s as special even under a root of / (and never reads it)", async (path) => {
-    const started = performance.now();
-    const err = await denied(path, ["/"]);
+    const err = await settlesWithin("the refusal", denied(path, ["/"]));
     expect(err.message).toBe(`${F}: ${path} ${SPECIAL_WHY}`);
-    expect(performance.now() - started).toBeLessThan(100);
   });
 
   it("refuses special paths reached through .., a symlink, or a symlink to /", async () => {

@@ -11,6 +11,7 @@ import { parseDataUrl, toDataUrl } from "../../src/parts/data-url.js";
 import { IMAGE_MAX_BYTES, isImageMime, normalizeImage, sniffImage } from "../../src/parts/image.js";
 import { resolveDrafts } from "../../src/parts/resolve.js";
 import { rejection } from "../support/errors.js";
+import { settlesWithin } from "../support/wait.js";
 
 // Every image here is a real one, made by sharp itself.
 
@@ -284,10 +285,8 @@ describe("normalizeImage enforces limits.image_pixels from the header", () => {
   it("refuses a small file whose header declares 100000×100000 px without decoding it", async () => {
     const bomb = await pngDeclaring(100_000, 100_000);
     expect(bomb.byteLength).toBeLessThan(100);
-    const started = performance.now();
-    const error = await rejection(normalizeImage(F, bomb, "image/png", LIMITS));
+    const error = await rejection(settlesWithin("the refusal", normalizeImage(F, bomb, "image/png", LIMITS)));
     expect(error).toMatchObject({ limit: "image_pixels", actual: 10_000_000_000 });
-    expect(performance.now() - started).toBeLessThan(1000);
   });
 
   it("counts every frame of an animated GIF", async () => {

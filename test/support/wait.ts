@@ -26,3 +26,28 @@ export async function waitFor<T>(
     await sleep(intervalMs);
   }
 }
+
+/**
+ * Hang bound for a call that must not block (a FIFO opened, /dev/zero read, an image decoded, a
+ * backtracking regular expression), ms: what it guards against takes minutes or forever, while
+ * the right behaviour takes milliseconds, so CPU load never decides it. Speed goals live in
+ * `npm run bench`.
+ */
+export const HANG_MS = 10_000;
+
+/**
+ * Settles like `promise` (resolves or rejects with its value), or rejects naming `what` once
+ * `timeoutMs` (ms, default {@link HANG_MS}) passed without it settling. A hang bound, not a
+ * speed assertion.
+ */
+export async function settlesWithin<T>(what: string, promise: Promise<T>, timeoutMs = HANG_MS): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: still running after ${timeoutMs} ms (blocked?)`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([promise, hung]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
