@@ -76,6 +76,11 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       `--host ${host}: binding a non-loopback address requires authentication; set LEDGER_TOKEN (16+ characters) or auth.token, or JSON Web Tokens (LEDGER_JWT_SECRET or auth.jwt) in ledger.json`,
     );
   }
+  if (!isLoopback(host) && !options.config.sessionDirectories && !options.config.tenants) {
+    logger.warn(
+      `--host ${host}: any caller allowed to write may create a session in any directory this server can read, and so read its files (and run commands unless tenants say otherwise); set session_directories in ledger.json (docs/security.md, "Which directories sessions may use")`,
+    );
+  }
   const target = options.database;
   if (options.config.nats && target.kind !== "postgres") {
     throw new ConfigError(

@@ -40,6 +40,12 @@ export interface LedgerConfig {
   providers: Record<string, ProviderConfig>;
   /** Absolute directories where `file:` reads are allowed besides the session directory. */
   roots: string[];
+  /**
+   * `session_directories`: absolute directories a session may be created in (`CreateSession`'s
+   * `directory`, canonical, must be one of them or inside one; docs/security.md, "Which
+   * directories sessions may use"); undefined: any directory the server can read.
+   */
+  sessionDirectories?: string[];
   limits: Limits;
   /** Absolute paths (or package names) of plugin modules. */
   plugins: string[];
@@ -277,6 +283,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     model: file.model ? parseModelRef(file.model) : firstModel(file.provider),
     providers: file.provider,
     roots: file.roots.map((r) => path.resolve(baseDir, r)),
+    sessionDirectories: file.session_directories?.map((d) => path.resolve(baseDir, d)),
     limits: { ...DEFAULT_LIMITS, ...file.limits },
     plugins: [...file.plugin, ...file.plugins].map((p) => (p.startsWith(".") || path.isAbsolute(p) ? path.resolve(baseDir, p) : p)),
     corsOrigins: file.cors.origins,

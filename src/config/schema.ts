@@ -108,6 +108,8 @@ export const configFileSchema = z.object({
   agent: z.record(z.string(), agentSchema).default({}),
   provider: z.record(z.string(), providerSchema).default({}),
   roots: z.array(z.string()).default([]),
+  /** Directories sessions may be created in (CreateSession's `directory` must be inside one); absent: any. */
+  session_directories: z.array(z.string().min(1)).optional(),
   limits: limitsSchema.default({}),
   plugin: z.array(z.string()).default([]),
   plugins: z.array(z.string()).default([]),

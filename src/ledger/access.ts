@@ -2,7 +2,7 @@ import { realpath } from "node:fs/promises";
 import type { Kysely } from "kysely";
 import { allowedRoots } from "../config/config.js";
 import { CommandsNotAllowedError, PathNotAllowedError, SessionNotFoundError } from "../errors.js";
-import { isInside } from "../files/confine.js";
+import { isInside, isSpecialPath } from "../files/confine.js";
 import type { DB } from "../storage/schema.js";
 import type { LedgerDeps } from "./deps.js";
 import { hasScope, type Principal } from "./principal.js";
@@ -87,26 +87,44 @@ export function policyOf(deps: Pick<LedgerDeps, "config">): AccessPolicy {
 }
 
 /**
- * With `tenants` configured, checks that a session of `tenant` may use `directory` (absolute; the
- * path as written, then resolved): it must lie inside one of the tenant's roots (as configured
- * or resolved). Throws `PathNotAllowedError` (PERMISSION_DENIED, field `directory`, naming the
- * path as the caller wrote it, `shown`) when it does not, or when the tenant has no entry in
- * `tenants`. Sessions without a tenant, and servers without `tenants`, are not restricted here.
+ * Checks that a session of `tenant` (null: none) may use `directory` (absolute; called with the
+ * path as written, then resolved), in this order:
+ * - never a special filesystem directory (`/proc`, `/sys`, `/dev` or below: nothing there is read);
+ * - with `tenants` configured and a tenant, inside one of the tenant's roots;
+ * - with `session_directories` configured, inside one of them (for every session).
+ * Entries are compared as configured and resolved (realpath). Throws `PathNotAllowedError`
+ * (PERMISSION_DENIED, reason PATH_NOT_ALLOWED, field `directory`, naming the path as the caller
+ * wrote it, `shown`, and the config key that refused it).
  */
-export async function checkTenantDirectory(
+export async function checkSessionDirectory(
   deps: Pick<LedgerDeps, "config">,
   tenant: string | null,
   directory: string,
   shown = directory,
 ): Promise<void> {
+  if (isSpecialPath(directory))
+    throw new PathNotAllowedError("directory", shown, "is a special filesystem path (/proc, /sys and /dev are never read)");
   const tenants = deps.config.tenants;
-  if (!tenants || !tenant) return;
-  const roots = tenants[tenant]?.roots;
-  if (!roots)
-    throw new PathNotAllowedError("directory", shown, `cannot be used: tenant ${tenant} has no roots configured (tenants.${tenant}.roots)`);
+  if (tenants && tenant) {
+    const roots = tenants[tenant]?.roots;
+    if (!roots)
+      throw new PathNotAllowedError(
+        "directory",
+        shown,
+        `cannot be used: tenant ${tenant} has no roots configured (tenants.${tenant}.roots)`,
+      );
+    if (!(await insideAny(roots, directory)))
+      throw new PathNotAllowedError("directory", shown, `is outside the roots of tenant ${tenant} (tenants.${tenant}.roots)`);
+  }
+  const allowed = deps.config.sessionDirectories;
+  if (allowed && !(await insideAny(allowed, directory)))
+    throw new PathNotAllowedError("directory", shown, "is outside the directories sessions may use (session_directories)");
+}
+
+/** Whether `directory` is one of `roots` or inside one, each root as configured or resolved. */
+async function insideAny(roots: string[], directory: string): Promise<boolean> {
   const reals = await Promise.all(roots.map((r) => realpath(r).catch(() => r)));
-  if (![...roots, ...reals].some((root) => isInside(root, directory)))
-    throw new PathNotAllowedError("directory", shown, `is outside the roots of tenant ${tenant} (tenants.${tenant}.roots)`);
+  return [...roots, ...reals].some((root) => isInside(root, directory));
 }
 
 /**

@@ -14,7 +14,7 @@ import { insertParts } from "../storage/part-store.js";
 import { isForeignKeyViolation } from "../storage/pg-errors.js";
 import { sessionCache } from "../storage/session-cache.js";
 import * as store from "../storage/session-store.js";
-import { checkTenantDirectory } from "./access.js";
+import { checkSessionDirectory } from "./access.js";
 import type { LedgerDeps } from "./deps.js";
 import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { withParts } from "./messages.js";
@@ -32,7 +32,7 @@ export const SESSION_PAGE = { default: 50, max: 1000 } as const;
  * existing directory and is stored resolved (realpath). `parent_id`
  * must name a session; `agent` must exist. Appends the session's first event
  * (`session_updated`, seq 1) in the same transaction.
- * Throws `InvalidArgumentError` (INVALID_ARGUMENT: directory empty, relative, with a NUL, over 4096 bytes or not a directory, or a malformed `model.provider_id`/`model.model_id`), `SessionNotFoundError` (NOT_FOUND: parent_id, also when the parent is deleted meanwhile), `AgentNotFoundError` (NOT_FOUND).
+ * Throws `InvalidArgumentError` (INVALID_ARGUMENT: directory empty, relative, with a NUL, over 4096 bytes or not a directory, or a malformed `model.provider_id`/`model.model_id`), `PathNotAllowedError` (PERMISSION_DENIED: a directory under /proc, /sys or /dev, outside the tenant's roots or outside `session_directories`; `checkSessionDirectory`), `SessionNotFoundError` (NOT_FOUND: parent_id, also when the parent is deleted meanwhile), `AgentNotFoundError` (NOT_FOUND).
  */
 export async function createSession(
   deps: LedgerDeps,
@@ -56,12 +56,12 @@ export async function createSession(
   // A child belongs to its parent's owner, whoever creates it.
   const parentOwnership = request.parentId ? await store.getSessionOwnership(deps.db, request.parentId) : undefined;
   if (request.parentId && !parentOwnership) throw new SessionNotFoundError(request.parentId, "parent_id");
-  // The tenant's roots are checked on the path as written before the filesystem is asked anything
-  // (a tenant learns nothing about directories outside its roots), then on the resolved path.
+  // The allowed directories are checked on the path as written before the filesystem is asked
+  // anything (a caller learns nothing about directories outside them), then on the resolved path.
   const tenant = (parentOwnership ?? ownership).tenant;
-  await checkTenantDirectory(deps, tenant, path.resolve(request.directory), request.directory);
+  await checkSessionDirectory(deps, tenant, path.resolve(request.directory), request.directory);
   const directory = await resolveDirectory(request.directory);
-  await checkTenantDirectory(deps, tenant, directory, request.directory);
+  await checkSessionDirectory(deps, tenant, directory, request.directory);
   const agent = request.agent ? resolveAgent(deps.config, request.agent).name : "";
   const now = new Date();
   const session = create(SessionSchema, {

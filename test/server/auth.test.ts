@@ -9,6 +9,7 @@ import { buildConfig, ConfigError, configFileSchema } from "../../src/config/con
 import { connectError as failure } from "../support/errors.js";
 import { createTestDatabase } from "../support/db.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { captureStderr } from "../support/stderr.js";
 
 const TOKEN = "s3cret-token-for-tests-0123456789";
 
@@ -65,6 +66,26 @@ describe("binding", () => {
     } finally {
       await db.drop();
     }
+  });
+});
+
+describe("binding a non-loopback address", () => {
+  const stderr = captureStderr();
+  const WARNING = "any caller allowed to write may create a session in any directory this server can read";
+
+  it.each([
+    ["warns once that sessions may use any directory, without session_directories or tenants", {}, 1],
+    ["does not warn with session_directories", { session_directories: ["/srv"] }, 0],
+  ])("%s", async (_name, extra, warnings) => {
+    const db = await createTestDatabase();
+    try {
+      const config = buildConfig(configFileSchema.parse({ auth: { token: TOKEN }, ...extra }), undefined, t.dir);
+      const ledger = await startLedger({ config, database: db.target, host: "0.0.0.0", port: 0 });
+      await ledger.close();
+    } finally {
+      await db.drop();
+    }
+    expect(stderr.written().filter((line) => line.includes(WARNING))).toHaveLength(warnings);
   });
 });
 

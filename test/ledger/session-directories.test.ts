@@ -1,0 +1,108 @@
+import { mkdir, mkdtemp, realpath, rm, symlink } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { Code } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { buildConfig } from "../../src/config/config.js";
+import { configFileSchema } from "../../src/config/schema.js";
+import { connectError } from "../support/errors.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+
+// Which directories sessions may use (docs/security.md). Without `session_directories` a caller
+// that may write picked any directory, `/` included, and so read any file the server can; with
+// it, CreateSession's directory must be one of them or inside one, compared canonically. The
+// kernel's special directories are never a session directory.
+
+let base: string;
+let allowed: string; // session_directories: ["<base>/projects"]
+let outside: string;
+let open: TestLedger; // no session_directories
+let confined: TestLedger;
+
+beforeAll(async () => {
+  base = await realpath(await mkdtemp(path.join(os.tmpdir(), "ledger-session-dirs-")));
+  allowed = path.join(base, "projects");
+  outside = path.join(base, "elsewhere");
+  await mkdir(path.join(allowed, "app", "src"), { recursive: true });
+  await mkdir(outside);
+  await symlink(outside, path.join(allowed, "leak")); // inside as written, outside once resolved
+  await symlink(path.join(allowed, "app"), path.join(base, "app-link")); // outside as written, inside once resolved
+  open = await startTestLedger({});
+  confined = await startTestLedger({ session_directories: [allowed] });
+});
+afterAll(async () => {
+  await open?.close();
+  await confined?.close();
+  await rm(base, { recursive: true, force: true });
+});
+
+/** The sessions `t` lists (ids), to check that a refusal stored nothing. */
+const listed = async (t: TestLedger) => (await t.client.listSessions({})).sessions.map((s) => s.id).sort();
+
+async function refused(t: TestLedger, directory: string): Promise<string> {
+  const before = await listed(t);
+  const error = await connectError(t.client.createSession({ directory }));
+  expect(error.code).toBe(Code.PermissionDenied);
+  expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({
+    reason: "PATH_NOT_ALLOWED",
+    metadata: { field: "directory", path: directory },
+  });
+  expect(await listed(t)).toEqual(before);
+  return error.rawMessage;
+}
+
+describe("session_directories in ledger.json", () => {
+  it("is resolved against the config file's directory, like roots; absent means any directory", () => {
+    const config = buildConfig(
+      configFileSchema.parse({ session_directories: ["../projects", "/srv/a"] }),
+      "/etc/ledger/ledger.json",
+      "/etc/ledger",
+    );
+    expect(config.sessionDirectories).toEqual(["/etc/projects", "/srv/a"]);
+    expect(buildConfig(configFileSchema.parse({}), undefined, "/").sessionDirectories).toBeUndefined();
+  });
+});
+
+describe("CreateSession's directory", () => {
+  it.each(["/proc", "/proc/self", "/sys/kernel", "/dev"])(
+    "is never %s, a special filesystem directory (PERMISSION_DENIED, nothing stored)",
+    async (dir) => {
+      expect(await refused(open, dir)).toBe(`directory: ${dir} is a special filesystem path (/proc, /sys and /dev are never read)`);
+    },
+  );
+
+  it("without session_directories may be any directory the server can read, / included (the documented default)", async () => {
+    expect((await open.client.createSession({ directory: "/" })).session!.directory).toBe("/");
+    expect((await open.client.createSession({ directory: outside })).session!.directory).toBe(outside);
+  });
+
+  it("with session_directories must be one of them or inside one", async () => {
+    expect((await confined.client.createSession({ directory: allowed })).session!.directory).toBe(allowed);
+    const inside = path.join(allowed, "app", "src");
+    expect((await confined.client.createSession({ directory: inside })).session!.directory).toBe(inside);
+    for (const dir of ["/", base, outside, `${allowed}-sibling`])
+      expect(await refused(confined, dir)).toBe(`directory: ${dir} is outside the directories sessions may use (session_directories)`);
+  });
+
+  it("is checked as written, then resolved: a link out of an allowed directory is refused, and so is a path outside that links in", async () => {
+    const leak = path.join(allowed, "leak");
+    expect(await refused(confined, leak)).toBe(`directory: ${leak} is outside the directories sessions may use (session_directories)`);
+    // As written it is outside: refused before the filesystem is asked (a caller learns nothing
+    // about paths outside the allowed directories).
+    const appLink = path.join(base, "app-link");
+    expect(await refused(confined, appLink)).toBe(
+      `directory: ${appLink} is outside the directories sessions may use (session_directories)`,
+    );
+  });
+
+  it("an allowed directory reached through a link in its configured spelling is stored resolved", async () => {
+    const t = await startTestLedger({ session_directories: [path.join(base, "app-link")] });
+    try {
+      const session = (await t.client.createSession({ directory: path.join(base, "app-link", "src") })).session!;
+      expect(session.directory).toBe(path.join(allowed, "app", "src"));
+    } finally {
+      await t.close();
+    }
+  });
+});
