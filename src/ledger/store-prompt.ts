@@ -312,14 +312,18 @@ function permissionsFromTools(tools: Record<string, boolean>) {
 }
 
 /**
- * At most `limits.parts_per_prompt` drafts and `limits.metadata_bytes` of JSON in the drafts'
- * metadata and the format's schema (`LimitExceededError`), and no draft id given twice:
+ * At most `limits.parts_per_prompt` drafts, a `system` of at most `limits.text_part_bytes` and
+ * `limits.metadata_bytes` of JSON in the drafts' metadata and the format's schema
+ * (`LimitExceededError`), and no draft id given twice:
  * `InvalidArgumentError` on the later one's `parts[i].id` (the insert would otherwise refuse the
  * second as ALREADY_EXISTS naming the first).
  */
 function checkCounts(deps: LedgerDeps, request: PromptRequest, partField: PartField): void {
   const max = deps.config.limits.parts_per_prompt;
   if (request.parts.length > max) throw new LimitExceededError("parts", "parts_per_prompt", max, request.parts.length, "parts");
+  const textMax = deps.config.limits.text_part_bytes;
+  const systemBytes = Buffer.byteLength(request.system, "utf8");
+  if (systemBytes > textMax) throw new LimitExceededError("system", "text_part_bytes", textMax, systemBytes, "bytes");
   const json = jsonFieldSizes(PromptRequestSchema, request);
   for (const field of json.fields) field.path = field.path.replace(/^parts\[(\d+)\]/, (_, i: string) => partField(Number(i)));
   limitJsonFields(json, deps.config.limits.metadata_bytes);

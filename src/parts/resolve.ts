@@ -203,6 +203,8 @@ async function resolveDraft(
       return agentDraft(ctx, draft.kind.value);
     case "subtask": {
       requireSubagent(ctx.agents, draft.kind.value.agent, `${field}.subtask.agent`);
+      for (const name of ["prompt", "description", "command"] as const)
+        limitText(ctx, draft.kind.value[name], `${field}.subtask.${name}`);
       const problem = draft.kind.value.model ? modelRefProblem(draft.kind.value.model) : undefined;
       if (problem) throw new InvalidArgumentError(`${field}.subtask.model.${problem.part}`, problem.description);
       const { id, $typeName: _, ...subtask } = draft.kind.value;
@@ -214,11 +216,16 @@ async function resolveDraft(
 }
 
 function textDraft(ctx: ResolveContext, draft: TextPartInput, field: string): Piece {
-  const bytes = Buffer.byteLength(draft.text, "utf8");
-  if (bytes > ctx.limits.text_part_bytes)
-    throw new LimitExceededError(field, "text_part_bytes", ctx.limits.text_part_bytes, bytes, "bytes");
+  limitText(ctx, draft.text, field);
   const { id, $typeName: _, ...text } = draft;
   return { part: create(PartSchema, { id, kind: { case: "text", value: text } }), synthetic: false };
+}
+
+/** Refuses a text of more than `limits.text_part_bytes` bytes of UTF-8 (`LimitExceededError` on `field`). */
+function limitText(ctx: ResolveContext, text: string, field: string): void {
+  const bytes = Buffer.byteLength(text, "utf8");
+  if (bytes > ctx.limits.text_part_bytes)
+    throw new LimitExceededError(field, "text_part_bytes", ctx.limits.text_part_bytes, bytes, "bytes");
 }
 
 function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {
