@@ -273,12 +273,15 @@ export function parseModelRef(value: string, field = "model"): { providerId: str
  * Merges a parsed config file with the built-in defaults: built-in agents overridden or
  * extended by `agent`, default model (`model`, else the first configured model), limits,
  * roots and plugin paths resolved against `baseDir`, telemetry with the `OTEL_*` variables of
- * `env` (none by default). Throws `ConfigError` when `default_agent` names no agent.
+ * `env` (none by default). Throws `ConfigError` when `default_agent` names no agent, or a
+ * command's `agent` names none (or a primary-only one for a `subtask` command).
  */
 export function buildConfig(file: ConfigFile, source: string | undefined, baseDir: string, env: NodeJS.ProcessEnv = {}): LedgerConfig {
   const jwt = buildJwtConfig(file.auth.jwt, baseDir);
+  const agents = buildAgents(file, source);
+  checkCommandAgents(file.command, agents.agents, source);
   return {
-    ...buildAgents(file, source),
+    ...agents,
     source,
     model: file.model ? parseModelRef(file.model) : firstModel(file.provider),
     providers: file.provider,
@@ -384,6 +387,27 @@ function buildAgents(file: ConfigFile, source: string | undefined): { agents: Ma
   const defaultAgent = file.default_agent ?? "build";
   if (!agents.has(defaultAgent)) throw new ConfigError(`${source ?? "config"}: default_agent: agent "${defaultAgent}" is not defined`);
   return { agents, defaultAgent };
+}
+
+/**
+ * A command's `agent` must name a configured agent, and a subagent when the command is a
+ * `subtask` (it runs as one): checked at load, as `default_agent` is, so a typo is not found
+ * only when a client runs the command (where it would blame the request's `agent`).
+ * Throws `ConfigError` naming `command.<name>.agent` and the agents it may name.
+ */
+function checkCommandAgents(commands: ConfigFile["command"], agents: ReadonlyMap<string, AgentInfo>, source: string | undefined): void {
+  for (const [name, command] of Object.entries(commands)) {
+    if (!command.agent) continue;
+    const agent = agents.get(command.agent);
+    const key = `${source ?? "config"}: command.${name}.agent`;
+    if (!agent) throw new ConfigError(`${key}: agent "${command.agent}" is not defined; agents: ${[...agents.keys()].join(", ")}`);
+    if (command.subtask && agent.mode === "primary") {
+      const subagents = [...agents.values()].filter((a) => a.mode !== "primary").map((a) => a.name);
+      throw new ConfigError(
+        `${key}: agent "${command.agent}" is a primary agent and the command is a subtask; name a subagent: ${subagents.join(", ") || "(none configured)"}`,
+      );
+    }
+  }
 }
 
 /**

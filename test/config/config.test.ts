@@ -124,3 +124,31 @@ describe("bus.nats and LEDGER_NATS_URL", () => {
     );
   });
 });
+
+describe("command.<name>.agent", () => {
+  const build = (command: Record<string, unknown>) => () =>
+    buildConfig(configFileSchema.parse({ command }), "/etc/ledger/ledger.json", "/etc/ledger");
+
+  it("must name a configured agent: checked at load, naming the key and the agents", () => {
+    expect(build({ x: { template: "t", agent: "nobody" } })).toThrow(
+      new ConfigError(`/etc/ledger/ledger.json: command.x.agent: agent "nobody" is not defined; agents: build, plan, general, explore`),
+    );
+  });
+
+  it("of a subtask command must be a subagent", () => {
+    expect(build({ x: { template: "t", agent: "plan", subtask: true } })).toThrow(
+      new ConfigError(
+        `/etc/ledger/ledger.json: command.x.agent: agent "plan" is a primary agent and the command is a subtask; name a subagent: general, explore`,
+      ),
+    );
+  });
+
+  it("accepts a configured agent, a subagent for a subtask, and no agent", () => {
+    const config = build({
+      a: { template: "t", agent: "plan" },
+      b: { template: "t", agent: "explore", subtask: true },
+      c: { template: "t" },
+    })();
+    expect(Object.keys(config.commands)).toEqual(["a", "b", "c"]);
+  });
+});

@@ -20,7 +20,9 @@ beforeAll(async () => {
       reviewer: { mode: "primary", description: "reviews", permission: { edit: "deny", task: { "*": "allow", explore: "deny" } } },
     },
     command: {
-      delegate: { template: "Count $ARGUMENTS", agent: "build", subtask: true },
+      // No agent: the subtask runs under the default, build, which is primary-only (a configured
+      // primary agent is refused when the config loads: test/config/config.test.ts).
+      delegate: { template: "Count $ARGUMENTS", subtask: true },
       review: { template: "Review $ARGUMENTS", agent: "reviewer" },
       plain: { template: "Plain $ARGUMENTS" },
     },
@@ -118,7 +120,7 @@ describe("agents named inside a prompt must exist and be subagents", () => {
     ]);
   });
 
-  it("a subtask command whose agent is primary-only → INVALID_ARGUMENT on command.agent", async () => {
+  it("a subtask command whose agent (here the default) is primary-only → INVALID_ARGUMENT on command.agent", async () => {
     const sessionId = await newSession();
     const error = await connectError(t.client.command({ sessionId, command: "delegate", arguments: "files", noReply: true }));
     expect([error.code, error.rawMessage]).toEqual([
