@@ -1,4 +1,4 @@
-import { SignJWT } from "jose";
+import { decodeJwt, SignJWT } from "jose";
 import { loadConfig } from "../config/config.js";
 import { ConfigError } from "../config/config-error.js";
 import { SCOPES } from "../ledger/principal.js";
@@ -40,15 +40,32 @@ export async function mintToken(opts: TokenOptions, io: Pick<CliIo, "cwd" | "env
   if (unknown.length > 0) throw new ConfigError(`--scope: unknown ${unknown.join(", ")}; expected ${SCOPES.join(", ")}`);
   if (jwt.tenantClaim && !opts.tenant)
     throw new ConfigError(`--tenant: required: this server's tokens carry the tenant claim "${jwt.tenantClaim}" (auth.jwt.tenant_claim)`);
-  if (!/^\d+\s*[a-z]+$/i.test(opts.expires.trim()))
-    throw new ConfigError(`--expires: expected a positive lifetime such as "30m", "1h" or "7d", got ${JSON.stringify(opts.expires)}`);
+  const badLifetime = (why: string) =>
+    new ConfigError(
+      `--expires: expected a positive lifetime of at most 366d such as "30m", "1h" or "7d", got ${JSON.stringify(opts.expires)}${why}`,
+    );
+  if (!/^\d+\s*[a-z]+$/i.test(opts.expires.trim())) throw badLifetime("");
   const claims: Record<string, unknown> = { sub: opts.sub };
   if (opts.tenant) claims[jwt.tenantClaim ?? "tenant"] = opts.tenant;
   if (scopes.length > 0) claims.scope = scopes.join(" ");
-  let token = new SignJWT(claims).setProtectedHeader({ alg: "HS256", typ: "JWT" }).setIssuedAt().setExpirationTime(opts.expires);
+  let token = new SignJWT(claims).setProtectedHeader({ alg: "HS256", typ: "JWT" }).setIssuedAt();
+  try {
+    token = token.setExpirationTime(opts.expires);
+  } catch (error) {
+    // jose's own reading of the period (its units: s, m, h, d, w, y and their long names).
+    throw badLifetime(` (${error instanceof Error ? error.message : String(error)})`);
+  }
   const issuer = [jwt.issuer ?? []].flat()[0];
   const audience = [jwt.audience ?? []].flat()[0];
   if (issuer) token = token.setIssuer(issuer);
   if (audience) token = token.setAudience(audience);
-  return token.sign(new TextEncoder().encode(jwt.secret));
+  const signed = await token.sign(new TextEncoder().encode(jwt.secret));
+  const { iat = 0, exp = 0 } = decodeJwt(signed);
+  // "0m" would mint a token that is expired when it is made; a lifetime of years is no test token.
+  if (exp - iat <= 0) throw badLifetime(": that token would be expired when it is made");
+  if (exp - iat > MAX_LIFETIME_S) throw badLifetime("");
+  return signed;
 }
+
+/** The longest `--expires` (s): 366 days. A development token; production tokens come from the identity provider. */
+const MAX_LIFETIME_S = 366 * 24 * 3600;

@@ -90,8 +90,25 @@ describe("ledger token", () => {
     );
     expect(past).toMatchObject({
       code: 1,
-      stderr: 'error: --expires: expected a positive lifetime such as "30m", "1h" or "7d", got "-1h"\n',
+      stderr: 'error: --expires: expected a positive lifetime of at most 366d such as "30m", "1h" or "7d", got "-1h"\n',
     });
+    // A trial, 2026-12-02: "0m" minted a token expired when made, "1x" printed jose's message
+    // without the option, and "999999999d" was accepted.
+    const expires = (value: string) =>
+      runCli(
+        ["token", "--sub", "x", "--tenant", "acme", "--expires", value, "--config", configFile()],
+        place({ LEDGER_JWT_SECRET: SECRET }),
+      );
+    const lifetime = `error: --expires: expected a positive lifetime of at most 366d such as "30m", "1h" or "7d", got`;
+    for (const zero of ["0m", "0s", "00h", "0d"])
+      expect(await expires(zero)).toMatchObject({
+        code: 1,
+        stdout: "",
+        stderr: `${lifetime} "${zero}": that token would be expired when it is made\n`,
+      });
+    expect(await expires("1x")).toMatchObject({ code: 1, stdout: "", stderr: `${lifetime} "1x" (Invalid time period format)\n` });
+    expect(await expires("367d")).toMatchObject({ code: 1, stdout: "", stderr: `${lifetime} "367d"\n` });
+    expect(await expires("366d")).toMatchObject({ code: 0 });
     await writeFile(configFile(), JSON.stringify({ auth: { jwt: { secret: "{env:LEDGER_JWT_SECRET}" } } }));
     const unset = await runCli(["token", "--sub", "x", "--config", configFile()], place());
     expect(unset).toMatchObject({
