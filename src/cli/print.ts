@@ -54,10 +54,31 @@ export function formatMessage(entry: MessageWithParts): string {
   return lines.join("\n");
 }
 
-/** One line per session: id, updated time, message count, directory and title. */
+/**
+ * One line per session: id, updated time, message count, directory and title. A line break or
+ * tab in the title or directory is shown escaped (`\n`, `\t`), so each session stays one line.
+ */
 export function formatSession(session: Session): string {
   const updated = session.timeUpdated ? timestampDate(session.timeUpdated).toISOString() : "";
-  return `${session.id}  ${updated}  ${String(session.messageCount).padStart(4)} msgs  ${session.directory}  ${session.title}`;
+  return `${session.id}  ${updated}  ${String(session.messageCount).padStart(4)} msgs  ${oneLine(session.directory)}  ${oneLine(session.title)}`;
+}
+
+/** `text` with CR, LF and tab written as `\r`, `\n`, `\t`. */
+function oneLine(text: string): string {
+  return text.replace(/[\r\n\t]/g, (c) => ({ "\r": "\\r", "\n": "\\n", "\t": "\\t" })[c]!);
+}
+
+/**
+ * What `ledger shell` prints for a completed bash part: the command's own output
+ * (`metadata.output`; the part's output when that is missing) and the notes the part's output
+ * carries for the model in its `<bash_metadata>` block, except the exit code (the CLI exits with
+ * it): e.g. "Output truncated: ...", a timeout.
+ */
+export function shellOutput(output: string, metadata: JsonObject | undefined): { output: string; notes: string[] } {
+  const block = /\n\n<bash_metadata>\n([\s\S]*)\n<\/bash_metadata>$/.exec(output);
+  const raw = typeof metadata?.output === "string" ? metadata.output : block ? output.slice(0, block.index) : output;
+  const notes = block ? block[1]!.split("\n").filter((line) => line && !line.startsWith("exit code: ")) : [];
+  return { output: raw, notes };
 }
 
 /** Token counts as `Tokens` holds them; unset counts are 0. */

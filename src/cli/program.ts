@@ -11,7 +11,7 @@ import { withClient, type ClientOptions } from "./client.js";
 import { processIo, type CliIo } from "./io.js";
 import { listResources, listServers, parseResourceOption } from "./mcp.js";
 import { answerWhileRunning } from "./permissions.js";
-import { formatDiff, formatMessage, formatSession, formatTodos, terminalSafe } from "./print.js";
+import { formatDiff, formatMessage, formatSession, formatTodos, shellOutput, terminalSafe } from "./print.js";
 import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
 import type { ServeOptions } from "./serve.js";
 import {
@@ -228,7 +228,11 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
         }
         const state = message?.parts[0]?.kind.case === "tool" ? message.parts[0].kind.value.state?.status : undefined;
         if (state?.case === "completed") {
-          io.stdout.write(terminalSafe(state.value.output.endsWith("\n") ? state.value.output : `${state.value.output}\n`));
+          // stdout gets the command's own output; the notes written for the model (cut output, a
+          // timeout) go to stderr, and the exit code is the command's.
+          const { output, notes } = shellOutput(state.value.output, state.value.metadata);
+          if (output) io.stdout.write(terminalSafe(output.endsWith("\n") ? output : `${output}\n`));
+          for (const note of notes) io.stderr.write(terminalSafe(`note: ${note}\n`));
           const exit = state.value.metadata?.exit;
           return typeof exit === "number" ? exit : 1;
         }

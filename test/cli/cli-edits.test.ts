@@ -65,8 +65,15 @@ describe("ledger prompt, diff and shell with permission asks", () => {
       const diff = await ledger("diff", sessionId);
       expect(diff).toMatchObject({ code: 0, stdout: "--- a/a.txt\n+++ b/a.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n" });
 
+      // stdout is the command's own output (a trial, 2026-12-02: the note written for the model,
+      // "<bash_metadata>exit code: 4", was printed after it); the exit code is the command's.
       const shell = await ledger("shell", sessionId, "echo hi; exit 4");
-      expect(shell).toMatchObject({ code: 4, stdout: "hi\n\n\n<bash_metadata>\nexit code: 4\n</bash_metadata>\n" });
+      expect(shell).toMatchObject({ code: 4, stdout: "hi\n", stderr: "" });
+      const long = await ledger("shell", sessionId, "seq 1 3000");
+      expect(long.code).toBe(0);
+      expect(long.stdout.split("\n").slice(0, 3)).toEqual(["1", "2", "3"]);
+      expect(long.stdout).not.toContain("bash_metadata");
+      expect(long.stderr).toMatch(/^note: Output truncated: showed the first \d+ lines or \d+ KB of \d+ bytes\.\n$/);
       const asked = await ledger("shell", sessionId, "curl http://example.invalid");
       expect(asked.code).toBe(1);
       expect(asked.stderr).toContain("permission: bash curl http://example.invalid\nrejected\n");
@@ -98,6 +105,13 @@ describe("stored text on a terminal", () => {
       // JSON keeps the text exact (escaped by JSON itself).
       const json = await ledger("messages", sessionId, "--json");
       expect(json.stdout).toContain("title\\u001b]0;pwned\\u0007 clear\\u001b[2J back\\rover");
+
+      // One line per session, whatever its title holds (a trial: a title's line break made a line without an id).
+      const titled = (await t.client.createSession({ directory: dir, title: "line1\nline2\tend" })).session!;
+      const sessions = await ledger("sessions");
+      const row = sessions.stdout.split("\n").find((line) => line.startsWith(titled.id));
+      expect(row).toMatch(/ {2}line1\\nline2\\tend$/);
+      expect(sessions.stdout.split("\n").filter((line) => line && !/^ses_/.test(line))).toEqual([]);
     },
     CLI_TIMEOUT,
   );
