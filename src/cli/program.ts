@@ -54,7 +54,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .exitOverride()
     .description("session-ledger: a gRPC/Connect service that stores agent prompts as an ordered ledger of messages and parts")
     .version(packageVersion(), "-V, --version", "print the version")
-    .showHelpAfterError();
+    .showHelpAfterError("(ledger <command> --help shows the usage)");
 
   program
     .command("serve")
@@ -119,7 +119,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       [],
     )
     .option("--session <id>", "prompt this session (default: a new session)")
-    .option("--dir <dir>", "directory of the new session (default: the current directory)")
+    .addOption(new Option("--dir <dir>", "directory of the new session (default: the current directory)").conflicts("session"))
     .option("--agent <name>", "agent to answer (default: the configured default agent)")
     .addOption(new Option("--model <provider/model>", "model to answer").argParser(parseModelOption))
     .option("--no-reply", "store the message without running the agent loop")

@@ -532,8 +532,26 @@ describe("ledger prompt with a model (streamed)", () => {
         expect(run.stderr).toContain(`${JSON.stringify(model)} is not a model reference`);
         expect(run.stderr).toContain('expected "provider/model" (e.g. "local/qwen")');
       }
-      // Refused before connecting: an unreachable --url is never tried.
+      // Refused before connecting: an unreachable --url is never tried. A usage error is the
+      // error and a hint, not the whole help (a trial: ~50 lines after each mistake).
       const viaUrl = await inDir(project, ["prompt", "hi", "--model", "garbage", "--url", "http://127.0.0.1:9"]);
+      expect(viaUrl.stderr.trimEnd().split("\n").at(-1)).toBe("(ledger <command> --help shows the usage)");
+      expect(viaUrl.stderr).not.toContain("Usage:");
+      // --dir names the directory of a new session: with --session it would be ignored.
+      const both = await inDir(project, [
+        "prompt",
+        "hi",
+        "--session",
+        "ses_01JD000000000000000000000A",
+        "--dir",
+        "/tmp",
+        "--url",
+        "http://127.0.0.1:9",
+      ]);
+      expect(both).toMatchObject({ code: 1, stdout: "" });
+      expect(both.stderr).toBe(
+        "error: option '--dir <dir>' cannot be used with option '--session <id>'\n(ledger <command> --help shows the usage)\n",
+      );
       expect(viaUrl.code, viaUrl.stderr).toBe(1);
       expect(viaUrl.stderr).toContain('"garbage" is not a model reference: no "/"');
       expect(viaUrl.stderr).not.toMatch(/ECONNREFUSED|Unavailable/);
