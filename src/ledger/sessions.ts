@@ -142,10 +142,20 @@ export async function listSessions(
   };
 }
 
-/** Sets the fields given (`title`), emits `session_updated`. Throws `SessionNotFoundError`. */
+/**
+ * Sets the fields given (`title`) and emits `session_updated`. A request that changes nothing (no
+ * field, or the title the session has) writes nothing: no event, `time_updated` kept (so the
+ * "most recently updated" order of ListSessions does not move), and returns the session.
+ * Throws `InvalidArgumentError` (INVALID_ARGUMENT on `title`) for an empty or blank title,
+ * `SessionNotFoundError` (NOT_FOUND).
+ */
 export async function updateSession(deps: LedgerDeps, sessionId: string, change: { title?: string }): Promise<Session> {
+  if (change.title !== undefined && !change.title.trim())
+    throw new InvalidArgumentError("title", "must not be empty or blank; leave title out to keep the session's title");
+  const current = await getSession(deps, sessionId);
+  if (change.title === undefined || change.title === current.title) return current;
   const { result } = await writeSession(deps, sessionId, async (w) => {
-    if (change.title !== undefined) w.session.title = change.title;
+    w.session.title = change.title!;
     w.emit({ case: "sessionUpdated", value: { session: w.session } });
     return w.session;
   });

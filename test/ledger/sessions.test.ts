@@ -111,6 +111,32 @@ describe("session CRUD", () => {
     expect(await code(t.client.listMessages({ sessionId: ids[0]!, pageToken: forged({ p: "abc" }) }))).toBe(Code.InvalidArgument);
   });
 
+  // A trial, 2026-12-02: an empty title erased it, and a request changing nothing moved the
+  // session to the top of "most recently updated" with a session_updated event.
+  it("UpdateSession: a blank title is INVALID_ARGUMENT; a request that changes nothing writes nothing", async () => {
+    const session = (await t.client.createSession({ directory: t.dir, title: "kept" })).session!;
+    const events = await storedEvents(t.ledger.deps.db, session.id);
+    for (const title of ["", "  \n"]) {
+      const error = await connectError(t.client.updateSession({ sessionId: session.id, title }));
+      expect([error.code, error.rawMessage]).toEqual([
+        Code.InvalidArgument,
+        "title: must not be empty or blank; leave title out to keep the session's title",
+      ]);
+    }
+    expect((await t.client.updateSession({ sessionId: session.id })).session).toEqual(session);
+    expect((await t.client.updateSession({ sessionId: session.id, title: "kept" })).session).toEqual(session);
+    expect(await storedEvents(t.ledger.deps.db, session.id)).toEqual(events);
+    expect((await t.client.getSession({ sessionId: session.id })).session).toEqual(session);
+
+    const renamed = (await t.client.updateSession({ sessionId: session.id, title: "new" })).session!;
+    expect(renamed.title).toBe("new");
+    expect((await storedEvents(t.ledger.deps.db, session.id)).map((e) => e.kind)).toEqual([
+      ...events.map((e) => e.kind),
+      "session_updated",
+    ]);
+    expect(await code(t.client.updateSession({ sessionId: newId("ses"), title: "x" }))).toBe(Code.NotFound);
+  });
+
   it("deletes a session with its messages, parts and events", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     await t.client.prompt({ sessionId, noReply: true, parts: [text("bye")] });
