@@ -41,6 +41,7 @@ export default defineConfig({
             "test/server/web-page.test.ts",
             "test/cli/cli-web.test.ts",
             "test/cli/serve-opencode.test.ts",
+            "test/cli/cli-url.test.ts",
             "test/agent/instructions.test.ts",
           ],
         },

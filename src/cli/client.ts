@@ -1,4 +1,4 @@
-import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { logger } from "../observe/log.js";
@@ -27,7 +27,12 @@ export async function withClient<T>(
   io: Pick<CliIo, "cwd" | "env" | "stderr">,
   fn: (client: Ledger) => Promise<T>,
 ): Promise<T> {
-  if (opts.url) return fn(connect(opts.url, io.env));
+  if (opts.url) {
+    const url = opts.url;
+    return fn(connect(url, io.env)).catch((error: unknown) => {
+      throw explainUrlError(error, url);
+    });
+  }
   // The in-process server's RPC log lines would mix into this command's output.
   if (!io.env.LEDGER_LOG_LEVEL) logger.setLevel("warn");
   // Loaded on use: with --url the CLI never loads the server stack (database, AI SDK, ...).
@@ -47,4 +52,23 @@ function connect(baseUrl: string, env: NodeJS.ProcessEnv): Ledger {
     return next(req);
   };
   return createClient(SessionService, createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [auth] }));
+}
+
+/**
+ * `error` with what the user can do about `--url` when the server there could not be reached as a
+ * ledger: nothing listening (UNAVAILABLE, ECONNREFUSED and the like), a TLS client talking to the
+ * plaintext port (EPROTO), or no ledger service at that address (HTTP 404: a path, another
+ * server). Other errors (the server's own answers) are returned as they are.
+ */
+export function explainUrlError(error: unknown, url: string): unknown {
+  if (!(error instanceof ConnectError) || error.details.length > 0) return error;
+  const cause = (error.cause as { code?: unknown } | undefined)?.code;
+  let hint: string | undefined;
+  if (cause === "EPROTO" || cause === "ERR_SSL_WRONG_VERSION_NUMBER")
+    hint = `--url ${url}: "ledger serve" speaks plain HTTP; use http://, or https:// only for a TLS proxy in front of it`;
+  else if (error.code === Code.Unimplemented && /^HTTP 404\b/.test(error.rawMessage))
+    hint = `--url ${url}: no ledger service there; give the server's base URL, as "ledger serve" prints it (listening on http://host:port)`;
+  else if (error.code === Code.Unavailable && typeof cause === "string") hint = `--url ${url}: is "ledger serve" running there?`;
+  if (!hint) return error;
+  return new ConnectError(`${error.rawMessage} (${hint})`, error.code, error.metadata, undefined, error.cause);
 }

@@ -80,7 +80,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
   program
     .command("web")
     .description("print the address of the browser page: of a running server (--url), or of one started here")
-    .option("--url <url>", "a running server: check it serves the page and print its address")
+    .addOption(new Option("--url <url>", "a running server: check it serves the page and print its address").argParser(parseUrlOption))
     .option("--host <host>", "interface to bind (without --url)", "127.0.0.1")
     .addOption(new Option("--port <port>", "port (0 = random; without --url)").default(7411).argParser(parsePort))
     .option("--db <dir>", "embedded database directory when no --url, or :memory:")
@@ -123,7 +123,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .option("--agent <name>", "agent to answer (default: the configured default agent)")
     .addOption(new Option("--model <provider/model>", "model to answer").argParser(parseModelOption))
     .option("--no-reply", "store the message without running the agent loop")
-    .option("--url <url>", "talk to a running server instead of starting one")
+    .addOption(new Option("--url <url>", "talk to a running server instead of starting one").argParser(parseUrlOption))
     .option("--db <dir>", "embedded database directory when no --url (default ./.ledger/db)")
     .option("--config <path>", "config file")
     .option("--lenient-config", LENIENT_HELP)
@@ -416,6 +416,25 @@ function parseModelOption(value: string): string {
   return value;
 }
 
+/**
+ * `--url`: the server's base URL, `http://host:port` (or `https://` behind a TLS proxy; `ledger
+ * serve` itself speaks plaintext). Refused as a usage error when it does not parse or has another
+ * scheme (a trial: `127.0.0.1:7411` failed later as "Unknown: Invalid URL").
+ */
+function parseUrlOption(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new InvalidArgumentError(`not a URL; expected http://host:port, e.g. http://127.0.0.1:7411 (the line "ledger serve" prints)`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:")
+    throw new InvalidArgumentError(
+      `the scheme is ${url.protocol.slice(0, -1)}; expected http://host:port (or https:// behind a TLS proxy)`,
+    );
+  return value;
+}
+
 function parseGraceMs(value: string): number {
   const ms = Number(value);
   if (!Number.isInteger(ms) || ms < 0) throw new Error(`--grace-ms: ${value} is not a whole number of milliseconds (0 or more)`);
@@ -436,7 +455,7 @@ function parsePort(value: string): number {
 function clientCommand(program: Command, name: string, urlHelp = "talk to a running server instead of starting one"): Command {
   return program
     .command(name)
-    .option("--url <url>", urlHelp)
+    .addOption(new Option("--url <url>", urlHelp).argParser(parseUrlOption))
     .option("--db <dir>", "embedded database directory when no --url")
     .option("--config <path>", "config file")
     .option("--lenient-config", LENIENT_HELP);

@@ -1,3 +1,4 @@
+import { create } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
@@ -11,6 +12,8 @@ import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/conne
 import { headerStreamEncoding } from "@connectrpc/connect/protocol-connect";
 import { headerEncoding } from "@connectrpc/connect/protocol-grpc";
 import type { ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { ERROR_DOMAIN } from "./errors.js";
 import { failingRequest, limitedCompressions, limitRequestBody } from "./request-limit.js";
 
 /**
@@ -124,14 +127,17 @@ async function* refineReadErrors<T>(messages: AsyncIterable<T>, state: ReadState
 }
 
 /**
- * The `INVALID_ARGUMENT` error (same message, `error` as cause) for an error connect-es raised
- * while reading a request message it could not decode: a `ConnectError` with `Code.Internal` and
- * no details (connect-es's own errors carry none; ours always do), unless the request sent a
- * compressed message without declaring an encoding. Undefined for anything else (a failed
- * transport reaches here as Node's own error, not a `ConnectError`).
+ * The `INVALID_ARGUMENT` error (same message, `error` as cause, an `ErrorInfo` with reason
+ * `MALFORMED_REQUEST` and domain `ledger.v1`) for an error connect-es raised while reading a
+ * request message it could not decode: a `ConnectError` with no details (connect-es's own errors
+ * carry none; ours always do) and either `Code.Internal` (undecodable binary), unless the request
+ * sent a compressed message without declaring an encoding, or `Code.InvalidArgument` (JSON that
+ * is not the message: a wrong type, an unknown enum name, text that is not JSON). Undefined for
+ * anything else (a failed transport reaches here as Node's own error, not a `ConnectError`).
  */
 function undecodable(error: unknown, state: ReadState): ConnectError | undefined {
-  if (!(error instanceof ConnectError) || error.code !== Code.Internal || error.details.length > 0) return undefined;
-  if (state.compressedWithoutEncoding) return undefined;
-  return new ConnectError(error.rawMessage, Code.InvalidArgument, undefined, undefined, error);
+  if (!(error instanceof ConnectError) || error.details.length > 0) return undefined;
+  if (error.code === Code.Internal ? state.compressedWithoutEncoding : error.code !== Code.InvalidArgument) return undefined;
+  const info = create(ErrorInfoSchema, { reason: "MALFORMED_REQUEST", domain: ERROR_DOMAIN });
+  return new ConnectError(error.rawMessage, Code.InvalidArgument, undefined, [{ desc: ErrorInfoSchema, value: info }], error);
 }

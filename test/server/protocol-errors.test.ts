@@ -5,6 +5,7 @@ import { createMethodSerializationLookup, validateReadWriteMaxBytes } from "@con
 import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { trailerParse } from "@connectrpc/connect/protocol-grpc-web";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 
@@ -27,6 +28,14 @@ afterAll(async () => {
 
 /** Field 1 (session_id, length-delimited) with a length varint that never ends well. */
 const garbage = Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+
+/** A Connect error (unary body or end-stream `error`) as a ConnectError, with its details. */
+const connectErrorOf = (json: unknown) =>
+  errorFromJsonBytes(Buffer.from(JSON.stringify(json)), undefined, new ConnectError("unparsable", Code.Unknown));
+
+/** Every error names its kind: a request connect-es could not decode carries ErrorInfo MALFORMED_REQUEST. */
+const malformed = (error: ConnectError) =>
+  expect(error.findDetails(ErrorInfoSchema).map((i) => [i.reason, i.domain])).toEqual([["MALFORMED_REQUEST", "ledger.v1"]]);
 
 /** One envelope (gRPC, gRPC-Web, Connect streaming): flags, big-endian uint32 length, payload. */
 function envelope(payload: Uint8Array, flags = 0): Buffer {
@@ -123,6 +132,24 @@ describe("an undecodable binary request message is INVALID_ARGUMENT on every pro
     const error = errorFromJsonBytes(bytes, undefined, new ConnectError("unparsable", Code.Unknown));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toBe(message());
+    malformed(error);
+  });
+
+  // A trial, 2026-12-02: JSON that is not the message was answered without ErrorInfo.
+  it.each([
+    ['{"noReply":"yes"}', "cannot decode field ledger.v1.PromptRequest.no_reply from JSON"],
+    ["{not json", "cannot decode message ledger.v1.PromptRequest from JSON"],
+  ])("Connect unary JSON %s: HTTP 400, invalid_argument with ErrorInfo MALFORMED_REQUEST", async (body, start) => {
+    const res = await fetch(`${t.ledger.url}/ledger.v1.SessionService/Prompt`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body,
+    });
+    expect(res.status).toBe(400);
+    const error = connectErrorOf(await res.json());
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.rawMessage.startsWith(start)).toBe(true);
+    malformed(error);
   });
 
   it("Connect server stream (PromptStream): the end-stream error is invalid_argument", async () => {
@@ -137,7 +164,8 @@ describe("an undecodable binary request message is INVALID_ARGUMENT on every pro
     const end = JSON.parse(bytes.subarray(5, 5 + bytes.readUInt32BE(1)).toString("utf8")) as {
       error?: { code?: string; message?: string };
     };
-    expect(end.error).toEqual({ code: "invalid_argument", message: message() });
+    expect(end.error).toMatchObject({ code: "invalid_argument", message: message() });
+    malformed(connectErrorOf(end.error));
   });
 
   it("Connect server stream with an unframed JSON request (a raw body where the envelope goes): invalid_argument saying so", async () => {
@@ -152,7 +180,8 @@ describe("an undecodable binary request message is INVALID_ARGUMENT on every pro
     const end = JSON.parse(bytes.subarray(5, 5 + bytes.readUInt32BE(1)).toString("utf8")) as {
       error?: { code?: string; message?: string };
     };
-    expect(end.error).toEqual({
+    malformed(connectErrorOf(end.error));
+    expect(end.error).toMatchObject({
       code: "invalid_argument",
       message:
         'request body: not an enveloped message (it starts with "{"): streaming calls (application/connect+json, gRPC) frame every message, ' +

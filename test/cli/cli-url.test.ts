@@ -1,0 +1,58 @@
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { runCli } from "../support/cli.js";
+
+// --url as a new user types it (a trial, 2026-12-02): without a scheme it failed later as
+// "Unknown: Invalid URL"; a wrong scheme, a path or nothing listening failed without naming --url.
+
+let other: http.Server; // answers 404 to everything, like a server that is not the ledger
+let otherUrl: string;
+beforeAll(async () => {
+  other = http.createServer((_req, res) => res.writeHead(404).end("not here"));
+  await new Promise<void>((resolve) => other.listen(0, "127.0.0.1", resolve));
+  otherUrl = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+});
+afterAll(() => new Promise<void>((resolve) => other.close(() => resolve())));
+
+const sessions = (url: string) => runCli(["sessions", "--url", url], { cwd: process.cwd(), env: { PATH: process.env.PATH } });
+
+describe("--url", () => {
+  it.each([
+    ["127.0.0.1:7411", `not a URL; expected http://host:port, e.g. http://127.0.0.1:7411 (the line "ledger serve" prints)`],
+    ["ftp://127.0.0.1:7411", "the scheme is ftp; expected http://host:port (or https:// behind a TLS proxy)"],
+  ])("%s is a usage error naming --url, before any request", async (url, why) => {
+    expect(await sessions(url)).toMatchObject({
+      code: 1,
+      stdout: "",
+      stderr: `error: option '--url <url>' argument '${url}' is invalid. ${why}\n(ledger <command> --help shows the usage)\n`,
+    });
+  });
+
+  it("nothing listening: the error says to check that ledger serve runs there", async () => {
+    const run = await sessions("http://127.0.0.1:9");
+    expect(run).toMatchObject({ code: 1, stdout: "" });
+    expect(run.stderr).toBe(
+      `error: Unavailable: connect ECONNREFUSED 127.0.0.1:9 (--url http://127.0.0.1:9: is "ledger serve" running there?)\n`,
+    );
+  });
+
+  it("another server, or a path after the address: no ledger service there", async () => {
+    for (const url of [otherUrl, `${otherUrl}/prefix`]) {
+      const run = await sessions(url);
+      expect(run).toMatchObject({ code: 1, stdout: "" });
+      expect(run.stderr).toBe(
+        `error: Unimplemented: HTTP 404 (--url ${url}: no ledger service there; give the server's base URL, as "ledger serve" prints it (listening on http://host:port))\n`,
+      );
+    }
+  });
+
+  it("https:// to a plaintext port: the server speaks plain HTTP", async () => {
+    const url = otherUrl.replace("http:", "https:");
+    const run = await sessions(url);
+    expect(run).toMatchObject({ code: 1, stdout: "" });
+    expect(run.stderr).toMatch(
+      /^error: Internal: .*EPROTO.* \(--url https:\/\/127\.0\.0\.1:\d+: "ledger serve" speaks plain HTTP; use http:\/\/, or https:\/\/ only for a TLS proxy in front of it\)\n$/s,
+    );
+  });
+});
