@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { toJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Argument, Command, CommanderError, InvalidArgumentError, Option } from "commander";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { FileDiffSchema, MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { TodoSchema } from "../../gen/ledger/v1/todo_pb.js";
@@ -39,7 +40,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
   const print = (line: string): void => void io.stdout.write(`${terminalSafe(line)}\n`);
   const fail = (error: unknown): number => {
     if (error instanceof ConnectError) {
-      io.stderr.write(terminalSafe(`error: ${Code[error.code]}: ${error.rawMessage}\n`));
+      io.stderr.write(terminalSafe(`error: ${Code[error.code]}: ${cliMessage(error)}\n`));
     } else {
       io.stderr.write(terminalSafe(`error: ${error instanceof Error ? error.message : String(error)}\n`));
     }
@@ -414,6 +415,21 @@ function parseModelOption(value: string): string {
     throw error;
   }
   return value;
+}
+
+/**
+ * The text `ledger` prints for a server's error: its message, except where the message speaks in
+ * API terms a CLI user does not type (`NO_MODEL_PROVIDER` says "send no_reply": here it is the
+ * `--no-reply` flag, and `resume` has none).
+ */
+function cliMessage(error: ConnectError): string {
+  const info = error.findDetails(ErrorInfoSchema)[0];
+  if (info?.reason === "NO_MODEL_PROVIDER")
+    return (
+      `the message ${info.metadata.message_id ?? ""} is stored, but the server has no model provider to answer it: ` +
+      `add one to its ledger.json (README "Configuration"), or store prompts without an answer with ledger prompt --no-reply`
+    );
+  return error.rawMessage;
 }
 
 /**

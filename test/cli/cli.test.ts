@@ -194,6 +194,14 @@ describe("ledger prompt / messages / sessions", () => {
       expectOk(messages);
       expect(messages.stdout).toContain(`message ${printed.messageId}  user`);
       expect(messages.stdout).toContain("what does this do?");
+
+      // With --model but no provider the server refuses to answer: the CLI says it in its own
+      // terms (a trial: "send no_reply", an API field, where the flag is --no-reply).
+      const named = await ledger("prompt", "--session", printed.sessionId!, "--model", "local/qwen", "again", ...dbArgs());
+      expect(named).toMatchObject({ code: 1, stdout: `session ${printed.sessionId}\n` });
+      expect(named.stderr).toMatch(
+        /^error: FailedPrecondition: the message msg_\w{26} is stored, but the server has no model provider to answer it: add one to its ledger\.json \(README "Configuration"\), or store prompts without an answer with ledger prompt --no-reply\n$/,
+      );
     },
     CLI_TIMEOUT,
   );
