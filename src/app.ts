@@ -76,9 +76,13 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       `--host ${host}: binding a non-loopback address requires authentication; set LEDGER_TOKEN (16+ characters) or auth.token, or JSON Web Tokens (LEDGER_JWT_SECRET or auth.jwt) in ledger.json`,
     );
   }
-  if (!isLoopback(host) && !options.config.sessionDirectories && !options.config.tenants) {
+  // Tenants limit their own sessions only: the static token's (and a server without tenants')
+  // are limited by session_directories alone.
+  const { sessionDirectories, tenants, token } = options.config;
+  if (!isLoopback(host) && !sessionDirectories && (!tenants || token)) {
     logger.warn(
-      `--host ${host}: any caller allowed to write may create a session in any directory this server can read, and so read its files (and run commands unless tenants say otherwise); set session_directories in ledger.json (docs/security.md, "Which directories sessions may use")`,
+      `--host ${host}: any caller allowed to write may create a session in any directory this server can read, and so read its files: set session_directories in ledger.json. ` +
+        `Shell commands (Shell, the bash tool) are confined by no directory: deny bash to the agents, or serve tenants without "commands" (docs/security.md, "Which directories sessions may use")`,
     );
   }
   const target = options.database;

@@ -121,6 +121,23 @@ export async function checkSessionDirectory(
     throw new PathNotAllowedError("directory", shown, "is outside the directories sessions may use (session_directories)");
 }
 
+/**
+ * Refuses to work on a session whose directory `session_directories` no longer allows (it was
+ * created before they were set, or changed): its prompts would read, and its commands run, where
+ * new sessions may not. Called before a prompt is stored, a Shell command or a ResumeSession
+ * runs, and a fork is made. Throws `PathNotAllowedError` (PERMISSION_DENIED, PATH_NOT_ALLOWED,
+ * field `session_id`, naming the session's directory). Without `session_directories`: nothing.
+ */
+export async function checkSessionStillAllowed(deps: Pick<LedgerDeps, "config">, session: { id: string; directory: string }): Promise<void> {
+  const allowed = deps.config.sessionDirectories;
+  if (!allowed || (await insideAny(allowed, session.directory))) return;
+  throw new PathNotAllowedError(
+    "session_id",
+    session.directory,
+    `(the directory of session ${session.id}) is outside the directories sessions may use (session_directories): create a session inside them`,
+  );
+}
+
 /** Whether `directory` is one of `roots` or inside one, each root as configured or resolved. */
 async function insideAny(roots: string[], directory: string): Promise<boolean> {
   const reals = await Promise.all(roots.map((r) => realpath(r).catch(() => r)));

@@ -2,6 +2,7 @@ import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { PreconditionError, SessionNotFoundError } from "../errors.js";
 import { getLastPromptId } from "../storage/message-store.js";
 import { getSessionRow, rowToSession, sessionExists } from "../storage/session-store.js";
+import { checkSessionStillAllowed } from "./access.js";
 import { finalAnswer, requireReplier, untilAnswered } from "./answer.js";
 import type { LedgerDeps } from "./deps.js";
 import { rejectPendingPermissions } from "./permissions.js";
@@ -11,12 +12,14 @@ import { rejectPendingPermissions } from "./permissions.js";
  * `no_reply`) whose answer was interrupted (crash, shutdown), aborted, or never started, and
  * streams the run like `promptStream` (from the session's current seq). Throws
  * `SessionNotFoundError`, `PreconditionError` (FAILED_PRECONDITION) NOTHING_TO_RESUME when that
- * message is answered, SESSION_REVERTED while the session has a revert point (`Revert`), and
- * NO_MODEL_PROVIDER like `prompt`.
+ * message is answered, SESSION_REVERTED while the session has a revert point (`Revert`),
+ * NO_MODEL_PROVIDER like `prompt`, and `PathNotAllowedError` (PERMISSION_DENIED, field
+ * `session_id`) for a session outside `session_directories` (`checkSessionStillAllowed`).
  */
 export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const row = await getSessionRow(deps.db, sessionId);
   if (!row) throw new SessionNotFoundError(sessionId);
+  await checkSessionStillAllowed(deps, { id: row.id, directory: row.directory });
   const revert = rowToSession(row).revert;
   if (revert) {
     // Resuming would answer a prompt the client has rolled back; the next Prompt applies the

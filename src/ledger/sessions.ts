@@ -14,7 +14,7 @@ import { insertParts } from "../storage/part-store.js";
 import { isForeignKeyViolation } from "../storage/pg-errors.js";
 import { sessionCache } from "../storage/session-cache.js";
 import * as store from "../storage/session-store.js";
-import { checkSessionDirectory } from "./access.js";
+import { checkSessionDirectory, checkSessionStillAllowed } from "./access.js";
 import type { LedgerDeps } from "./deps.js";
 import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { withParts } from "./messages.js";
@@ -67,7 +67,7 @@ export async function createSession(
   const session = create(SessionSchema, {
     id: newId("ses"),
     directory,
-    title: request.title || `New session - ${now.toISOString()}`,
+    title: request.title.trim() ? request.title : `New session - ${now.toISOString()}`,
     parentId: request.parentId,
     agent,
     model: request.model,
@@ -201,10 +201,12 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
  * Forks a session: a new session (same directory, agent, model, permissions; title
  * "<title> (fork)") holding copies of every message before `messageId` (all when empty), with
  * new ids, in the same order; assistant `parent_id`s are remapped. One transaction.
- * Throws `SessionNotFoundError`, `MessageNotFoundError`.
+ * Throws `SessionNotFoundError`, `MessageNotFoundError`, `PathNotAllowedError` (PERMISSION_DENIED,
+ * field `session_id`) when the source's directory is outside `session_directories`.
  */
 export async function forkSession(deps: LedgerDeps, sessionId: string, messageId: string): Promise<Session> {
   const source = await getSession(deps, sessionId);
+  await checkSessionStillAllowed(deps, source);
   const all = await listMessageRows(deps.db, sessionId, {});
   const stop = messageId ? all.findIndex((r) => r.id === messageId) : all.length;
   if (stop < 0) throw new MessageNotFoundError(messageId);

@@ -22,7 +22,7 @@ import { sessionLedger } from "./session-ledger.js";
 import { getSession } from "./sessions.js";
 import { applyRevert } from "./revert.js";
 import { writeSession } from "./writer.js";
-import { checkCommandsAllowed } from "./access.js";
+import { checkCommandsAllowed, checkSessionStillAllowed } from "./access.js";
 
 /** Longest time (ms) between two stored snapshots of a running command's output. */
 const OUTPUT_INTERVAL_MS = 100;
@@ -42,7 +42,8 @@ const OUTPUT_INTERVAL_MS = 100;
  *
  * @returns the assistant message with its part.
  * @throws InvalidArgumentError (field `command`) for a command holding a NUL; SessionNotFoundError (NOT_FOUND); CommandsNotAllowedError (PERMISSION_DENIED) for a
- *   session of a tenant without `tenants.<name>.commands`; AgentNotFoundError (NOT_FOUND, field `agent`);
+ *   session of a tenant without `tenants.<name>.commands`, PathNotAllowedError (PERMISSION_DENIED, field
+ *   `session_id`) for a session outside `session_directories` (`checkSessionStillAllowed`); AgentNotFoundError (NOT_FOUND, field `agent`);
  *   SessionBusyError (FAILED_PRECONDITION) while a loop runs the session;
  *   PreconditionError NO_RUNNER when the server has no runner.
  */
@@ -51,6 +52,7 @@ export async function runShell(deps: LedgerDeps, request: ShellRequest): Promise
   if (request.command.includes("\0"))
     throw new InvalidArgumentError("command", "contains a NUL character (U+0000), which no shell command can hold");
   const session = await getSession(deps, request.sessionId);
+  await checkSessionStillAllowed(deps, session);
   await checkCommandsAllowed(deps, session.id);
   const agent = deps.config.agents.get(request.agent);
   if (!agent) throw new AgentNotFoundError(request.agent, visibleAgentNames(deps.config.agents), "agent");

@@ -7,7 +7,7 @@ import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Span } from "@opentelemetry/api";
 import { PermissionAction, PermissionRuleSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import { PromptRequestSchema, type PromptRequest } from "../../gen/ledger/v1/service_pb.js";
-import { mcpRefusal, rootsForSession } from "./access.js";
+import { checkSessionStillAllowed, mcpRefusal, rootsForSession } from "./access.js";
 import { newId } from "../ids.js";
 import { annotateActiveSpan, inSpan } from "../observe/spans.js";
 import { requestPartField, resolveDrafts, type PartField, type ResolvedDrafts } from "../parts/resolve.js";
@@ -90,6 +90,7 @@ async function storeResolved(
 ): Promise<StoredPrompt> {
   if (!known) throw new SessionNotFoundError(request.sessionId);
   const session = known.session;
+  await checkSessionStillAllowed(deps, session);
   const fingerprint = promptFingerprint(request);
   if (request.messageId) {
     const stored = await findStoredPrompt(deps.db, request.sessionId, request.messageId, fingerprint);

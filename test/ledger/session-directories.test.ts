@@ -8,6 +8,8 @@ import { buildConfig } from "../../src/config/config.js";
 import { configFileSchema } from "../../src/config/schema.js";
 import { connectError } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { text } from "../support/prompt.js";
+import { storedEvents } from "../support/stored.js";
 
 // Which directories sessions may use (docs/security.md). Without `session_directories` a caller
 // that may write picked any directory, `/` included, and so read any file the server can; with
@@ -64,6 +66,39 @@ describe("session_directories in ledger.json", () => {
   });
 });
 
+describe("a session whose directory session_directories no longer allows (created before they were set)", () => {
+  it("gets no prompt, Shell, ResumeSession or fork (PERMISSION_DENIED on session_id); nothing stored; reads still work", async () => {
+    const session = (await open.client.createSession({ directory: outside })).session!;
+    await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("before")] });
+    const config = open.ledger.deps.config;
+    config.sessionDirectories = [allowed]; // as after a restart with the new setting
+    try {
+      const events = await storedEvents(open.ledger.deps.db, session.id);
+      const why = `session_id: ${outside} (the directory of session ${session.id}) is outside the directories sessions may use (session_directories): create a session inside them`;
+      const calls: Array<() => AsyncIterable<unknown> | Promise<unknown>> = [
+        () => open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("after")] }),
+        () => open.client.promptAsync({ sessionId: session.id, noReply: true, parts: [text("after")] }),
+        () => open.client.promptStream({ sessionId: session.id, noReply: true, parts: [text("after")] }),
+        () => open.client.shell({ sessionId: session.id, agent: "build", command: "cat /etc/hostname" }),
+        () => open.client.resumeSession({ sessionId: session.id }),
+        () => open.client.forkSession({ sessionId: session.id }),
+      ];
+      for (const call of calls) {
+        const error = await connectError(call());
+        expect([error.code, error.rawMessage]).toEqual([Code.PermissionDenied, why]);
+        expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({
+          reason: "PATH_NOT_ALLOWED",
+          metadata: { field: "session_id", path: outside },
+        });
+      }
+      expect(await storedEvents(open.ledger.deps.db, session.id)).toEqual(events);
+      expect((await open.client.listMessages({ sessionId: session.id })).messages).toHaveLength(1);
+    } finally {
+      config.sessionDirectories = undefined;
+    }
+  });
+});
+
 describe("CreateSession's directory", () => {
   it.each(["/proc", "/proc/self", "/sys/kernel", "/dev"])(
     "is never %s, a special filesystem directory (PERMISSION_DENIED, nothing stored)",
@@ -83,6 +118,26 @@ describe("CreateSession's directory", () => {
     expect((await confined.client.createSession({ directory: inside })).session!.directory).toBe(inside);
     for (const dir of ["/", base, outside, `${allowed}-sibling`])
       expect(await refused(confined, dir)).toBe(`directory: ${dir} is outside the directories sessions may use (session_directories)`);
+  });
+
+  it("of a fork is its source's, and of a child (parent_id) is checked like any other", async () => {
+    const inside = (await confined.client.createSession({ directory: allowed })).session!;
+    expect((await confined.client.forkSession({ sessionId: inside.id })).session!.directory).toBe(allowed);
+    const child = await confined.client.createSession({ directory: path.join(allowed, "app"), parentId: inside.id });
+    expect(child.session!.directory).toBe(path.join(allowed, "app"));
+    const error = await connectError(confined.client.createSession({ directory: outside, parentId: inside.id }));
+    expect([error.code, error.rawMessage]).toEqual([
+      Code.PermissionDenied,
+      `directory: ${outside} is outside the directories sessions may use (session_directories)`,
+    ]);
+  });
+
+  it.each(["/..", "//", "/./"])("compares the normalized path: an allowed directory followed by %s", async (tail) => {
+    const dir = `${allowed}${tail}`;
+    const resolved = path.resolve(dir);
+    if (resolved === allowed || resolved.startsWith(`${allowed}/`))
+      expect((await confined.client.createSession({ directory: dir })).session!.directory).toBe(resolved);
+    else expect(await refused(confined, dir)).toBe(`directory: ${dir} is outside the directories sessions may use (session_directories)`);
   });
 
   it("is checked as written, then resolved: a link out of an allowed directory is refused, and so is a path outside that links in", async () => {

@@ -135,6 +135,8 @@ describe("session CRUD", () => {
       "session_updated",
     ]);
     expect(await code(t.client.updateSession({ sessionId: newId("ses"), title: "x" }))).toBe(Code.NotFound);
+    // CreateSession takes a blank title as none: the default title.
+    expect((await t.client.createSession({ directory: t.dir, title: " \t" })).session!.title).toMatch(/^New session - \d{4}-/);
   });
 
   it("deletes a session with its messages, parts and events", async () => {

@@ -76,10 +76,20 @@ describe("binding a non-loopback address", () => {
   it.each([
     ["warns once that sessions may use any directory, without session_directories or tenants", {}, 1],
     ["does not warn with session_directories", { session_directories: ["/srv"] }, 0],
+    [
+      "warns with tenants when the static token is accepted too (its sessions have no tenant's roots)",
+      { tenants: { acme: { roots: ["/srv/acme"] } }, auth: { token: TOKEN, jwt: { secret: "s".repeat(32), tenant_claim: "org" } } },
+      1,
+    ],
+    [
+      "does not warn with tenants and JSON Web Tokens only",
+      { tenants: { acme: { roots: ["/srv/acme"] } }, auth: { jwt: { secret: "s".repeat(32), tenant_claim: "org" } } },
+      0,
+    ],
   ])("%s", async (_name, extra, warnings) => {
     const db = await createTestDatabase();
     try {
-      const config = buildConfig(configFileSchema.parse({ auth: { token: TOKEN }, ...extra }), undefined, t.dir);
+      const config = buildConfig(configFileSchema.parse({ auth: { token: TOKEN }, ...(extra as object) }), undefined, t.dir);
       const ledger = await startLedger({ config, database: db.target, host: "0.0.0.0", port: 0 });
       await ledger.close();
     } finally {

@@ -37,13 +37,17 @@ export const file_ledger_v1_service: GenFile = /*@__PURE__*/
 export type CreateSessionRequest = Message<"ledger.v1.CreateSessionRequest"> & {
   /**
    * Project directory on the server: the absolute path of an existing directory, stored resolved
-   * (realpath). Required: empty or relative is INVALID_ARGUMENT.
+   * (realpath). Required: empty or relative is INVALID_ARGUMENT. Outside the server's
+   * `session_directories` (when set), outside a tenant's roots, or under /proc, /sys, /dev:
+   * PERMISSION_DENIED (PATH_NOT_ALLOWED).
    *
    * @generated from field: string directory = 1;
    */
   directory: string;
 
   /**
+   * Empty or blank: "New session - <ISO time>".
+   *
    * @generated from field: string title = 2;
    */
   title: string;
@@ -190,7 +194,8 @@ export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@_
   messageDesc(file_ledger_v1_service, 5);
 
 /**
- * UpdateSessionRequest changes the fields that are set.
+ * UpdateSessionRequest changes the fields that are set; a request that changes nothing writes
+ * nothing (no event, `time_updated` kept).
  *
  * @generated from message ledger.v1.UpdateSessionRequest
  */
@@ -201,6 +206,8 @@ export type UpdateSessionRequest = Message<"ledger.v1.UpdateSessionRequest"> & {
   sessionId: string;
 
   /**
+   * The new title; empty or blank is INVALID_ARGUMENT (leave it out to keep the title).
+   *
    * @generated from field: optional string title = 2;
    */
   title?: string | undefined;
