@@ -54,6 +54,9 @@ function connect(baseUrl: string, env: NodeJS.ProcessEnv): Ledger {
   return createClient(SessionService, createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [auth] }));
 }
 
+/** Errors of a connection that never reached a server (not one cut in the middle of a call). */
+const UNREACHABLE = new Set(["ECONNREFUSED", "ENOTFOUND", "EHOSTUNREACH", "ENETUNREACH", "ETIMEDOUT", "EAI_AGAIN"]);
+
 /**
  * `error` with what the user can do about `--url` when the server there could not be reached as a
  * ledger: nothing listening (UNAVAILABLE, ECONNREFUSED and the like), a TLS client talking to the
@@ -67,8 +70,9 @@ export function explainUrlError(error: unknown, url: string): unknown {
   if (cause === "EPROTO" || cause === "ERR_SSL_WRONG_VERSION_NUMBER")
     hint = `--url ${url}: "ledger serve" speaks plain HTTP; use http://, or https:// only for a TLS proxy in front of it`;
   else if (error.code === Code.Unimplemented && /^HTTP 404\b/.test(error.rawMessage))
-    hint = `--url ${url}: no ledger service there; give the server's base URL, as "ledger serve" prints it (listening on http://host:port)`;
-  else if (error.code === Code.Unavailable && typeof cause === "string") hint = `--url ${url}: is "ledger serve" running there?`;
+    hint = `--url ${url}: no ledger service there (or one too old for this command); give the server's base URL, as "ledger serve" prints it (listening on http://host:port)`;
+  else if (error.code === Code.Unavailable && typeof cause === "string" && UNREACHABLE.has(cause))
+    hint = `--url ${url}: is "ledger serve" running there?`;
   if (!hint) return error;
   return new ConnectError(`${error.rawMessage} (${hint})`, error.code, error.metadata, undefined, error.cause);
 }

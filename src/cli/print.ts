@@ -71,13 +71,13 @@ function oneLine(text: string): string {
 /**
  * What `ledger shell` prints for a completed bash part: the command's own output
  * (`metadata.output`; the part's output when that is missing) and the notes the part's output
- * carries for the model in its `<bash_metadata>` block, except the exit code (the CLI exits with
- * it): e.g. "Output truncated: ...", a timeout.
+ * carries for the model in its `<bash_metadata>` block, except a numeric exit code (the CLI
+ * exits with it): e.g. "Output truncated: ...", a timeout, "exit code: killed by a signal".
  */
 export function shellOutput(output: string, metadata: JsonObject | undefined): { output: string; notes: string[] } {
   const block = /\n\n<bash_metadata>\n([\s\S]*)\n<\/bash_metadata>$/.exec(output);
   const raw = typeof metadata?.output === "string" ? metadata.output : block ? output.slice(0, block.index) : output;
-  const notes = block ? block[1]!.split("\n").filter((line) => line && !line.startsWith("exit code: ")) : [];
+  const notes = block ? block[1]!.split("\n").filter((line) => line && !/^exit code: \d+$/.test(line)) : [];
   return { output: raw, notes };
 }
 

@@ -424,7 +424,8 @@ function parseModelOption(value: string): string {
  */
 function cliMessage(error: ConnectError): string {
   const info = error.findDetails(ErrorInfoSchema)[0];
-  if (info?.reason === "NO_MODEL_PROVIDER")
+  // Only where a message was stored (Prompt, Command): Summarize stores nothing and says so itself.
+  if (info?.reason === "NO_MODEL_PROVIDER" && info.metadata.message_id)
     return (
       `the message ${info.metadata.message_id ?? ""} is stored, but the server has no model provider to answer it: ` +
       `add one to its ledger.json (README "Configuration"), or store prompts without an answer with ledger prompt --no-reply`

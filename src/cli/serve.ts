@@ -87,7 +87,13 @@ export async function runServe(opts: ServeOptions, io: CliIo, mode: "serve" | "w
  */
 export async function pageAt(url: string): Promise<string> {
   const address = `${url.replace(/\/+$/, "")}/`;
-  const res = await fetch(address, { headers: { accept: "text/html" } });
+  const res = await fetch(address, { headers: { accept: "text/html" } }).catch((error: unknown) => {
+    // fetch says only "fetch failed"; the reason (ECONNREFUSED, ...) is its cause's.
+    const cause = error instanceof Error ? (error.cause as { code?: string; message?: string } | undefined) : undefined;
+    throw new Error(`--url ${url}: cannot reach it (${cause?.code ?? cause?.message ?? String(error)}); is "ledger serve" running there?`, {
+      cause: error,
+    });
+  });
   await res.body?.cancel();
   if (res.status !== 200 || !(res.headers.get("content-type") ?? "").startsWith("text/html")) {
     throw new Error(

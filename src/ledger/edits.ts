@@ -74,11 +74,18 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
   // the server's own tool parts may be larger (a write's input and diff hold the whole file).
   const json = jsonFieldSizes(PartSchema, part, "part");
   const metadataMax = deps.config.limits.metadata_bytes;
-  // A text part is bounded as a prompt's text draft is.
-  if (part.kind.case === "text") {
-    const bytes = Buffer.byteLength(part.kind.value.text, "utf8");
+  // A text part, and a subtask's texts, are bounded as a prompt's drafts are.
+  const kind = part.kind;
+  const texts: Array<[string, string]> =
+    kind.case === "text"
+      ? [["part.text.text", kind.value.text]]
+      : kind.case === "subtask"
+        ? (["prompt", "description", "command"] as const).map((name) => [`part.subtask.${name}`, kind.value[name]])
+        : [];
+  for (const [field, text] of texts) {
+    const bytes = Buffer.byteLength(text, "utf8");
     const max = deps.config.limits.text_part_bytes;
-    if (bytes > max) throw new LimitExceededError("part.text.text", "text_part_bytes", max, bytes, "bytes");
+    if (bytes > max) throw new LimitExceededError(field, "text_part_bytes", max, bytes, "bytes");
   }
   const { result } = await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);

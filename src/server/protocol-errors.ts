@@ -31,7 +31,8 @@ import { failingRequest, limitedCompressions, limitRequestBody } from "./request
  *   for a unary call, before the request reached any interceptor (connect-es decodes a unary
  *   request before the interceptors run), its client still connected; for a streaming call,
  *   from the request messages' iterator itself. It becomes `INVALID_ARGUMENT` with connect-es's
- *   message unchanged (as connect-es already answers undecodable JSON). An enveloped message
+ *   message unchanged and an `ErrorInfo` (reason `MALFORMED_REQUEST`), and so does connect-es's
+ *   own `INVALID_ARGUMENT` for JSON it cannot decode (which carries no details). An enveloped message
  *   flagged compressed on a request that declared no encoding stays `INTERNAL` (gRPC's rule;
  *   connect-es raises that from the same place). A compressed message that does not inflate
  *   is `INVALID_ARGUMENT` "decompression failed" (`limitedCompressions`).
@@ -132,7 +133,7 @@ async function* refineReadErrors<T>(messages: AsyncIterable<T>, state: ReadState
  * request message it could not decode: a `ConnectError` with no details (connect-es's own errors
  * carry none; ours always do) and either `Code.Internal` (undecodable binary), unless the request
  * sent a compressed message without declaring an encoding, or `Code.InvalidArgument` (JSON that
- * is not the message: a wrong type, an unknown enum name, text that is not JSON). Undefined for
+ * is not the message: a wrong type, text that is not JSON). Undefined for
  * anything else (a failed transport reaches here as Node's own error, not a `ConnectError`).
  */
 function undecodable(error: unknown, state: ReadState): ConnectError | undefined {

@@ -42,9 +42,15 @@ describe("--url", () => {
       const run = await sessions(url);
       expect(run).toMatchObject({ code: 1, stdout: "" });
       expect(run.stderr).toBe(
-        `error: Unimplemented: HTTP 404 (--url ${url}: no ledger service there; give the server's base URL, as "ledger serve" prints it (listening on http://host:port))\n`,
+        `error: Unimplemented: HTTP 404 (--url ${url}: no ledger service there (or one too old for this command); give the server's base URL, as "ledger serve" prints it (listening on http://host:port))\n`,
       );
     }
+  });
+
+  it('ledger web --url with nothing listening: names --url and the reason (fetch said only "fetch failed")', async () => {
+    const run = await runCli(["web", "--url", "http://127.0.0.1:59999"], { cwd: process.cwd(), env: { PATH: process.env.PATH } });
+    expect(run).toMatchObject({ code: 1, stdout: "" });
+    expect(run.stderr).toBe(`error: --url http://127.0.0.1:59999: cannot reach it (ECONNREFUSED); is "ledger serve" running there?\n`);
   });
 
   it("https:// to a plaintext port: the server speaks plain HTTP", async () => {

@@ -1,4 +1,4 @@
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
@@ -91,6 +91,24 @@ describe("DeleteMessage / DeletePart / UpdatePart", () => {
       code: Code.ResourceExhausted,
       field: "part.text.text",
     });
+    expect(await lastSeq(sessionId)).toBe(seq);
+  });
+
+  it("UpdatePart bounds a subtask's prompt, description and command the same way; nothing written", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const sent = (
+      await t.client.prompt({ sessionId, noReply: true, parts: [{ kind: { case: "subtask", value: { prompt: "p", agent: "explore" } } }] })
+    ).message!;
+    const seq = await lastSeq(sessionId);
+    const max = t.ledger.deps.config.limits.text_part_bytes;
+    for (const name of ["prompt", "description", "command"] as const) {
+      const part = clone(PartSchema, sent.parts[0]!);
+      if (part.kind.case === "subtask") part.kind.value[name] = "x".repeat(max + 1);
+      expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(sent), part }))).toMatchObject({
+        code: Code.ResourceExhausted,
+        field: `part.subtask.${name}`,
+      });
+    }
     expect(await lastSeq(sessionId)).toBe(seq);
   });
 

@@ -30,8 +30,9 @@ export async function waitFor<T>(
 /**
  * Hang bound for a call that must not block (a FIFO opened, /dev/zero read, an image decoded, a
  * backtracking regular expression), ms: what it guards against takes minutes or forever, while
- * the right behaviour takes milliseconds, so CPU load never decides it. Speed goals live in
- * `npm run bench`.
+ * the right behaviour takes milliseconds, so CPU load never decides it. A timer cannot fire while
+ * synchronous work holds the event loop: there the bound is vitest's test timeout, after that
+ * work ends. Speed goals live in `npm run bench`.
  */
 export const HANG_MS = 10_000;
 
