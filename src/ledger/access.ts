@@ -128,7 +128,10 @@ export async function checkSessionDirectory(
  * runs, and a fork is made. Throws `PathNotAllowedError` (PERMISSION_DENIED, PATH_NOT_ALLOWED,
  * field `session_id`, naming the session's directory). Without `session_directories`: nothing.
  */
-export async function checkSessionStillAllowed(deps: Pick<LedgerDeps, "config">, session: { id: string; directory: string }): Promise<void> {
+export async function checkSessionStillAllowed(
+  deps: Pick<LedgerDeps, "config">,
+  session: { id: string; directory: string },
+): Promise<void> {
   const allowed = deps.config.sessionDirectories;
   if (!allowed || (await insideAny(allowed, session.directory))) return;
   throw new PathNotAllowedError(

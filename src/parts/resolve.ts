@@ -203,8 +203,7 @@ async function resolveDraft(
       return agentDraft(ctx, draft.kind.value);
     case "subtask": {
       requireSubagent(ctx.agents, draft.kind.value.agent, `${field}.subtask.agent`);
-      for (const name of ["prompt", "description", "command"] as const)
-        limitText(ctx, draft.kind.value[name], `${field}.subtask.${name}`);
+      for (const name of ["prompt", "description", "command"] as const) limitText(ctx, draft.kind.value[name], `${field}.subtask.${name}`);
       const problem = draft.kind.value.model ? modelRefProblem(draft.kind.value.model) : undefined;
       if (problem) throw new InvalidArgumentError(`${field}.subtask.model.${problem.part}`, problem.description);
       const { id, $typeName: _, ...subtask } = draft.kind.value;
