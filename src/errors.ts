@@ -213,11 +213,13 @@ export class CursorOutOfRangeError extends LedgerError {
  * `DEADLINE_EXCEEDED`, a cancel `CANCELED`). Nothing stops with the call: a prompt stays stored
  * and its run goes on; `metadata` says where to pick it up (`message_id`, `session_id`,
  * `after_seq` for WatchSession). `reason` is `RUN_CONTINUES` for a prompt's answer (Prompt,
- * PromptStream, Command, ResumeSession), `WATCH_INTERRUPTED` for WatchSession.
+ * PromptStream, Command, ResumeSession), `WATCH_INTERRUPTED` for WatchSession, and
+ * `NOT_STORED` when the signal fired while the prompt was being resolved (a large file read),
+ * before its write: then nothing was stored and the prompt may be sent again.
  */
 export class StoppedWaitingError extends LedgerError {
   constructor(
-    readonly reason: "RUN_CONTINUES" | "WATCH_INTERRUPTED",
+    readonly reason: "RUN_CONTINUES" | "WATCH_INTERRUPTED" | "NOT_STORED",
     message: string,
     metadata: Record<string, string>,
     options: { cause?: unknown } = {},

@@ -30,8 +30,9 @@ const ATTACHMENTS: ReadonlyMap<string, string> = new Map([
 /**
  * What {@link readPath} produced.
  * - `text`: `output` is OpenCode's `<path>/<type>file</type>/<content>` block with numbered lines
- *   and a footer; `totalLines` counts every line of the file; `truncated` is true when lines
- *   remain after the ones shown (line limit or the 50 KB cap).
+ *   and a footer; `totalLines` counts every line of the file (at least, when the file goes on
+ *   more than 16 MiB past the lines shown: the footer then says "of more than N"); `truncated`
+ *   is true when lines remain after the ones shown (line limit or the 50 KB cap).
  * - `directory`: `output` is OpenCode's `<entries>` block; `entries` is the total entry count.
  * - `attachment`: an image (png, jpeg, gif, webp) or PDF, found by content; `mime` is the sniffed
  *   type, `data` the whole file, `output` `"Image read successfully"` / `"PDF read successfully"`.
@@ -108,20 +109,31 @@ async function listDirectory(path: string, offset: number, limit: number): Promi
 
 interface Scan {
   raw: string[];
+  /** Lines counted: the file's line count, or a lower bound when `counting` stopped early. */
   count: number;
   cut: boolean;
   more: boolean;
+  /** The count stopped {@link COUNT_MAX_BYTES} after the output was full: `count` is a lower bound. */
+  countCapped: boolean;
 }
+
+/**
+ * How far past the shown lines the scan goes on counting the file's lines, in bytes of the file
+ * (16 MiB): the footer's "of N" costs a read of the whole file, which for a 4 GiB file took 70 s
+ * (a probe, 2026-12-02). Beyond it the footer says "of more than N".
+ */
+const COUNT_MAX_BYTES = 16 * 1024 * 1024;
 
 /**
  * Streams the file through `decoder`, splitting lines like Node's readline with crlfDelay
  * Infinity (`\n`, `\r\n` and a lone `\r` end a line; no empty line after a final newline).
- * Memory is bounded: a line keeps at most READ_MAX_LINE_LENGTH + 1 chars. Counts every line,
- * even after the output is full, so `count` is the file's line count.
+ * Memory is bounded: a line keeps at most READ_MAX_LINE_LENGTH + 1 chars. Counts the lines after
+ * the output is full too, for up to {@link COUNT_MAX_BYTES} of the file, so `count` is the file's
+ * line count (a lower bound, `countCapped`, when the file goes on beyond that).
  * Returns undefined when the fatal UTF-8 decoder meets invalid bytes.
  */
 async function scanLines(path: string, decode: ChunkDecoder, fatal: boolean, offset: number, limit: number): Promise<Scan | undefined> {
-  const scan: Scan = { raw: [], count: 0, cut: false, more: false };
+  const scan: Scan = { raw: [], count: 0, cut: false, more: false, countCapped: false };
   let bytes = 0;
   let line = "";
   let length = 0;
@@ -176,8 +188,18 @@ async function scanLines(path: string, decode: ChunkDecoder, fatal: boolean, off
   };
 
   const stream = createReadStream(path);
+  let read = 0;
+  let fullAt: number | undefined;
   try {
-    for await (const chunk of stream as AsyncIterable<Buffer>) push(decode(chunk));
+    for await (const chunk of stream as AsyncIterable<Buffer>) {
+      if (scan.more && fullAt === undefined) fullAt = read;
+      if (fullAt !== undefined && read - fullAt > COUNT_MAX_BYTES) {
+        scan.countCapped = true;
+        return scan;
+      }
+      read += chunk.length;
+      push(decode(chunk));
+    }
     push(decode());
   } catch (err) {
     if (err instanceof TypeError && fatal) return undefined;
@@ -205,7 +227,8 @@ async function readText(path: string, head: Uint8Array, offset: number, limit: n
   if (file.cut) {
     output += `\n\n(Output capped at ${MAX_BYTES_LABEL}. Showing lines ${offset}-${last}. Use offset=${last + 1} to continue.)`;
   } else if (file.more) {
-    output += `\n\n(Showing lines ${offset}-${last} of ${file.count}. Use offset=${last + 1} to continue.)`;
+    const of = file.countCapped ? `more than ${file.count}` : `${file.count}`;
+    output += `\n\n(Showing lines ${offset}-${last} of ${of}. Use offset=${last + 1} to continue.)`;
   } else {
     output += `\n\n(End of file - total ${file.count} lines)`;
   }

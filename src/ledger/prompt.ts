@@ -23,7 +23,7 @@ export async function prompt(
   signal?: AbortSignal,
   options: StorePromptOptions = {},
 ): Promise<MessageWithParts> {
-  const stored = await storePrompt(deps, request, options);
+  const stored = await storePrompt(deps, request, { ...options, signal });
   if (request.noReply) return stored.message;
   for await (const event of answerEvents(deps, stored, signal)) {
     // Wait for the answer; the events themselves go to PromptStream/WatchSession readers.
@@ -48,7 +48,7 @@ export async function prompt(
  * it, ends with `StoppedWaitingError` (DEADLINE_EXCEEDED on a deadline, never a success).
  */
 export async function* promptStream(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
-  const stored = await storePrompt(deps, request);
+  const stored = await storePrompt(deps, request, { signal });
   // Start the run before the first yield: a client gone by then must not leave it unanswered.
   const answer = request.noReply ? undefined : await startAnswer(deps, stored);
   yield* stored.events;
@@ -59,11 +59,12 @@ export async function* promptStream(deps: LedgerDeps, request: PromptRequest, si
 
 /**
  * The `PromptAsync` RPC: answers with the user message once it is committed (durable); the loop
- * runs in the background (unless `no_reply`). Throws like `storePrompt`, and
+ * runs in the background (unless `no_reply`). `signal`: the call's (see `StorePromptOptions.signal`).
+ * Throws like `storePrompt`, and
  * `NO_MODEL_PROVIDER` when a reply is wanted but no provider is configured (the message stays stored).
  */
-export async function promptAsync(deps: LedgerDeps, request: PromptRequest): Promise<MessageWithParts> {
-  const stored = await storePrompt(deps, request);
+export async function promptAsync(deps: LedgerDeps, request: PromptRequest, signal?: AbortSignal): Promise<MessageWithParts> {
+  const stored = await storePrompt(deps, request, { signal });
   // A loop that cannot start (no session-lock connection free) is logged by the runner; this
   // call has answered already, and ResumeSession answers the stored prompt later.
   if (!request.noReply)

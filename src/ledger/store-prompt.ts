@@ -18,7 +18,14 @@ import { duplicateId, isUniqueViolation } from "../storage/pg-errors.js";
 import { knownSession, readKnownSession, sessionCache, type KnownSession } from "../storage/session-cache.js";
 import type { RowChange } from "../storage/session-write.js";
 import type { LedgerDeps } from "./deps.js";
-import { AlreadyExistsError, InvalidArgumentError, LimitExceededError, PreconditionError, SessionNotFoundError } from "../errors.js";
+import {
+  AlreadyExistsError,
+  InvalidArgumentError,
+  LimitExceededError,
+  PreconditionError,
+  SessionNotFoundError,
+  StoppedWaitingError,
+} from "../errors.js";
 import { jsonFieldSizes, limitJsonFields } from "./json-fields.js";
 import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
 import { promptFingerprint } from "./prompt-hash.js";
@@ -41,6 +48,13 @@ export interface StorePromptOptions {
    * are its template's and then the client's, so it names them as the client sent them.
    */
   partField?: PartField;
+  /**
+   * The call's signal (its deadline, its client going away): when it has fired by the time the
+   * drafts are resolved, nothing is written and `StoppedWaitingError` (`NOT_STORED`;
+   * DEADLINE_EXCEEDED or CANCELED) is thrown, so a call that has ended never stores its prompt
+   * later (after a prompt sent after it).
+   */
+  signal?: AbortSignal;
 }
 
 /**
@@ -142,6 +156,14 @@ async function storeResolved(
     },
   });
   const hooked = await deps.plugins.chatMessage(draftMessage, drafts.parts);
+  const signal = options.signal;
+  if (signal?.aborted)
+    throw new StoppedWaitingError(
+      "NOT_STORED",
+      `the call ended (its deadline passed or it was cancelled) while the prompt was being prepared, before it was stored: nothing was stored; send it again${request.messageId ? ` (message_id ${request.messageId})` : ""}`,
+      { session_id: session.id, ...(request.messageId ? { message_id: request.messageId } : {}) },
+      { cause: signal.reason },
+    );
   const input: PromptWrite = { request, options, agentName: agent.name, model, hooked, drafts, messageId, fingerprint };
 
   const written = await inSpan("ledger.write", spanAttributes, (span) => writePrompt(deps, session, known, input, span, retried));

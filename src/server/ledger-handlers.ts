@@ -70,8 +70,8 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     async command(req, ctx) {
       return { message: await runCommand(deps, req, ctx.signal) };
     },
-    async promptAsync(req) {
-      return { message: await promptAsync(deps, asPromptRequest(req)) };
+    async promptAsync(req, ctx) {
+      return { message: await promptAsync(deps, asPromptRequest(req), ctx.signal) };
     },
     async listMessages(req) {
       return listMessages(deps, req.sessionId, req);

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LimitExceededError } from "../../src/errors.js";
 import { readPath, ReadFailure, type ReadResult } from "../../src/files/read-file.js";
+import { settlesWithin } from "../support/wait.js";
 
 const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 let dir: string;
@@ -73,6 +74,17 @@ describe("readPath: text", () => {
     const shown = Array.from({ length: 2000 }, (_, i) => `${i + 1}: line ${i + 1}`);
     expect(r.output).toBe(text(p, shown, "(Showing lines 1-2000 of 3000. Use offset=2001 to continue.)"));
     expect(r.totalLines).toBe(3000);
+  });
+
+  // A probe, 2026-12-02: the footer's line count read a 4 GiB sparse file to its end (70 s).
+  it("counts lines for the footer up to 16 MiB past the lines shown, then says 'of more than N'", async () => {
+    const p = join(dir, "huge-sparse.txt");
+    await writeFile(p, "line\n".repeat(3000));
+    execFileSync("truncate", ["-s", String(2 * 1024 ** 3), p]); // 2 GiB: 3000 lines, then NULs
+    const r = await settlesWithin("the read", textOf(p));
+    const shown = Array.from({ length: 2000 }, (_, i) => `${i + 1}: line`);
+    expect(r.output).toBe(text(p, shown, "(Showing lines 1-2000 of more than 3000. Use offset=2001 to continue.)"));
+    expect(r).toMatchObject({ truncated: true, totalLines: 3000 });
   });
 
   it("caps the output at 50 KB", async () => {

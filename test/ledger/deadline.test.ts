@@ -1,3 +1,6 @@
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
 import type { ServiceError } from "@grpc/grpc-js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -10,7 +13,7 @@ import { newId } from "../../src/ids.js";
 import { grpcLedgerClient, type GrpcLedger } from "../support/grpc-js.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
-import { waitFor } from "../support/wait.js";
+import { sleep, waitFor } from "../support/wait.js";
 
 // A client deadline (connect-timeout-ms, grpc-timeout) that passes while the call waits for the
 // model ends the call with DEADLINE_EXCEEDED — never a success carrying a half-finished answer —
@@ -26,13 +29,24 @@ const SLOW = {
   delayMs: 200,
 };
 
+let pluginDir: string;
 beforeAll(async () => {
-  t = await startFakeModelLedger({}, { provider: "main", transport: "http" });
+  // A chat.message hook that takes 1.5 s for a "[slow]" prompt: a prompt still being prepared
+  // (as while a large file is read) when its call's deadline passes.
+  pluginDir = await mkdtemp(path.join(os.tmpdir(), "ledger-deadline-plugin-"));
+  await writeFile(
+    path.join(pluginDir, "slow.mjs"),
+    `export async function chatMessage({ parts }) {
+       if (parts.some((p) => p.text?.text === "[slow]")) await new Promise((r) => setTimeout(r, 1500));
+     }`,
+  );
+  t = await startFakeModelLedger({ plugin: [path.join(pluginDir, "slow.mjs")] }, { provider: "main", transport: "http" });
   grpc = grpcLedgerClient(t.ledger.url);
 });
 afterAll(async () => {
   grpc?.close();
   await t?.close();
+  await rm(pluginDir, { recursive: true, force: true });
 });
 
 const newSession = async () => (await t.client.createSession({ directory: t.dir })).session!.id;
@@ -97,6 +111,31 @@ async function finalText(sessionId: string): Promise<string> {
     return last!.parts.flatMap((p) => (p.kind.case === "text" ? [p.kind.value.text] : [])).join("");
   });
 }
+
+// A probe, 2026-12-02: a Prompt whose deadline passed while a large file draft was read answered
+// 200 after 17.8 s, and one whose client had given up was stored later, after a prompt sent after it.
+describe("a client deadline while the prompt is prepared, before it is stored", () => {
+  it.each(["Prompt", "PromptAsync", "PromptStream"])(
+    "%s: DEADLINE_EXCEEDED (NOT_STORED), and nothing is stored, then or later",
+    async (method) => {
+      const sessionId = await newSession();
+      const messageId = newId("msg");
+      const body = { sessionId, messageId, noReply: true, parts: [{ text: { text: "[slow]" } }] };
+      const error = method === "PromptStream" ? (await rawStream(method, body, 300)).error! : (await rawUnary(method, body, 300)).error;
+      expect(error.code).toBe(Code.DeadlineExceeded);
+      const [info] = error.findDetails(ErrorInfoSchema);
+      expect(info).toMatchObject({ reason: "NOT_STORED", metadata: { session_id: sessionId, message_id: messageId } });
+      expect(error.rawMessage).toBe(
+        `the call ended (its deadline passed or it was cancelled) while the prompt was being prepared, before it was stored: nothing was stored; send it again (message_id ${messageId})`,
+      );
+      await sleep(1800); // past the hook's 1.5 s: the write would have happened by now
+      expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
+      // Sent again (same message_id, no deadline), it is stored once.
+      const stored = await t.client.prompt({ sessionId, messageId, noReply: true, parts: [text("[slow]")] });
+      expect(stored.message!.message!.kind.value!.id).toBe(messageId);
+    },
+  );
+});
 
 describe("a client deadline while waiting for the model", () => {
   it("Prompt (connect-timeout-ms): DEADLINE_EXCEEDED with ErrorInfo.metadata.message_id, not a half-finished answer; the run completes and WatchSession follows it", async () => {
