@@ -9,6 +9,8 @@ import { requireSubagent } from "../config/agents.js";
 import { CommandNotFoundError, SessionNotFoundError } from "../errors.js";
 import { getSessionRow } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
+import { confinePath } from "../files/confine.js";
+import { rootsForSession } from "./access.js";
 import { prompt } from "./prompt.js";
 import type { PartField } from "../parts/resolve.js";
 
@@ -53,7 +55,8 @@ export async function runCommand(deps: LedgerDeps, request: CommandRequest, sign
     ];
     agent = request.agent;
   } else {
-    drafts = [{ kind: { case: "text", value: { text } } }, ...(await fileReferences(text, row.directory))];
+    const roots = [row.directory, ...(await rootsForSession(deps, row.id))];
+    drafts = [{ kind: { case: "text", value: { text } } }, ...(await fileReferences(text, row.directory, roots))];
   }
   const promptRequest = create(PromptRequestSchema, {
     sessionId: request.sessionId,
@@ -116,10 +119,16 @@ const FILE_REFERENCE = /(?<![\w`])@(\.?[^\s`,.]*(?:\.[^\s`,.]+)*)/g;
 
 /**
  * The `file:` drafts for the `@path` references in `text` that name an existing file or
- * directory, relative to `directory`; each path once, in order of appearance. Whether a path
- * may be read is checked later, like any file draft.
+ * directory, relative to `directory`; each path once, in order of appearance. Each path is
+ * confined to `roots` (the session directory and its allowed roots) before the filesystem is
+ * asked whether it exists, so a path outside them is refused whether it exists or not (a
+ * probe, 2026-12-02: `@/etc/shadow` was refused while `@/etc/nope` was stored as text, telling
+ * which files exist on the server).
+ *
+ * @throws PathNotAllowedError (PERMISSION_DENIED) on `command.template.parts[k].file.url` for a
+ *   path outside `roots` or under /proc, /sys, /dev; InvalidArgumentError for a malformed one.
  */
-export async function fileReferences(text: string, directory: string): Promise<Draft[]> {
+export async function fileReferences(text: string, directory: string, roots: string[]): Promise<Draft[]> {
   const seen = new Set<string>();
   const drafts: Draft[] = [];
   for (const match of text.matchAll(FILE_REFERENCE)) {
@@ -127,6 +136,7 @@ export async function fileReferences(text: string, directory: string): Promise<D
     if (!name || seen.has(name)) continue;
     seen.add(name);
     const absolute = path.resolve(directory, name);
+    await confinePath(`command.template.parts[${drafts.length + 1}].file.url`, absolute, roots);
     const info = await stat(absolute).catch(() => undefined);
     if (!info) continue;
     const start = match.index;

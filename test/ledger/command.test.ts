@@ -158,6 +158,21 @@ describe("Command", () => {
     expect(await eventKinds(sessionId)).toEqual(before);
   });
 
+  // A probe, 2026-12-02: `@/etc/shadow` in the arguments was refused while `@/etc/nope` was stored
+  // as text, which told a caller which files exist outside its directories.
+  it("refuses an @path outside the session directory whether it exists or not, before asking the filesystem", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const before = await eventKinds(sessionId);
+    const answer = async (target: string) => {
+      const error = await rejection(t.client.command({ sessionId, command: "review", arguments: `@${target} x`, noReply: true }));
+      return [error.code, error.rawMessage.replace(target, "<path>")];
+    };
+    const existing = await answer(path.join(outside, "secret.txt"));
+    expect(existing[0]).toBe(Code.PermissionDenied);
+    expect(await answer(path.join(outside, "no-such-file.txt"))).toEqual(existing);
+    expect(await eventKinds(sessionId)).toEqual(before);
+  });
+
   it("answers NOT_FOUND listing the configured commands, writing nothing", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     const before = await eventKinds(sessionId);
