@@ -8,7 +8,7 @@ import { deleteMessages, getMessageRow } from "../storage/message-store.js";
 import { deleteParts, getPartRow, rowToPart, updatePartRow } from "../storage/part-store.js";
 import { protoCaseName } from "../storage/proto-names.js";
 import type { LedgerDeps } from "./deps.js";
-import { jsonFieldSizes, limitJsonFields } from "./json-fields.js";
+import { checkTimestamps, jsonFieldSizes, limitJsonFields } from "./json-fields.js";
 import { moveRevertPoint } from "./revert.js";
 import { assertIdle } from "./status.js";
 import { writeSession, type SessionWrite } from "./writer.js";
@@ -68,10 +68,15 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
   // A file part's URL is checked as a prompt's is (an MCP resource keeps its server's URI).
   if (part.kind.case === "file" && part.kind.value.source?.kind.case !== "resource") {
     const scheme = checkFileUrl("part.file.url", part.kind.value.url);
-    if (scheme === "data") parseDataUrl("part.file.url", part.kind.value.url);
+    if (scheme === "data") {
+      const data = parseDataUrl("part.file.url", part.kind.value.url);
+      const max = deps.config.limits.data_url_bytes;
+      if (data.bytes.byteLength > max) throw new LimitExceededError("part.file.url", "data_url_bytes", max, data.bytes.byteLength, "bytes");
+    }
   }
   // Struct fields are bounded as a prompt's are, but never below what this part holds already:
   // the server's own tool parts may be larger (a write's input and diff hold the whole file).
+  checkTimestamps(PartSchema, part, "part");
   const json = jsonFieldSizes(PartSchema, part, "part");
   const metadataMax = deps.config.limits.metadata_bytes;
   // A text part, and a subtask's texts, are bounded as a prompt's drafts are.

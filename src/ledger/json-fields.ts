@@ -1,10 +1,10 @@
 /**
- * The `limits.metadata_bytes` rule: how much JSON (`google.protobuf.Struct`, `Value` and
- * `ListValue` fields) a request carries, measured on the decoded message before anything else
- * works on it.
+ * Rules on a request's well-known-type fields, checked on the decoded message before anything
+ * else works on it: the `limits.metadata_bytes` rule (how much JSON, `google.protobuf.Struct`,
+ * `Value` and `ListValue` fields, a request carries) and valid `google.protobuf.Timestamp`s.
  */
 import type { DescMessage, JsonValue, MessageShape } from "@bufbuild/protobuf";
-import { LimitExceededError } from "../errors.js";
+import { InvalidArgumentError, LimitExceededError } from "../errors.js";
 
 const JSON_TYPES = new Set(["google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"]);
 
@@ -26,8 +26,8 @@ export interface JsonFieldSizes {
  */
 export function jsonFieldSizes<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>, prefix = ""): JsonFieldSizes {
   const sizes: JsonFieldSizes = { total: 0, fields: [] };
-  visitJsonFields(schema, message as unknown as Record<string, unknown>, prefix, (value, path) => {
-    const bytes = jsonBytes(value);
+  visitFields(JSON_TYPES, schema, message as unknown as Record<string, unknown>, prefix, (value, path) => {
+    const bytes = jsonBytes(value as JsonValue);
     sizes.total += bytes;
     sizes.fields.push({ path, bytes });
   });
@@ -59,15 +59,47 @@ export function checkJsonFields<Desc extends DescMessage>(schema: Desc, message:
   limitJsonFields(jsonFieldSizes(schema, message, prefix), max);
 }
 
+/** Earliest and latest seconds of a valid `google.protobuf.Timestamp` (0001-01-01 to 9999-12-31, UTC). */
+const TIMESTAMP_SECONDS = { min: -62_135_596_800n, max: 253_402_300_799n };
+
 /**
- * Calls `visit` with each JSON field value set in `message` and its field path (proto names,
- * `parts[2].text.metadata`), walking nested messages, lists, maps and oneofs.
+ * Refuses a `google.protobuf.Timestamp` anywhere in `message` that no RFC 3339 time can write:
+ * seconds outside 0001-01-01..9999-12-31 or nanos outside 0..999,999,999. A binary or gRPC client
+ * can send one (JSON clients cannot: the parser refuses it), and it could not be stored as JSON
+ * (it answered INTERNAL; a probe, 2026-12-02).
+ *
+ * @param prefix - field path of `message` in the request (`part` for UpdatePart's), or "".
+ * @param name - how the error names a field path (e.g. a Command's drafts as the client sent them).
+ * @throws InvalidArgumentError (INVALID_ARGUMENT) naming the field, e.g. `parts[0].text.time.start`.
  */
-function visitJsonFields(
+export function checkTimestamps<Desc extends DescMessage>(
+  schema: Desc,
+  message: MessageShape<Desc>,
+  prefix = "",
+  name: (path: string) => string = (path) => path,
+): void {
+  visitFields(TIMESTAMP_TYPES, schema, message as unknown as Record<string, unknown>, prefix, (value, path) => {
+    const { seconds, nanos } = value as { seconds: bigint; nanos: number };
+    if (seconds < TIMESTAMP_SECONDS.min || seconds > TIMESTAMP_SECONDS.max || nanos < 0 || nanos > 999_999_999)
+      throw new InvalidArgumentError(
+        name(path),
+        `is not a time between 0001-01-01 and 9999-12-31 UTC with nanos 0 to 999999999 (seconds ${seconds}, nanos ${nanos})`,
+      );
+  });
+}
+
+const TIMESTAMP_TYPES = new Set(["google.protobuf.Timestamp"]);
+
+/**
+ * Calls `visit` with each value set in `message` whose message type is in `types` and its field
+ * path (proto names, `parts[2].text.metadata`), walking nested messages, lists, maps and oneofs.
+ */
+function visitFields(
+  types: ReadonlySet<string>,
   desc: DescMessage,
   message: Record<string, unknown>,
   path: string,
-  visit: (value: JsonValue, path: string) => void,
+  visit: (value: unknown, path: string) => void,
 ): void {
   for (const field of desc.fields) {
     let value: unknown;
@@ -79,7 +111,7 @@ function visitJsonFields(
     if (value === undefined || value === null) continue;
     const at = path ? `${path}.${field.name}` : field.name;
     const item = (inner: DescMessage, v: unknown, p: string) =>
-      JSON_TYPES.has(inner.typeName) ? visit(v as JsonValue, p) : visitJsonFields(inner, v as Record<string, unknown>, p, visit);
+      types.has(inner.typeName) ? visit(v, p) : visitFields(types, inner, v as Record<string, unknown>, p, visit);
     if (field.fieldKind === "message") item(field.message, value, at);
     else if (field.fieldKind === "list" && field.listKind === "message")
       (value as unknown[]).forEach((v, i) => item(field.message, v, `${at}[${i}]`));

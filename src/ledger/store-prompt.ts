@@ -26,7 +26,7 @@ import {
   SessionNotFoundError,
   StoppedWaitingError,
 } from "../errors.js";
-import { jsonFieldSizes, limitJsonFields } from "./json-fields.js";
+import { checkTimestamps, jsonFieldSizes, limitJsonFields } from "./json-fields.js";
 import { findStoredPrompt, type StoredPrompt } from "./prompt-replay.js";
 import { promptFingerprint } from "./prompt-hash.js";
 import { applyRevert } from "./revert.js";
@@ -337,7 +337,7 @@ function permissionsFromTools(tools: Record<string, boolean>) {
 /**
  * At most `limits.parts_per_prompt` drafts, a `system` of at most `limits.text_part_bytes` and
  * `limits.metadata_bytes` of JSON in the drafts' metadata and the format's schema
- * (`LimitExceededError`), and no draft id given twice:
+ * (`LimitExceededError`), valid Timestamps (`checkTimestamps`), and no draft id given twice:
  * `InvalidArgumentError` on the later one's `parts[i].id` (the insert would otherwise refuse the
  * second as ALREADY_EXISTS naming the first).
  */
@@ -347,9 +347,12 @@ function checkCounts(deps: LedgerDeps, request: PromptRequest, partField: PartFi
   const textMax = deps.config.limits.text_part_bytes;
   const systemBytes = Buffer.byteLength(request.system, "utf8");
   if (systemBytes > textMax) throw new LimitExceededError("system", "text_part_bytes", textMax, systemBytes, "bytes");
+  // Fields are named as the client sent the drafts (a Command's come after its template's).
+  const draftPath = (path: string) => path.replace(/^parts\[(\d+)\]/, (_, i: string) => partField(Number(i)));
   const json = jsonFieldSizes(PromptRequestSchema, request);
-  for (const field of json.fields) field.path = field.path.replace(/^parts\[(\d+)\]/, (_, i: string) => partField(Number(i)));
+  for (const field of json.fields) field.path = draftPath(field.path);
   limitJsonFields(json, deps.config.limits.metadata_bytes);
+  checkTimestamps(PromptRequestSchema, request, "", draftPath);
   const first = new Map<string, number>();
   request.parts.forEach((part, i) => {
     const id = part.kind.value?.id;

@@ -112,6 +112,30 @@ describe("DeleteMessage / DeletePart / UpdatePart", () => {
     expect(await lastSeq(sessionId)).toBe(seq);
   });
 
+  // A probe, 2026-12-02: UpdatePart stored a 25 MB data: URL that Prompt refuses (2.6 s stall).
+  it("UpdatePart bounds a file part's data: URL by data_url_bytes, as a prompt's draft; nothing written", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const sent = (
+      await t.client.prompt({
+        sessionId,
+        noReply: true,
+        parts: [{ kind: { case: "file", value: { mime: "application/octet-stream", url: "data:application/octet-stream;base64,AAAA" } } }],
+      })
+    ).message!;
+    const seq = await lastSeq(sessionId);
+    const max = t.ledger.deps.config.limits.data_url_bytes;
+    const part = clone(
+      PartSchema,
+      sent.parts.find((p) => p.kind.case === "file")!,
+    );
+    if (part.kind.case === "file") part.kind.value.url = `data:application/octet-stream;base64,${Buffer.alloc(max + 3).toString("base64")}`;
+    expect(await failure(t.client.updatePart({ sessionId, messageId: idOf(sent), part }))).toMatchObject({
+      code: Code.ResourceExhausted,
+      field: "part.file.url",
+    });
+    expect(await lastSeq(sessionId)).toBe(seq);
+  });
+
   it("unknown ids → NOT_FOUND: a message of another session, a part of another message", async () => {
     const { sessionId, sent } = await twoMessages();
     const [m1, m2] = sent;
