@@ -31,7 +31,9 @@ export default defineConfig({
           include: ["test/{storage,events,ledger,server,cli,agent,security,observe}/**/*.test.ts"],
           // Transport, process and config behaviour that no storage choice changes: Postgres
           // covers them (the browser page's files, config parsing, the system prompt's instructions;
-          // 58 s of PGlite test time on 2026-12-02).
+          // 58 s of PGlite test time on 2026-12-02). The MCP files too: MCP servers' tools and
+          // resources reach storage as the parts any draft or tool call makes, which the other
+          // files store on PGlite (71 s of PGlite test time in .ci/run, 2026-12-02).
           exclude: [
             ...configDefaults.exclude,
             "test/server/drain.test.ts",
@@ -42,6 +44,12 @@ export default defineConfig({
             "test/cli/cli-web.test.ts",
             "test/cli/serve-opencode.test.ts",
             "test/cli/cli-url.test.ts",
+            "test/server/mcp-discovery.test.ts",
+            "test/ledger/mcp-limits.test.ts",
+            "test/agent/mcp-tools.test.ts",
+            "test/agent/mcp-remote.test.ts",
+            "test/cli/cli-mcp.test.ts",
+            "test/cli/walkthrough-mcp.test.ts",
             "test/agent/instructions.test.ts",
           ],
         },
