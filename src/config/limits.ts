@@ -77,6 +77,14 @@ export interface Limits {
    * the prompt is still stored. Default 8 MiB (a quarter of `request_bytes`).
    */
   mcp_prompt_bytes: number;
+  /**
+   * Most stored part JSON one `ListMessages` page holds (bytes of the parts' JSON text): a page
+   * ends before the message that would pass it, so large sessions are answered in several pages
+   * whatever `page_size` asks; a message larger than this alone still makes a page. Default
+   * 4 MiB (grpc-js clients refuse a response over 4 MiB by default). A probe, 2026-12-02: a
+   * 150 MB session answered in one page held the event loop for 3.3 s on PGlite.
+   */
+  page_bytes: number;
 }
 
 /** The defaults of every limit. */
@@ -95,4 +103,5 @@ export const DEFAULT_LIMITS: Limits = {
   lock_connections: 50,
   mcp_item_bytes: 1024 * 1024,
   mcp_prompt_bytes: 8 * 1024 * 1024,
+  page_bytes: 4 * 1024 * 1024,
 };

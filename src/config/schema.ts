@@ -77,6 +77,7 @@ const limitsSchema = z
     lock_connections: z.number().int().positive(),
     mcp_item_bytes: z.number().int().positive(),
     mcp_prompt_bytes: z.number().int().positive(),
+    page_bytes: z.number().int().positive(),
   })
   .partial();
 

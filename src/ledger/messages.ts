@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { MessageWithPartsSchema, type MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Kysely } from "kysely";
-import { getMessageRow, listMessageRows, rowToMessage } from "../storage/message-store.js";
+import { getMessageRow, listMessageRowsWithBytes, rowToMessage } from "../storage/message-store.js";
 import { listPartRows, rowToPart } from "../storage/part-store.js";
 import type { DB, MessageRow } from "../storage/schema.js";
 import { getSessionRow, rowToSession } from "../storage/session-store.js";
@@ -18,7 +18,9 @@ export const MESSAGE_PAGE = { default: 100, max: 1000 } as const;
  * newest first with `newestFirst` (OpenCode's `messages({limit})` reads the newest `limit`;
  * here `pageSize` does, and the token pages on to older ones). `pageToken` continues after the
  * previous page; `nextPageToken` is empty on the last page. Tokens carry their direction: an
- * oldest-first token given with `newestFirst` (or the reverse) is refused.
+ * oldest-first token given with `newestFirst` (or the reverse) is refused. A page holds at most
+ * `pageSize` messages and `limits.page_bytes` of their parts' stored JSON (bytes; at least one
+ * message), so a client reads a large session in several pages whatever `pageSize` asks.
  * Unless `includeReverted`, what lies past the session's revert point is left out: later
  * messages, and the revert message itself, or only its parts from the revert part on.
  * Throws `SessionNotFoundError` (NOT_FOUND) and `InvalidArgumentError` (bad `page_token`).
@@ -39,13 +41,18 @@ export async function listMessages(
   const cutBefore = cut ? cut.position + (cut.partId ? 1 : 0) : undefined;
   const after = page.newestFirst ? undefined : token;
   const before = page.newestFirst && token !== undefined ? Math.min(token, cutBefore ?? Infinity) : cutBefore;
-  const rows = await listMessageRows(deps.db, sessionId, {
+  const rows = await listMessageRowsWithBytes(deps.db, sessionId, {
     afterPosition: after,
     beforePosition: before,
     limit: limit + 1,
     newestFirst: page.newestFirst,
   });
-  const pageRows = rows.slice(0, limit);
+  // At most `page_bytes` of part JSON per page (at least one message): the rest is the next page.
+  let pageRows = rows.slice(0, limit);
+  let bytes = 0;
+  const fits = pageRows.findIndex((row, i) => (bytes += row.bytes) > deps.config.limits.page_bytes && i > 0);
+  if (fits > 0) pageRows = pageRows.slice(0, fits);
+  const more = rows.length > pageRows.length;
   const last = pageRows.at(-1);
   const messages = await withParts(deps.db, pageRows);
   if (cut?.partId) {
@@ -58,7 +65,7 @@ export async function listMessages(
   return {
     messages,
     nextPageToken:
-      rows.length > limit && last
+      more && last
         ? encodePageToken(page.newestFirst ? { b: Number(last.position), s: sessionId } : { p: Number(last.position), s: sessionId })
         : "",
   };

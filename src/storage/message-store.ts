@@ -64,6 +64,36 @@ export async function getMessageRow(db: Kysely<DB>, sessionId: string, id: strin
  * between `afterPosition` and `beforePosition` when given, at most `limit` rows. Served by the
  * `(session_id, position)` key, so the newest rows of a long session cost no more than the oldest.
  */
+/**
+ * One page of `listMessageRows` (same options), each row with `bytes`: the length of its parts'
+ * stored JSON text (`octet_length(data::text)` summed; 0 without parts), computed by the database
+ * in the same statement, so a caller can cut the page by size before reading any part.
+ */
+export async function listMessageRowsWithBytes(
+  db: Kysely<DB>,
+  sessionId: string,
+  options: { afterPosition?: number; beforePosition?: number; limit?: number; newestFirst?: boolean },
+): Promise<Array<MessageRow & { bytes: number }>> {
+  let query = db
+    .selectFrom("message")
+    .selectAll("message")
+    .select((eb) =>
+      eb
+        .selectFrom("part")
+        .select(sql<string>`coalesce(sum(octet_length(part.data::text)), 0)`.as("bytes"))
+        .whereRef("part.message_id", "=", "message.id")
+        .where("part.session_id", "=", sessionId)
+        .as("bytes"),
+    )
+    .where("message.session_id", "=", sessionId);
+  if (options.afterPosition !== undefined) query = query.where("message.position", ">", options.afterPosition);
+  if (options.beforePosition !== undefined) query = query.where("message.position", "<", options.beforePosition);
+  query = query.orderBy("message.position", options.newestFirst ? "desc" : "asc");
+  if (options.limit !== undefined) query = query.limit(options.limit);
+  const rows = await query.execute();
+  return rows.map((row) => ({ ...row, bytes: Number(row.bytes ?? 0) }));
+}
+
 export async function listMessageRows(
   db: Kysely<DB>,
   sessionId: string,

@@ -1,0 +1,52 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { partText, text } from "../support/prompt.js";
+import { idOf } from "../support/stored.js";
+
+// limits.page_bytes: a ListMessages page holds at most that much of its parts' stored JSON (at
+// least one message), whatever page_size asks. A probe, 2026-12-02: a 150 MB session answered in
+// one page (5 messages) held the event loop for 3.3 s on PGlite, and a grpc-js client refuses a
+// response over 4 MiB by default.
+
+const PAGE_BYTES = 10_000;
+let t: TestLedger;
+let sessionId: string;
+/** The session's messages in order: 4 KB, 4 KB, 12 KB (over the budget alone), 10 bytes of text. */
+let ids: string[];
+beforeAll(async () => {
+  t = await startTestLedger({ limits: { page_bytes: PAGE_BYTES } });
+  sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+  ids = [];
+  for (const [i, size] of [4000, 4000, 12_000, 10].entries()) {
+    const res = await t.client.prompt({ sessionId, noReply: true, parts: [text(String(i).repeat(size))] });
+    ids.push(idOf(res.message!));
+  }
+});
+afterAll(() => t?.close());
+
+/** Every page ListMessages answers (message ids per page), following the tokens. */
+async function pages(newestFirst: boolean, pageSize = 100): Promise<string[][]> {
+  const all: string[][] = [];
+  let pageToken = "";
+  do {
+    const res = await t.client.listMessages({ sessionId, pageSize, pageToken, newestFirst });
+    all.push(res.messages.map(idOf));
+    pageToken = res.nextPageToken;
+  } while (pageToken && all.length < 10);
+  return all;
+}
+
+describe("ListMessages pages by page_bytes", () => {
+  it("oldest first: a page ends before the message that would pass it; a message over it alone is a page", async () => {
+    const [m1, m2, m3, m4] = ids;
+    expect(await pages(false)).toEqual([[m1, m2], [m3], [m4]]);
+    const res = await t.client.listMessages({ sessionId, pageSize: 100 });
+    expect(res.messages.map((m) => partText(m.parts[0]).length)).toEqual([4000, 4000]);
+  });
+
+  it("newest first the same way; page_size still bounds a page", async () => {
+    const [m1, m2, m3, m4] = ids;
+    expect(await pages(true)).toEqual([[m4], [m3], [m2, m1]]);
+    expect(await pages(false, 1)).toEqual([[m1], [m2], [m3], [m4]]);
+  });
+});
