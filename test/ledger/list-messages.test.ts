@@ -4,6 +4,7 @@ import type { MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import { failure } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
+import { listPages } from "../support/stored.js";
 
 // ListMessages paging in both orders through the real server: oldest first (the default) and
 // newest first (`newest_first`, "the latest N" in one call), with the revert point honoured.
@@ -25,19 +26,8 @@ async function sevenMessages(): Promise<{ sessionId: string; sent: MessageWithPa
 }
 
 /** Every page of a listing as the first text of each message, page by page. */
-async function pages(
-  sessionId: string,
-  request: { pageSize: number; newestFirst?: boolean; includeReverted?: boolean },
-): Promise<string[][]> {
-  const out: string[][] = [];
-  let pageToken = "";
-  do {
-    const res = await t.client.listMessages({ sessionId, pageToken, ...request });
-    out.push(res.messages.map(firstText));
-    pageToken = res.nextPageToken;
-  } while (pageToken && out.length < 20);
-  return out;
-}
+const pages = (sessionId: string, request: { pageSize: number; newestFirst?: boolean; includeReverted?: boolean }) =>
+  listPages(t.client, { sessionId, ...request }, firstText);
 
 describe("ListMessages order", () => {
   it("pages oldest first by default", async () => {

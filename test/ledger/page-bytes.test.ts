@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
-import { idOf } from "../support/stored.js";
+import { idOf, listPages } from "../support/stored.js";
 
 // limits.page_bytes: a ListMessages page holds at most that much of its parts' stored JSON (at
 // least one message), whatever page_size asks. A probe, 2026-12-02: a 150 MB session answered in
@@ -24,17 +24,8 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 
-/** Every page ListMessages answers (message ids per page), following the tokens. */
-async function pages(newestFirst: boolean, pageSize = 100): Promise<string[][]> {
-  const all: string[][] = [];
-  let pageToken = "";
-  do {
-    const res = await t.client.listMessages({ sessionId, pageSize, pageToken, newestFirst });
-    all.push(res.messages.map(idOf));
-    pageToken = res.nextPageToken;
-  } while (pageToken && all.length < 10);
-  return all;
-}
+/** Every page ListMessages answers, as message ids. */
+const pages = (newestFirst: boolean, pageSize = 100) => listPages(t.client, { sessionId, pageSize, newestFirst }, idOf);
 
 describe("ListMessages pages by page_bytes", () => {
   it("oldest first: a page ends before the message that would pass it; a message over it alone is a page", async () => {

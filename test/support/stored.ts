@@ -103,3 +103,22 @@ export async function storedRows(db: Kysely<DB>, sessionId: string): Promise<Arr
     .execute();
   return messages.map((m) => [m.id, parts.filter((p) => p.message_id === m.id).map((p): [string, string] => [p.id, p.kind])]);
 }
+
+/**
+ * Every page ListMessages answers for `request`, following `next_page_token` (at most 20 pages),
+ * each page as `view` maps its messages (e.g. their ids or first texts).
+ */
+export async function listPages<T>(
+  client: Client<typeof SessionService>,
+  request: { sessionId: string; pageSize: number; newestFirst?: boolean; includeReverted?: boolean },
+  view: (message: MessageWithParts) => T,
+): Promise<T[][]> {
+  const out: T[][] = [];
+  let pageToken = "";
+  do {
+    const res = await client.listMessages({ ...request, pageToken });
+    out.push(res.messages.map(view));
+    pageToken = res.nextPageToken;
+  } while (pageToken && out.length < 20);
+  return out;
+}
