@@ -178,7 +178,12 @@ export async function confinePath(field: string, path: string, roots: string[]):
     } catch (err) {
       const code = errnoCode(err);
       if (code === "ENOENT" || code === "ENOTDIR") return undefined;
-      if (code === "ENAMETOOLONG") throw new InvalidArgumentError(field, `${path} has a name that is too long (ENAMETOOLONG)`);
+      // Outside every root, the plain refusal: the kernel says ENAMETOOLONG only when the parent
+      // exists, which would tell a caller what exists outside (a review, 2026-12-02).
+      if (code === "ENAMETOOLONG") {
+        if (!asWritten) throw escaped();
+        throw new InvalidArgumentError(field, `${path} has a name that is too long (ENAMETOOLONG)`);
+      }
       throw unresolvable(code);
     }
   };

@@ -109,7 +109,7 @@ async function listDirectory(path: string, offset: number, limit: number): Promi
 
 interface Scan {
   raw: string[];
-  /** Lines counted: the file's line count, or a lower bound when `counting` stopped early. */
+  /** Lines counted: the file's line count, or a lower bound when `countCapped`. */
   count: number;
   cut: boolean;
   more: boolean;
@@ -189,11 +189,16 @@ async function scanLines(path: string, decode: ChunkDecoder, fatal: boolean, off
 
   const stream = createReadStream(path);
   let read = 0;
+  // Where the budget starts: when the output is full, or when the line being read is already
+  // longer than any line is shown (its shown text is fixed; a huge line need not be read to its end).
   let fullAt: number | undefined;
   try {
     for await (const chunk of stream as AsyncIterable<Buffer>) {
-      if (scan.more && fullAt === undefined) fullAt = read;
+      if (fullAt === undefined && (scan.more || (length > READ_MAX_LINE_LENGTH && scan.count + 1 >= offset))) fullAt = read;
       if (fullAt !== undefined && read - fullAt > COUNT_MAX_BYTES) {
+        // A line cut short is shown as far as it goes; what follows it is not known.
+        if (length > 0 && !scan.more) emit();
+        scan.more = true;
         scan.countCapped = true;
         return scan;
       }

@@ -10,7 +10,7 @@ import { CommandNotFoundError, SessionNotFoundError } from "../errors.js";
 import { getSessionRow } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { confinePath } from "../files/confine.js";
-import { rootsForSession } from "./access.js";
+import { checkSessionStillAllowed, rootsForSession } from "./access.js";
 import { prompt } from "./prompt.js";
 import type { PartField } from "../parts/resolve.js";
 
@@ -55,8 +55,11 @@ export async function runCommand(deps: LedgerDeps, request: CommandRequest, sign
     ];
     agent = request.agent;
   } else {
+    // A session its directories no longer allow is refused before its references are looked up.
+    await checkSessionStillAllowed(deps, { id: row.id, directory: row.directory });
     const roots = [row.directory, ...(await rootsForSession(deps, row.id))];
-    drafts = [{ kind: { case: "text", value: { text } } }, ...(await fileReferences(text, row.directory, roots))];
+    const references = await fileReferences(text, row.directory, roots, deps.config.limits.parts_per_prompt);
+    drafts = [{ kind: { case: "text", value: { text } } }, ...references];
   }
   const promptRequest = create(PromptRequestSchema, {
     sessionId: request.sessionId,
@@ -119,24 +122,27 @@ const FILE_REFERENCE = /(?<![\w`])@(\.?[^\s`,.]*(?:\.[^\s`,.]+)*)/g;
 
 /**
  * The `file:` drafts for the `@path` references in `text` that name an existing file or
- * directory, relative to `directory`; each path once, in order of appearance. Each path is
- * confined to `roots` (the session directory and its allowed roots) before the filesystem is
- * asked whether it exists, so a path outside them is refused whether it exists or not (a
- * probe, 2026-12-02: `@/etc/shadow` was refused while `@/etc/nope` was stored as text, telling
- * which files exist on the server).
- *
- * @throws PathNotAllowedError (PERMISSION_DENIED) on `command.template.parts[k].file.url` for a
- *   path outside `roots` or under /proc, /sys, /dev; InvalidArgumentError for a malformed one.
+ * directory inside `roots` (the session directory and its allowed roots), relative to
+ * `directory`; each path once, in order of appearance, at most `max` of them (more would pass
+ * `parts_per_prompt` anyway). A path outside `roots` (or under /proc, /sys, /dev, or malformed)
+ * is left as text like one that names nothing, without asking whether it exists: a probe,
+ * 2026-12-02, found `@/etc/shadow` refused while `@/etc/nope` was stored as text, which told a
+ * caller which files exist on the server; and an `@` word such as `@/api/v1` is not a path.
  */
-export async function fileReferences(text: string, directory: string, roots: string[]): Promise<Draft[]> {
+export async function fileReferences(text: string, directory: string, roots: string[], max: number): Promise<Draft[]> {
   const seen = new Set<string>();
   const drafts: Draft[] = [];
   for (const match of text.matchAll(FILE_REFERENCE)) {
     const name = match[1];
     if (!name || seen.has(name)) continue;
     seen.add(name);
+    if (drafts.length >= max) break;
     const absolute = path.resolve(directory, name);
-    await confinePath(`command.template.parts[${drafts.length + 1}].file.url`, absolute, roots);
+    const inside = await confinePath("reference", absolute, roots).then(
+      () => true,
+      () => false,
+    );
+    if (!inside) continue;
     const info = await stat(absolute).catch(() => undefined);
     if (!info) continue;
     const start = match.index;

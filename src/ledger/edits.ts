@@ -49,14 +49,17 @@ export async function deletePart(deps: LedgerDeps, sessionId: string, messageId:
 }
 
 /**
- * Replaces a stored part with `part` (same id, message and kind); emits `part_updated`.
- * Throws `InvalidArgumentError` (`part.id` is not a part id, `part.session_id`/`part.message_id` differ from the request,
- * a file part's URL is not a valid `data:`, `file:` or `http(s):` URL (`part.file.url`),
- * `LimitExceededError` (RESOURCE_EXHAUSTED) for a text over `limits.text_part_bytes`, or more JSON
- * in the part's Struct fields (metadata, tool input) than `limits.metadata_bytes` and the stored
- * part's own,
- * `part.kind` unset or changed, or the part belongs to another message), `SessionNotFoundError`,
- * `MessageNotFoundError`, `PartNotFoundError` (`part.id`), `SessionBusyError`.
+ * Replaces a stored part with `part` (same id, message and kind); emits `part_updated`. Throws:
+ * - `InvalidArgumentError` (INVALID_ARGUMENT): `part.id` is not a part id;
+ *   `part.session_id`/`part.message_id` differ from the request; `part.kind` unset or changed;
+ *   the part belongs to another message; a file part's URL is not a valid `data:`, `file:` or
+ *   `http(s):` URL (`part.file.url`); a Timestamp no RFC 3339 time can write (`checkTimestamps`);
+ * - `LimitExceededError` (RESOURCE_EXHAUSTED): a text, or a subtask's `prompt`, `description` or
+ *   `command`, over `limits.text_part_bytes` (bytes of UTF-8); a `data:` URL whose body is over
+ *   `limits.data_url_bytes`; more JSON in the part's Struct fields (metadata, tool input) than
+ *   `limits.metadata_bytes` and the stored part's own;
+ * - `SessionNotFoundError`, `MessageNotFoundError`, `PartNotFoundError` (`part.id`) (NOT_FOUND),
+ *   `SessionBusyError` (FAILED_PRECONDITION).
  */
 export async function updatePart(deps: LedgerDeps, sessionId: string, messageId: string, part: Part): Promise<Part> {
   if (part.sessionId !== sessionId) throw new InvalidArgumentError("part.session_id", `must equal session_id ${sessionId}`);
@@ -74,9 +77,9 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
       if (data.bytes.byteLength > max) throw new LimitExceededError("part.file.url", "data_url_bytes", max, data.bytes.byteLength, "bytes");
     }
   }
+  checkTimestamps(PartSchema, part, "part");
   // Struct fields are bounded as a prompt's are, but never below what this part holds already:
   // the server's own tool parts may be larger (a write's input and diff hold the whole file).
-  checkTimestamps(PartSchema, part, "part");
   const json = jsonFieldSizes(PartSchema, part, "part");
   const metadataMax = deps.config.limits.metadata_bytes;
   // A text part, and a subtask's texts, are bounded as a prompt's drafts are.

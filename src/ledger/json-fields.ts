@@ -110,8 +110,11 @@ function visitFields(
     } else value = message[field.localName];
     if (value === undefined || value === null) continue;
     const at = path ? `${path}.${field.name}` : field.name;
-    const item = (inner: DescMessage, v: unknown, p: string) =>
-      types.has(inner.typeName) ? visit(v, p) : visitFields(types, inner, v as Record<string, unknown>, p, visit);
+    const item = (inner: DescMessage, v: unknown, p: string) => {
+      if (types.has(inner.typeName)) visit(v, p);
+      // JSON values are leaves (their keys are the client's, not fields).
+      else if (!JSON_TYPES.has(inner.typeName)) visitFields(types, inner, v as Record<string, unknown>, p, visit);
+    };
     if (field.fieldKind === "message") item(field.message, value, at);
     else if (field.fieldKind === "list" && field.listKind === "message")
       (value as unknown[]).forEach((v, i) => item(field.message, v, `${at}[${i}]`));

@@ -12,8 +12,10 @@ import { storePrompt, type StorePromptOptions } from "./store-prompt.js";
  * session) and returns the final assistant message (`finalAnswer`). Without a configured model
  * provider it throws `PreconditionError` (FAILED_PRECONDITION, reason `NO_MODEL_PROVIDER`) whose
  * metadata names the stored `message_id`. `SessionNotFoundError` (NOT_FOUND) when the session is
- * deleted before the answer is complete. `StoppedWaitingError` (RUN_CONTINUES; DEADLINE_EXCEEDED
- * on a client deadline) when `signal` fires first: the prompt stays stored and its run goes on.
+ * deleted before the answer is complete. `StoppedWaitingError` NOT_STORED when `signal` fires
+ * before the prompt is written (nothing stored); `StoppedWaitingError` (RUN_CONTINUES;
+ * DEADLINE_EXCEEDED on a client deadline) when it fires after, before the answer: the prompt
+ * stays stored and its run goes on.
  * Same errors as `storePrompt` otherwise. `options` go to `storePrompt` (the `Command` RPC adds
  * its `command` event).
  */

@@ -4,6 +4,7 @@ import { SessionRevertSchema } from "../../gen/ledger/v1/session_pb.js";
 import { MessageNotFoundError, PartNotFoundError } from "../errors.js";
 import { deleteMessages, getMessageRow, listMessageRows } from "../storage/message-store.js";
 import { deleteParts, getPartRow, listPartRows, rowToPart } from "../storage/part-store.js";
+import { checkSessionStillAllowed } from "./access.js";
 import type { LedgerDeps } from "./deps.js";
 import { getSession } from "./sessions.js";
 import { assertIdle } from "./status.js";
@@ -17,9 +18,12 @@ import { writeSession } from "./writer.js";
  * meanwhile. Files changed from there on are put back as they were (`restoreFiles`), and the
  * snapshot to undo that is kept in `revert.snapshot`. Emits `session_updated`.
  * Throws `SessionNotFoundError`, `MessageNotFoundError` (not in the session),
- * `PartNotFoundError` (not in the message), `SessionBusyError` (the loop runs).
+ * `PartNotFoundError` (not in the message), `SessionBusyError` (the loop runs), and
+ * `PathNotAllowedError` (PERMISSION_DENIED on `session_id`) for a session outside
+ * `session_directories` (it would write files there; `checkSessionStillAllowed`).
  */
 export async function revertSession(deps: LedgerDeps, sessionId: string, messageId: string, partId: string): Promise<Session> {
+  await checkSessionStillAllowed(deps, await getSession(deps, sessionId));
   await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
     const message = await getMessageRow(w.trx, sessionId, messageId);
@@ -71,10 +75,12 @@ async function restoreFiles(deps: LedgerDeps, w: SessionWrite, messageId: string
  * Clears the session's revert point, first putting the files back as they were before Revert
  * (from `revert.snapshot`); emits `session_updated`. Without a revert point it changes
  * nothing (no event, `time_updated` kept). Throws `SessionNotFoundError` (NOT_FOUND),
- * `SessionBusyError` (FAILED_PRECONDITION, reason SESSION_BUSY).
+ * `SessionBusyError` (FAILED_PRECONDITION, reason SESSION_BUSY), `PathNotAllowedError`
+ * (PERMISSION_DENIED on `session_id`) for a session outside `session_directories`.
  */
 export async function unrevertSession(deps: LedgerDeps, sessionId: string): Promise<Session> {
   const current = await getSession(deps, sessionId);
+  await checkSessionStillAllowed(deps, current);
   if (!current.revert) {
     await assertIdle(deps, deps.db, sessionId);
     return current;

@@ -49,10 +49,11 @@ export interface StorePromptOptions {
    */
   partField?: PartField;
   /**
-   * The call's signal (its deadline, its client going away): when it has fired by the time the
-   * drafts are resolved, nothing is written and `StoppedWaitingError` (`NOT_STORED`;
-   * DEADLINE_EXCEEDED or CANCELED) is thrown, so a call that has ended never stores its prompt
-   * later (after a prompt sent after it).
+   * The call's signal (its deadline, its client going away): checked when the drafts are
+   * resolved, after the wait for the session's earlier prompts and inside the write's transaction
+   * (the one-statement write, once started, completes); when it has fired nothing is written and
+   * `StoppedWaitingError` (`NOT_STORED`; DEADLINE_EXCEEDED or CANCELED) is thrown, so an ended
+   * call does not store its prompt later, after a prompt sent after it.
    */
   signal?: AbortSignal;
 }
@@ -78,8 +79,9 @@ export interface StorePromptOptions {
  * `ledger.message_id`), and the active span gets the same two attributes.
  *
  * Throws `SessionNotFoundError`, `AgentNotFoundError` (NOT_FOUND), `InvalidArgumentError`,
- * `LimitExceededError`, `PathNotAllowedError`, `AlreadyExistsError`, `PluginError`; on any of
- * them nothing is written.
+ * `LimitExceededError`, `PathNotAllowedError` (also on `session_id` for a session outside
+ * `session_directories`), `AlreadyExistsError`, `PluginError`, `StoppedWaitingError`
+ * (`NOT_STORED`, when `options.signal` fired before the write); on any of them nothing is written.
  */
 export async function storePrompt(deps: LedgerDeps, request: PromptRequest, options: StorePromptOptions = {}): Promise<StoredPrompt> {
   checkCounts(deps, request, options.partField ?? requestPartField);
@@ -156,14 +158,7 @@ async function storeResolved(
     },
   });
   const hooked = await deps.plugins.chatMessage(draftMessage, drafts.parts);
-  const signal = options.signal;
-  if (signal?.aborted)
-    throw new StoppedWaitingError(
-      "NOT_STORED",
-      `the call ended (its deadline passed or it was cancelled) while the prompt was being prepared, before it was stored: nothing was stored; send it again${request.messageId ? ` (message_id ${request.messageId})` : ""}`,
-      { session_id: session.id, ...(request.messageId ? { message_id: request.messageId } : {}) },
-      { cause: signal.reason },
-    );
+  throwIfEnded(options.signal, session.id, request.messageId);
   const input: PromptWrite = { request, options, agentName: agent.name, model, hooked, drafts, messageId, fingerprint };
 
   const written = await inSpan("ledger.write", spanAttributes, (span) => writePrompt(deps, session, known, input, span, retried));
@@ -189,6 +184,8 @@ async function writePrompt(
     // One prompt at a time per session in this process: each is planned against the state the
     // previous one left in the cache, so concurrent prompts are not refused as stale.
     const fast = await oneAtATime(deps.db, session.id, async () => {
+      // Checked again after the wait for the prompts before it: an ended call writes nothing.
+      throwIfEnded(input.options.signal, session.id, request.messageId);
       let current: KnownSession | undefined = sessionCache(deps.db).get(session.id) ?? known;
       // At most twice: the state as known, then as read again after another process's write.
       for (let attempt = 0; attempt < 2; attempt++) {
@@ -214,6 +211,8 @@ async function writePrompt(
         const stored = await findStoredPrompt(w.trx, session.id, request.messageId, fingerprint);
         if (stored) return stored;
       }
+      // And inside the transaction, before anything is written (throwing rolls it back).
+      throwIfEnded(input.options.signal, session.id, request.messageId);
       for (const kind of switchEvents(w.session, input)) w.emit(kind);
       // A revert point set since the last prompt is carried out now, before the new message.
       await applyRevert(w);
@@ -238,6 +237,21 @@ async function writePrompt(
     }
     throw mapConflict(error, request, messageId, input.options.partField ?? requestPartField);
   }
+}
+
+/**
+ * Throws `StoppedWaitingError` (`NOT_STORED`; DEADLINE_EXCEEDED or CANCELED by the signal's
+ * reason) when `signal` has fired: the call ended (its deadline passed, its client went away)
+ * before the prompt was written, so it is not written at all, then or later.
+ */
+function throwIfEnded(signal: AbortSignal | undefined, sessionId: string, messageId: string): void {
+  if (!signal?.aborted) return;
+  throw new StoppedWaitingError(
+    "NOT_STORED",
+    `the call ended (its deadline passed or it was cancelled) while the prompt was being prepared, before it was stored: nothing was stored; send it again${messageId ? ` (message_id ${messageId})` : ""}`,
+    { session_id: sessionId, ...(messageId ? { message_id: messageId } : {}) },
+    { cause: signal.reason },
+  );
 }
 
 const queues = new WeakMap<object, Map<string, Promise<unknown>>>();

@@ -60,14 +60,11 @@ export async function getMessageRow(db: Kysely<DB>, sessionId: string, id: strin
 }
 
 /**
- * Lists a session's message rows in position order (descending with `newestFirst`), strictly
- * between `afterPosition` and `beforePosition` when given, at most `limit` rows. Served by the
- * `(session_id, position)` key, so the newest rows of a long session cost no more than the oldest.
- */
-/**
- * One page of `listMessageRows` (same options), each row with `bytes`: the length of its parts'
- * stored JSON text (`octet_length(data::text)` summed; 0 without parts), computed by the database
- * in the same statement, so a caller can cut the page by size before reading any part.
+ * One page of `listMessageRows` (same options), each row with `bytes`: the stored size of the
+ * message's data and of its parts' data as the database holds it (`pg_column_size`: compressed
+ * when large, read from the value's header without decompressing it), computed in the same
+ * statement, so a caller can cut the page by size before reading any part. Cheap whatever the
+ * parts hold; text that compresses well counts for less than its JSON length.
  */
 export async function listMessageRowsWithBytes(
   db: Kysely<DB>,
@@ -80,7 +77,7 @@ export async function listMessageRowsWithBytes(
     .select((eb) =>
       eb
         .selectFrom("part")
-        .select(sql<string>`coalesce(sum(octet_length(part.data::text)), 0)`.as("bytes"))
+        .select(sql<string>`coalesce(sum(pg_column_size(part.data)), 0) + pg_column_size(message.data)`.as("bytes"))
         .whereRef("part.message_id", "=", "message.id")
         .where("part.session_id", "=", sessionId)
         .as("bytes"),
@@ -94,6 +91,11 @@ export async function listMessageRowsWithBytes(
   return rows.map((row) => ({ ...row, bytes: Number(row.bytes ?? 0) }));
 }
 
+/**
+ * Lists a session's message rows in position order (descending with `newestFirst`), strictly
+ * between `afterPosition` and `beforePosition` when given, at most `limit` rows. Served by the
+ * `(session_id, position)` key, so the newest rows of a long session cost no more than the oldest.
+ */
 export async function listMessageRows(
   db: Kysely<DB>,
   sessionId: string,

@@ -149,28 +149,35 @@ describe("Command", () => {
     expect(big.code).toBe(Code.ResourceExhausted);
     expect(big.findDetails(ErrorInfoSchema)[0]?.metadata).toMatchObject({ field: "parts[0].text.metadata", limit: "metadata_bytes" });
 
-    // The template's own reference outside the session directory: its text is draft 0, @notes.txt 1.
-    const fromTemplate = await call([text("fine")], "leak");
-    expect([fromTemplate.code, fromTemplate.rawMessage]).toEqual([
-      Code.PermissionDenied,
-      `command.template.parts[2].file.url: ${path.join(outside, "secret.txt")} is outside the session directory and the configured roots`,
-    ]);
     expect(await eventKinds(sessionId)).toEqual(before);
   });
 
   // A probe, 2026-12-02: `@/etc/shadow` in the arguments was refused while `@/etc/nope` was stored
-  // as text, which told a caller which files exist outside its directories.
-  it("refuses an @path outside the session directory whether it exists or not, before asking the filesystem", async () => {
+  // as text, which told a caller which files exist outside its directories. An @path outside the
+  // session's directories is now left as text, like one that names nothing, whether it exists or not.
+  it("leaves an @path outside the session directory as text whether it exists or not (no read, nothing told)", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const before = await eventKinds(sessionId);
-    const answer = async (target: string) => {
-      const error = await rejection(t.client.command({ sessionId, command: "review", arguments: `@${target} x`, noReply: true }));
-      return [error.code, error.rawMessage.replace(target, "<path>")];
+    const shapes = async (target: string) => {
+      const res = await t.client.command({ sessionId, command: "review", arguments: `@${target} x`, noReply: true });
+      return res
+        .message!.parts.map(shape)
+        .map((p): Record<string, unknown> => ({ ...p, text: typeof p.text === "string" ? p.text.replaceAll(target, "<path>") : p.text }));
     };
-    const existing = await answer(path.join(outside, "secret.txt"));
-    expect(existing[0]).toBe(Code.PermissionDenied);
-    expect(await answer(path.join(outside, "no-such-file.txt"))).toEqual(existing);
-    expect(await eventKinds(sessionId)).toEqual(before);
+    const existing = await shapes(path.join(outside, "secret.txt"));
+    expect(await shapes(path.join(outside, "no-such-file.txt"))).toEqual(existing);
+    // The template's text, then only its own @notes.txt (read call, content, file part).
+    expect(existing.map((p) => [p.kind, p.synthetic])).toEqual([
+      ["text", false],
+      ["text", true],
+      ["text", true],
+      ["file", undefined],
+    ]);
+    expect(JSON.stringify(existing)).not.toContain("not yours");
+
+    // The same for a template's own reference outside ("leak"): stored, the reference left as text.
+    const leak = await t.client.command({ sessionId, command: "leak", arguments: "", noReply: true });
+    expect(leak.message!.parts.map(shape).map((p) => p.kind)).toEqual(["text", "text", "text", "file"]);
+    expect(JSON.stringify(leak.message!.parts.map(shape))).not.toContain("not yours");
   });
 
   it("answers NOT_FOUND listing the configured commands, writing nothing", async () => {

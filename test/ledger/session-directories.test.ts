@@ -67,9 +67,10 @@ describe("session_directories in ledger.json", () => {
 });
 
 describe("a session whose directory session_directories no longer allows (created before they were set)", () => {
-  it("gets no prompt, Shell, ResumeSession or fork (PERMISSION_DENIED on session_id); nothing stored; reads still work", async () => {
+  it("gets no prompt, Shell, ResumeSession, fork, Revert or Unrevert (PERMISSION_DENIED on session_id); nothing stored; reads still work", async () => {
     const session = (await open.client.createSession({ directory: outside })).session!;
-    await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("before")] });
+    const first = (await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("before")] })).message!.message!.kind
+      .value!.id;
     const config = open.ledger.deps.config;
     config.sessionDirectories = [allowed]; // as after a restart with the new setting
     try {
@@ -82,6 +83,9 @@ describe("a session whose directory session_directories no longer allows (create
         () => open.client.shell({ sessionId: session.id, agent: "build", command: "cat /etc/hostname" }),
         () => open.client.resumeSession({ sessionId: session.id }),
         () => open.client.forkSession({ sessionId: session.id }),
+        // Revert and Unrevert put files back in the session directory.
+        () => open.client.revert({ sessionId: session.id, messageId: first }),
+        () => open.client.unrevert({ sessionId: session.id }),
       ];
       for (const call of calls) {
         const error = await connectError(call());
