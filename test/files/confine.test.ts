@@ -199,6 +199,18 @@ describe("confinePath", () => {
     await expect(confinePath(F, join(root, "n".repeat(300)), [root])).rejects.toThrow("has a name that is too long (ENAMETOOLONG)");
   });
 
+  // A review, 2026-12-02: outside the roots, ENAMETOOLONG (which the kernel gives only when the
+  // parent exists) answered INVALID_ARGUMENT, telling which directories exist outside.
+  it("outside the roots, a name too long gets the plain refusal whether its directory exists or not", async () => {
+    const name = "n".repeat(300);
+    const existing = await denied(join(outside, name), [root]);
+    const missing = await denied(join(outside, "no-such-dir", name), [root]);
+    expect([existing.message, missing.message]).toEqual([
+      `${F}: ${join(outside, name)} is outside the session directory and the configured roots`,
+      `${F}: ${join(outside, "no-such-dir", name)} is outside the session directory and the configured roots`,
+    ]);
+  });
+
   it("refuses a very deep ../../.. that leaves the root", async () => {
     await denied(`${root}/${"../".repeat(1000)}etc/passwd`, [root]);
   });
