@@ -28,8 +28,10 @@ type Draft = MessageInitShape<typeof PartInputSchema>;
  * Throws `CommandNotFoundError` (NOT_FOUND, listing the configured commands),
  * `SessionNotFoundError`, `AgentNotFoundError` for an unknown subtask agent and
  * `InvalidArgumentError` on `command.agent` for a primary-only one (`requireSubagent`), and whatever
- * `prompt` throws (e.g. PERMISSION_DENIED for a reference outside the allowed directories),
- * naming the drafts as `commandPartField` says.
+ * `prompt` throws (e.g. PERMISSION_DENIED for a client's `file:` draft outside the allowed
+ * directories; a template's `@path` outside them is left as text, `fileReferences`), naming the
+ * drafts as `commandPartField` says; `PathNotAllowedError` on `session_id` for a session outside
+ * `session_directories`.
  */
 export async function runCommand(deps: LedgerDeps, request: CommandRequest, signal?: AbortSignal): Promise<MessageWithParts> {
   const command = Object.hasOwn(deps.config.commands, request.command) ? deps.config.commands[request.command] : undefined;
