@@ -3,7 +3,7 @@ import { PartSchema, type Part } from "../../gen/ledger/v1/part_pb.js";
 import { InvalidArgumentError, LimitExceededError, MessageNotFoundError, PartNotFoundError } from "../errors.js";
 import { ID_FORMAT, isId } from "../ids.js";
 import { parseDataUrl } from "../parts/data-url.js";
-import { checkFileUrl } from "../parts/resolve.js";
+import { checkFileUrl, limitText } from "../parts/resolve.js";
 import { deleteMessages, getMessageRow } from "../storage/message-store.js";
 import { deleteParts, getPartRow, rowToPart, updatePartRow } from "../storage/part-store.js";
 import { protoCaseName } from "../storage/proto-names.js";
@@ -90,11 +90,7 @@ export async function updatePart(deps: LedgerDeps, sessionId: string, messageId:
       : kind.case === "subtask"
         ? (["prompt", "description", "command"] as const).map((name) => [`part.subtask.${name}`, kind.value[name]])
         : [];
-  for (const [field, text] of texts) {
-    const bytes = Buffer.byteLength(text, "utf8");
-    const max = deps.config.limits.text_part_bytes;
-    if (bytes > max) throw new LimitExceededError(field, "text_part_bytes", max, bytes, "bytes");
-  }
+  for (const [field, text] of texts) limitText(deps.config.limits, text, field);
   const { result } = await writeSession(deps, sessionId, async (w) => {
     await assertIdle(deps, w.trx, sessionId);
     await messageOf(w, messageId);

@@ -203,7 +203,8 @@ async function resolveDraft(
       return agentDraft(ctx, draft.kind.value);
     case "subtask": {
       requireSubagent(ctx.agents, draft.kind.value.agent, `${field}.subtask.agent`);
-      for (const name of ["prompt", "description", "command"] as const) limitText(ctx, draft.kind.value[name], `${field}.subtask.${name}`);
+      for (const name of ["prompt", "description", "command"] as const)
+        limitText(ctx.limits, draft.kind.value[name], `${field}.subtask.${name}`);
       const problem = draft.kind.value.model ? modelRefProblem(draft.kind.value.model) : undefined;
       if (problem) throw new InvalidArgumentError(`${field}.subtask.model.${problem.part}`, problem.description);
       const { id, $typeName: _, ...subtask } = draft.kind.value;
@@ -215,16 +216,20 @@ async function resolveDraft(
 }
 
 function textDraft(ctx: ResolveContext, draft: TextPartInput, field: string): Piece {
-  limitText(ctx, draft.text, field);
+  limitText(ctx.limits, draft.text, field);
   const { id, $typeName: _, ...text } = draft;
   return { part: create(PartSchema, { id, kind: { case: "text", value: text } }), synthetic: false };
 }
 
-/** Refuses a text of more than `limits.text_part_bytes` bytes of UTF-8 (`LimitExceededError` on `field`). */
-function limitText(ctx: ResolveContext, text: string, field: string): void {
+/**
+ * Refuses a text of more than `limits.text_part_bytes` bytes of UTF-8: a prompt's text draft or
+ * subtask texts, and the same texts of a part sent to UpdatePart.
+ *
+ * @throws LimitExceededError (RESOURCE_EXHAUSTED, limit `text_part_bytes`) on `field`.
+ */
+export function limitText(limits: Pick<Limits, "text_part_bytes">, text: string, field: string): void {
   const bytes = Buffer.byteLength(text, "utf8");
-  if (bytes > ctx.limits.text_part_bytes)
-    throw new LimitExceededError(field, "text_part_bytes", ctx.limits.text_part_bytes, bytes, "bytes");
+  if (bytes > limits.text_part_bytes) throw new LimitExceededError(field, "text_part_bytes", limits.text_part_bytes, bytes, "bytes");
 }
 
 function agentDraft(ctx: ResolveContext, draft: AgentPartInput): Piece[] {

@@ -1,5 +1,5 @@
 import { create, fromJson, toJson, type JsonObject } from "@bufbuild/protobuf";
-import { sql, type Kysely, type Transaction } from "kysely";
+import { sql, type Kysely, type SelectQueryBuilder, type Transaction } from "kysely";
 import { AssistantMessageSchema, AssistantTimeSchema, MessageSchema, type Message } from "../../gen/ledger/v1/message_pb.js";
 import { toJsonb } from "./jsonb.js";
 import type { RemovedPart } from "./part-store.js";
@@ -69,9 +69,9 @@ export async function getMessageRow(db: Kysely<DB>, sessionId: string, id: strin
 export async function listMessageRowsWithBytes(
   db: Kysely<DB>,
   sessionId: string,
-  options: { afterPosition?: number; beforePosition?: number; limit?: number; newestFirst?: boolean },
+  options: MessagePage,
 ): Promise<Array<MessageRow & { bytes: number }>> {
-  let query = db
+  const query = db
     .selectFrom("message")
     .selectAll("message")
     .select((eb) =>
@@ -81,13 +81,8 @@ export async function listMessageRowsWithBytes(
         .whereRef("part.message_id", "=", "message.id")
         .where("part.session_id", "=", sessionId)
         .as("bytes"),
-    )
-    .where("message.session_id", "=", sessionId);
-  if (options.afterPosition !== undefined) query = query.where("message.position", ">", options.afterPosition);
-  if (options.beforePosition !== undefined) query = query.where("message.position", "<", options.beforePosition);
-  query = query.orderBy("message.position", options.newestFirst ? "desc" : "asc");
-  if (options.limit !== undefined) query = query.limit(options.limit);
-  const rows = await query.execute();
+    );
+  const rows = await inPage(query, sessionId, options).execute();
   return rows.map((row) => ({ ...row, bytes: Number(row.bytes ?? 0) }));
 }
 
@@ -96,17 +91,24 @@ export async function listMessageRowsWithBytes(
  * between `afterPosition` and `beforePosition` when given, at most `limit` rows. Served by the
  * `(session_id, position)` key, so the newest rows of a long session cost no more than the oldest.
  */
-export async function listMessageRows(
-  db: Kysely<DB>,
+export async function listMessageRows(db: Kysely<DB>, sessionId: string, options: MessagePage): Promise<MessageRow[]> {
+  return inPage(db.selectFrom("message").selectAll("message"), sessionId, options).execute();
+}
+
+/** Which of a session's messages a listing reads: positions strictly between the bounds, in order, at most `limit`. */
+type MessagePage = { afterPosition?: number; beforePosition?: number; limit?: number; newestFirst?: boolean };
+
+/** `query` on session `sessionId`'s messages, narrowed and ordered to `page`. */
+function inPage<O>(
+  query: SelectQueryBuilder<DB, "message", O>,
   sessionId: string,
-  options: { afterPosition?: number; beforePosition?: number; limit?: number; newestFirst?: boolean },
-): Promise<MessageRow[]> {
-  let query = db.selectFrom("message").selectAll().where("session_id", "=", sessionId);
-  if (options.afterPosition !== undefined) query = query.where("position", ">", options.afterPosition);
-  if (options.beforePosition !== undefined) query = query.where("position", "<", options.beforePosition);
-  query = query.orderBy("position", options.newestFirst ? "desc" : "asc");
-  if (options.limit !== undefined) query = query.limit(options.limit);
-  return query.execute();
+  page: MessagePage,
+): SelectQueryBuilder<DB, "message", O> {
+  let q = query.where("message.session_id", "=", sessionId);
+  if (page.afterPosition !== undefined) q = q.where("message.position", ">", page.afterPosition);
+  if (page.beforePosition !== undefined) q = q.where("message.position", "<", page.beforePosition);
+  q = q.orderBy("message.position", page.newestFirst ? "desc" : "asc");
+  return page.limit === undefined ? q : q.limit(page.limit);
 }
 
 /**
