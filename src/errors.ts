@@ -152,15 +152,21 @@ export class CommandsNotAllowedError extends LedgerError {
 }
 
 /**
- * This server is shutting down (its agent loops were handed over): a prompt stored now is not
- * answered here. Maps to `UNAVAILABLE` (reason `DRAINING`): retry on another replica, where
- * `ResumeSession` answers the stored prompt.
+ * This server is shutting down (its agent loops were handed over). Maps to `UNAVAILABLE` (reason
+ * `DRAINING`, metadata `session_id`). With `stored` (the default) a prompt stored now is not
+ * answered here: `ResumeSession` on another replica answers it. Without it (Shell, Summarize:
+ * the runner's `exclusive`) nothing was stored or run: the client retries the call on another replica.
  */
 export class ShuttingDownError extends LedgerError {
   readonly reason = "DRAINING";
-  constructor(readonly sessionId: string) {
+  constructor(
+    readonly sessionId: string,
+    stored = true,
+  ) {
     super(
-      `the server is shutting down: the prompt is stored but not answered here; call ResumeSession(session_id=${sessionId}) on another replica`,
+      stored
+        ? `the server is shutting down: the prompt is stored but not answered here; call ResumeSession(session_id=${sessionId}) on another replica`
+        : `the server is shutting down: nothing was stored or run for session ${sessionId}; retry the call on another replica`,
       { session_id: sessionId },
     );
   }

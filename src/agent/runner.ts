@@ -186,7 +186,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     },
     isRunning: (sessionId) => running.has(sessionId),
     async exclusive(sessionId, fn) {
-      if (closed) throw new ShuttingDownError(sessionId);
+      if (closed) throw new ShuttingDownError(sessionId, false);
       const current = running.get(sessionId);
       // A run that has stopped looking for work is only releasing the lock (a client may call right after its Prompt returned).
       if (current?.finishing) await current.done;

@@ -61,7 +61,8 @@ export interface Replier {
    * any replica, `isRunning` is true and `abort` aborts `fn`'s signal. A prompt arriving meanwhile
    * is answered once `fn` is done. Throws `SessionBusyError` (FAILED_PRECONDITION) when a loop (or
    * another `exclusive`) holds the session; a loop of this process that has finished and is only
-   * releasing the session is waited for instead.
+   * releasing the session is waited for instead. After `handOver`, throws `ShuttingDownError`
+   * (UNAVAILABLE DRAINING) saying nothing was stored or run.
    */
   exclusive<T>(sessionId: string, fn: (signal: AbortSignal) => Promise<T>): Promise<T>;
   /**

@@ -16,7 +16,7 @@ beforeAll(async () => {
 afterAll(() => t?.close());
 
 describe("after the hand-over", () => {
-  it("a prompt is stored but not answered here: UNAVAILABLE DRAINING naming ResumeSession; Shell and Summarize likewise", async () => {
+  it("a prompt is stored but not answered here: UNAVAILABLE DRAINING naming ResumeSession; Shell and Summarize UNAVAILABLE saying nothing ran", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
     await t.ledger.deps.replier!.handOver();
     const requests = t.fake.requests.length;
@@ -37,8 +37,14 @@ describe("after the hand-over", () => {
         () => undefined,
         (e: unknown) => ConnectError.from(e),
       );
-      expect(refused?.code).toBe(Code.Unavailable);
+      // Nothing was stored or run for these: the error must not send the client to ResumeSession.
+      expect([refused?.code, refused?.rawMessage, refused?.findDetails(ErrorInfoSchema)[0]?.reason]).toEqual([
+        Code.Unavailable,
+        `the server is shutting down: nothing was stored or run for session ${sessionId}; retry the call on another replica`,
+        "DRAINING",
+      ]);
     }
+    expect((await t.client.listMessages({ sessionId })).messages.map((m) => m.message!.kind.case)).toEqual(["user"]);
   });
 
   it("a prompt that joined a Shell the hand-over stops is answered UNAVAILABLE DRAINING with its message_id, not NOT_ANSWERED", async () => {
