@@ -20,7 +20,7 @@ import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from
 import { withParts } from "./messages.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { checkModelRef, resolveAgent } from "./selection.js";
-import { inTransaction, writeSession } from "./writer.js";
+import { inTransaction, writeSession, writeSessionIn, type Tx } from "./writer.js";
 
 /** Default and maximum `page_size` of ListSessions. */
 export const SESSION_PAGE = { default: 50, max: 1000 } as const;
@@ -39,6 +39,21 @@ export async function createSession(
   request: CreateSessionRequest,
   ownership: store.SessionOwnership = store.NO_OWNER,
 ): Promise<Session> {
+  const planned = await planSession(deps, request, ownership);
+  await inTransaction(deps, (tx) => insertPlannedSession(deps, tx, planned));
+  return planned.session;
+}
+
+/** A session `createSession` checked and built, not stored yet: `insertPlannedSession` stores it. */
+interface PlannedSession {
+  session: Session;
+  now: Date;
+  ownership: store.SessionOwnership;
+  parentId: string;
+}
+
+/** `createSession`'s checks and the new session (id, resolved directory, title, times); throws what `createSession` documents. */
+async function planSession(deps: LedgerDeps, request: CreateSessionRequest, ownership: store.SessionOwnership): Promise<PlannedSession> {
   if (request.model) checkModelRef(request.model);
   if (!request.directory.trim()) {
     throw new InvalidArgumentError(
@@ -74,28 +89,33 @@ export async function createSession(
     timeCreated: timestampFromDate(now),
     timeUpdated: timestampFromDate(now),
   });
+  return { session, now, ownership: parentOwnership ?? ownership, parentId: request.parentId };
+}
+
+/**
+ * Stores a planned session and its first event (`session_updated`, seq 1) in `tx`. Throws
+ * `SessionNotFoundError` (NOT_FOUND, `parent_id`) when the parent was deleted since it was checked.
+ */
+async function insertPlannedSession(deps: LedgerDeps, tx: Tx, { session, now, ownership, parentId }: PlannedSession): Promise<void> {
   const event = create(SessionEventSchema, {
     sessionId: session.id,
     seq: 1n,
     time: timestampFromDate(now),
     kind: { case: "sessionUpdated", value: { session } },
   });
-  await inTransaction(deps, async (tx) => {
-    try {
-      await store.insertSession(tx.trx, session, now, parentOwnership ?? ownership);
-    } catch (error) {
-      // The parent was deleted between the check above and this insert.
-      if (request.parentId && isForeignKeyViolation(error)) throw new SessionNotFoundError(request.parentId, "parent_id");
-      throw error;
-    }
-    await appendEvents(tx.trx, [event]);
-    const version = await store.setLastSeq(tx.trx, session.id, 1);
-    // Known from here on: the session's first prompt needs no read before its write.
-    if (version) tx.onCommit(() => sessionCache(deps.db).put({ session, version, lastSeq: 1 }));
-    tx.publish([event]);
-    tx.onCommit(() => deps.relay?.hint(session.id, 1n, [event]));
-  });
-  return session;
+  try {
+    await store.insertSession(tx.trx, session, now, ownership);
+  } catch (error) {
+    // The parent was deleted between the check and this insert.
+    if (parentId && isForeignKeyViolation(error)) throw new SessionNotFoundError(parentId, "parent_id");
+    throw error;
+  }
+  await appendEvents(tx.trx, [event]);
+  const version = await store.setLastSeq(tx.trx, session.id, 1);
+  // Known from here on: the session's first prompt needs no read before its write.
+  if (version) tx.onCommit(() => sessionCache(deps.db).put({ session, version, lastSeq: 1 }));
+  tx.publish([event]);
+  tx.onCommit(() => deps.relay?.hint(session.id, 1n, [event]));
 }
 
 /** Reads a session, with its message count. Throws `SessionNotFoundError` (NOT_FOUND). */
@@ -200,7 +220,8 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
 /**
  * Forks a session: a new session (same directory, agent, model, permissions; title
  * "<title> (fork)") holding copies of every message before `messageId` (all when empty), with
- * new ids, in the same order; assistant `parent_id`s are remapped. One transaction.
+ * new ids, in the same order; assistant `parent_id`s are remapped. One transaction: a fork that
+ * fails leaves no session behind.
  * Throws `SessionNotFoundError`, `MessageNotFoundError`, `PathNotAllowedError` (PERMISSION_DENIED,
  * field `session_id`) when the source's directory is outside `session_directories`.
  */
@@ -212,32 +233,36 @@ export async function forkSession(deps: LedgerDeps, sessionId: string, messageId
   if (stop < 0) throw new MessageNotFoundError(messageId);
   const copies = await withParts(deps.db, all.slice(0, stop));
   // The fork belongs to the source's owner (docs/security.md).
-  const fork = await createSession(
+  const planned = await planSession(
     deps,
     create(CreateSessionRequestSchema, { directory: source.directory, title: `${source.title} (fork)` }),
     (await store.getSessionOwnership(deps.db, sessionId)) ?? store.NO_OWNER,
   );
+  const forkId = planned.session.id;
   const ids = new Map(copies.map((m) => [m.message!.kind.value!.id, newId("msg")]));
-  await writeSession(deps, fork.id, async (w) => {
-    w.session.agent = source.agent;
-    w.session.model = source.model;
-    w.session.permission = source.permission;
-    for (const copy of copies) {
-      const message = remapMessage(copy.message!, fork.id, ids);
-      const messageIdNew = message.kind.value!.id;
-      const parts = copy.parts.map((p) => ({ ...p, id: newId("prt"), sessionId: fork.id, messageId: messageIdNew }));
-      await insertMessage(w.trx, { message, position: w.nextPosition() });
-      w.session.messageCount += 1;
-      await insertParts(
-        w.trx,
-        parts.map((part) => ({ part, position: w.nextPosition() })),
-      );
-      w.emit({ case: "messageUpdated", value: { message } });
-      for (const part of parts) w.emit({ case: "partUpdated", value: { part } });
-    }
-    w.emit({ case: "sessionUpdated", value: { session: w.session } });
+  await inTransaction(deps, async (tx) => {
+    await insertPlannedSession(deps, tx, planned);
+    await writeSessionIn(deps, tx, forkId, async (w) => {
+      w.session.agent = source.agent;
+      w.session.model = source.model;
+      w.session.permission = source.permission;
+      for (const copy of copies) {
+        const message = remapMessage(copy.message!, forkId, ids);
+        const messageIdNew = message.kind.value!.id;
+        const parts = copy.parts.map((p) => ({ ...p, id: newId("prt"), sessionId: forkId, messageId: messageIdNew }));
+        await insertMessage(w.trx, { message, position: w.nextPosition() });
+        w.session.messageCount += 1;
+        await insertParts(
+          w.trx,
+          parts.map((part) => ({ part, position: w.nextPosition() })),
+        );
+        w.emit({ case: "messageUpdated", value: { message } });
+        for (const part of parts) w.emit({ case: "partUpdated", value: { part } });
+      }
+      w.emit({ case: "sessionUpdated", value: { session: w.session } });
+    });
   });
-  return getSession(deps, fork.id);
+  return getSession(deps, forkId);
 }
 
 function remapMessage(message: Message, sessionId: string, ids: Map<string, string>): Message {

@@ -107,35 +107,48 @@ export async function writeSession<T>(
   fn: (write: SessionWrite) => Promise<T>,
   options: { touch?: boolean } = {},
 ): Promise<{ result: T; events: SessionEvent[] }> {
-  return inTransaction(deps, async (tx) => {
-    const row = await lockSession(tx.trx, sessionId);
-    if (!row) throw new SessionNotFoundError(sessionId);
-    const session = rowToSession(row);
-    const now = new Date();
-    let lastSeq = Number(row.last_seq);
-    let lastPosition = Number(row.last_position);
-    const events: SessionEvent[] = [];
-    const write: SessionWrite = {
-      ...tx,
-      session,
-      now,
-      nextPosition: () => ++lastPosition,
-      emit(kind) {
-        const event = create(SessionEventSchema, { sessionId, seq: BigInt(++lastSeq), time: timestampFromDate(now), kind });
-        events.push(event);
-        return event;
-      },
-    };
-    const result = await fn(write);
-    await appendEvents(tx.trx, events);
-    const touched = options.touch ?? true;
-    await updateSessionRow(tx.trx, session, { lastSeq, lastPosition }, touched ? now : row.time_updated);
-    // The row changed in ways the one-statement writes cannot follow: they read it again.
-    tx.onCommit(() => sessionCache(deps.db).evict(sessionId));
-    tx.publish(events);
-    if (events.length > 0) tx.onCommit(() => deps.relay?.hint(sessionId, BigInt(lastSeq), events));
-    return { result, events };
-  });
+  return inTransaction(deps, (tx) => writeSessionIn(deps, tx, sessionId, fn, options));
+}
+
+/**
+ * `writeSession` inside a transaction the caller holds (`inTransaction`): for a write that must
+ * commit together with another one (ForkSession stores the new session and its copied messages
+ * at once). Same locking, events and hooks; throws what `writeSession` throws.
+ */
+export async function writeSessionIn<T>(
+  deps: WriterDeps,
+  tx: Tx,
+  sessionId: string,
+  fn: (write: SessionWrite) => Promise<T>,
+  options: { touch?: boolean } = {},
+): Promise<{ result: T; events: SessionEvent[] }> {
+  const row = await lockSession(tx.trx, sessionId);
+  if (!row) throw new SessionNotFoundError(sessionId);
+  const session = rowToSession(row);
+  const now = new Date();
+  let lastSeq = Number(row.last_seq);
+  let lastPosition = Number(row.last_position);
+  const events: SessionEvent[] = [];
+  const write: SessionWrite = {
+    ...tx,
+    session,
+    now,
+    nextPosition: () => ++lastPosition,
+    emit(kind) {
+      const event = create(SessionEventSchema, { sessionId, seq: BigInt(++lastSeq), time: timestampFromDate(now), kind });
+      events.push(event);
+      return event;
+    },
+  };
+  const result = await fn(write);
+  await appendEvents(tx.trx, events);
+  const touched = options.touch ?? true;
+  await updateSessionRow(tx.trx, session, { lastSeq, lastPosition }, touched ? now : row.time_updated);
+  // The row changed in ways the one-statement writes cannot follow: they read it again.
+  tx.onCommit(() => sessionCache(deps.db).evict(sessionId));
+  tx.publish(events);
+  if (events.length > 0) tx.onCommit(() => deps.relay?.hint(sessionId, BigInt(lastSeq), events));
+  return { result, events };
 }
 
 /** One event of a `writeSessionOnce` write: its kind and the row it inserts or updates, if any. */

@@ -1,6 +1,7 @@
 import { mkdir, symlink } from "node:fs/promises";
 import path from "node:path";
 import { Code } from "@connectrpc/connect";
+import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newId } from "../../src/ids.js";
 import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
@@ -171,6 +172,41 @@ describe("ForkSession", () => {
       for (const p of m.parts) expect(originalIds.has(p.id)).toBe(false);
     }
     expect(await code(t.client.forkSession({ sessionId, messageId: newId("msg") }))).toBe(Code.NotFound);
+  });
+
+  it("is one transaction: a copy that fails leaves no fork behind, and the next fork works", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir, title: "fails to copy" })).session!.id;
+    for (const word of ["kept", "refused by the database"]) await t.client.prompt({ sessionId, noReply: true, parts: [text(word)] });
+    const forks = async () =>
+      (await sql<{ id: string }>`SELECT id FROM session WHERE data->>'title' = 'fails to copy (fork)'`.execute(t.ledger.deps.db)).rows;
+    // A real failure in the middle of the copy: the database refuses the second message's part.
+    await sql`CREATE FUNCTION refuse_copy() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF NEW.session_id <> ${sql.lit(sessionId)} AND NEW.data::text LIKE '%refused by the database%' THEN
+          RAISE EXCEPTION 'refused for the test';
+        END IF;
+        RETURN NEW;
+      END $$`.execute(t.ledger.deps.db);
+    await sql`CREATE TRIGGER refuse_copy BEFORE INSERT ON part FOR EACH ROW EXECUTE FUNCTION refuse_copy()`.execute(t.ledger.deps.db);
+    try {
+      expect(await code(t.client.forkSession({ sessionId }))).toBe(Code.Internal);
+      expect(await forks()).toEqual([]);
+    } finally {
+      await sql`DROP TRIGGER refuse_copy ON part`.execute(t.ledger.deps.db);
+      await sql`DROP FUNCTION refuse_copy()`.execute(t.ledger.deps.db);
+    }
+    const { session: fork } = await t.client.forkSession({ sessionId });
+    expect((await forks()).map((row) => row.id)).toEqual([fork!.id]);
+    const copied = (await t.client.listMessages({ sessionId: fork!.id })).messages;
+    expect(copied.map((m) => partText(m.parts[0]))).toEqual(["kept", "refused by the database"]);
+    expect((await storedEvents(t.ledger.deps.db, fork!.id)).map((e) => [e.seq, e.kind])).toEqual([
+      [1, "session_updated"],
+      [2, "message_updated"],
+      [3, "part_updated"],
+      [4, "message_updated"],
+      [5, "part_updated"],
+      [6, "session_updated"],
+    ]);
   });
 });
 
