@@ -78,8 +78,9 @@ export interface Limits {
    */
   mcp_prompt_bytes: number;
   /**
-   * Most one `ListMessages` page holds, in bytes of stored size (its messages' and parts' data
-   * as the database holds it, compressed when large: `listMessageRowsWithBytes`): a page ends
+   * Most one `ListMessages` page holds, in bytes of its messages' and parts' JSON as written
+   * (UTF-8, uncompressed: `listMessageRowsWithBytes`; what a client receives, not what the
+   * database's compression makes of it): a page ends
    * before the message that would pass it, so large sessions are answered in several pages
    * whatever `page_size` asks; a message larger than this alone still makes a page. Default
    * 4 MiB (grpc-js clients refuse a response over 4 MiB by default). A probe, 2026-12-02: a

@@ -19,8 +19,10 @@ export const MESSAGE_PAGE = { default: 100, max: 1000 } as const;
  * here `pageSize` does, and the token pages on to older ones). `pageToken` continues after the
  * previous page; `nextPageToken` is empty on the last page. Tokens carry their direction: an
  * oldest-first token given with `newestFirst` (or the reverse) is refused. A page holds at most
- * `pageSize` messages and `limits.page_bytes` of stored size (bytes, messages and parts as the
- * database holds them; at least one message), so a client reads a large session in several pages whatever `pageSize` asks.
+ * `pageSize` messages and `limits.page_bytes` of JSON (bytes of UTF-8, the messages' and parts'
+ * JSON as written, uncompressed; at least one message), so a client reads a large session in
+ * several pages whatever `pageSize` asks, and no page passes a grpc-js client's default 4 MiB
+ * unless one message alone does.
  * Unless `includeReverted`, what lies past the session's revert point is left out: later
  * messages, and the revert message itself, or only its parts from the revert part on.
  * Throws `SessionNotFoundError` (NOT_FOUND) and `InvalidArgumentError` (bad `page_token`).
@@ -47,7 +49,7 @@ export async function listMessages(
     limit: limit + 1,
     newestFirst: page.newestFirst,
   });
-  // At most `page_bytes` of stored size per page (at least one message): the rest is the next page.
+  // At most `page_bytes` of JSON per page (at least one message): the rest is the next page.
   let pageRows = rows.slice(0, limit);
   let bytes = 0;
   const fits = pageRows.findIndex((row, i) => (bytes += row.bytes) > deps.config.limits.page_bytes && i > 0);

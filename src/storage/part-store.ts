@@ -5,8 +5,8 @@ import { toJsonb } from "./jsonb.js";
 import { protoCaseName } from "./proto-names.js";
 import type { DB, PartRow } from "./schema.js";
 
-/** Postgres allows 65,535 bind parameters per statement; part rows have 6 columns. */
-const PART_ROWS_PER_INSERT = Math.floor(65535 / 6);
+/** Postgres allows 65,535 bind parameters per statement; part rows have 7 columns. */
+const PART_ROWS_PER_INSERT = Math.floor(65535 / 7);
 
 /** A part to insert, with its server-assigned position. */
 export interface NewPart {
@@ -32,14 +32,18 @@ export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promi
     await trx
       .insertInto("part")
       .values(
-        chunk.map(({ part, position }) => ({
-          id: part.id,
-          session_id: part.sessionId,
-          message_id: part.messageId,
-          position,
-          kind: protoCaseName(PartSchema, part.kind.case ?? ""),
-          data: toJsonb(PartSchema, part),
-        })),
+        chunk.map(({ part, position }) => {
+          const data = toJsonb(PartSchema, part);
+          return {
+            id: part.id,
+            session_id: part.sessionId,
+            message_id: part.messageId,
+            position,
+            kind: protoCaseName(PartSchema, part.kind.case ?? ""),
+            data,
+            data_bytes: Buffer.byteLength(data),
+          };
+        }),
       )
       .execute();
   }
@@ -51,9 +55,10 @@ export async function insertParts(trx: Transaction<DB>, parts: NewPart[]): Promi
  * left alone.
  */
 export async function updatePartRow(trx: Transaction<DB>, part: Part): Promise<void> {
+  const data = toJsonb(PartSchema, part);
   await trx
     .updateTable("part")
-    .set({ data: toJsonb(PartSchema, part) })
+    .set({ data, data_bytes: Buffer.byteLength(data) })
     .where("id", "=", part.id)
     .where("session_id", "=", part.sessionId)
     .execute();

@@ -48,6 +48,12 @@ export interface MessageTable {
   data: Json;
   /** sha256 of the canonical prompt request that created a user message (idempotency key check). */
   request_hash: string | null;
+  /**
+   * UTF-8 byte length of `data`'s JSON text as written (ListMessages pages are sized by it; a
+   * one-statement write counts the JSON of the event that carried it, a few bytes more); null for
+   * rows stored before it existed.
+   */
+  data_bytes: ColumnType<number | null, number | undefined, number | undefined>;
   time_created: ColumnType<Date, Date | undefined, never>;
 }
 
@@ -61,6 +67,12 @@ export interface PartTable {
   kind: string;
   /** The proto JSON form of `ledger.v1.Part`. */
   data: Json;
+  /**
+   * UTF-8 byte length of `data`'s JSON text as written (ListMessages pages are sized by it; a
+   * one-statement write counts the JSON of the event that carried it, a few bytes more); null for
+   * rows stored before it existed.
+   */
+  data_bytes: ColumnType<number | null, number | undefined, number | undefined>;
 }
 
 /** `session_event`: the per-session event log; `(session_id, seq)` is gap-free. */

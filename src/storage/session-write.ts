@@ -150,6 +150,8 @@ export async function writeSessionStatement(db: Kysely<DB>, statement: SessionSt
   const n = statement.events.length;
   const touch = statement.touch ? statement.now : null;
   const data = sql`x.e -> 'd'`;
+  // A row's data_bytes: the JSON of the event that carries it (without its seq), a few bytes over the row's own.
+  const bytes = sql`(x.e ->> 'b')::int`;
   const result = await sql<{
     version: string | null;
     last_seq: string | number | null;
@@ -168,19 +170,19 @@ export async function writeSessionStatement(db: Kysely<DB>, statement: SessionSt
         (x.e ->> 'b')::int + 9 + length((ok.last_seq + x.ord)::text), ${statement.now}::timestamptz
       from ok, x
     ), im as (
-      insert into message (id, session_id, position, role, parent_id, data, request_hash)
+      insert into message (id, session_id, position, role, parent_id, data, data_bytes, request_hash)
       select x.e ->> 'id', ok.id, ok.last_position + (x.e ->> 'p')::int, x.e ->> 'role', x.e ->> 'parent',
-        ${data} -> ${KEY.messageUpdated} -> ${KEY.message}, x.e ->> 'hash'
+        ${data} -> ${KEY.messageUpdated} -> ${KEY.message}, ${bytes}, x.e ->> 'hash'
       from ok, x where x.e ->> 'r' = 'im'
     ), um as (
-      update message set data = ${data} -> ${KEY.messageUpdated} -> ${KEY.message}, parent_id = x.e ->> 'parent'
+      update message set data = ${data} -> ${KEY.messageUpdated} -> ${KEY.message}, data_bytes = ${bytes}, parent_id = x.e ->> 'parent'
       from x where x.e ->> 'r' = 'um' and message.id = x.e ->> 'id'
     ), ip as (
-      insert into part (id, session_id, message_id, position, kind, data)
-      select x.e ->> 'id', ok.id, x.e ->> 'mid', ok.last_position + (x.e ->> 'p')::int, x.e ->> 'pk', ${data} -> ${KEY.partUpdated} -> ${KEY.part}
+      insert into part (id, session_id, message_id, position, kind, data, data_bytes)
+      select x.e ->> 'id', ok.id, x.e ->> 'mid', ok.last_position + (x.e ->> 'p')::int, x.e ->> 'pk', ${data} -> ${KEY.partUpdated} -> ${KEY.part}, ${bytes}
       from ok, x where x.e ->> 'r' = 'ip'
     ), up as (
-      update part set data = ${data} -> ${KEY.partUpdated} -> ${KEY.part}
+      update part set data = ${data} -> ${KEY.partUpdated} -> ${KEY.part}, data_bytes = ${bytes}
       from x where x.e ->> 'r' = 'up' and part.id = x.e ->> 'id'
     ), u as (
       update session set

@@ -1,5 +1,8 @@
 import { randomBytes } from "node:crypto";
+import type * as grpc from "@grpc/grpc-js";
+import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { grpcLedgerClient } from "../support/grpc-js.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { partText, text } from "../support/prompt.js";
 import { idOf, listPages } from "../support/stored.js";
@@ -18,7 +21,7 @@ beforeAll(async () => {
   t = await startTestLedger({ limits: { page_bytes: PAGE_BYTES } });
   sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
   ids = [];
-  // Random text: the page is sized by the stored (compressed) size, which repeated text would shrink.
+  // Random text here; repetitive text, which the database compresses, has a test of its own below.
   for (const size of [4000, 4000, 12_000, 10]) {
     const res = await t.client.prompt({ sessionId, noReply: true, parts: [text(randomBytes(size).toString("base64").slice(0, size))] });
     ids.push(idOf(res.message!));
@@ -41,5 +44,47 @@ describe("ListMessages pages by page_bytes", () => {
     const [m1, m2, m3, m4] = ids;
     expect(await pages(true)).toEqual([[m4], [m3], [m2, m1]]);
     expect(await pages(false, 1)).toEqual([[m1], [m2], [m3], [m4]]);
+  });
+});
+
+describe("ListMessages pages by the JSON a client receives, not the compressed stored size", () => {
+  it("6 messages of 1,000,000 repeated characters (about 12 KB each once stored): pages of 4, then 2 (also for rows stored before data_bytes), which a grpc-js client with its default 4 MiB limit reads", async () => {
+    const big = await startTestLedger();
+    const client = grpcLedgerClient(big.ledger.url);
+    try {
+      const session = (await big.client.createSession({ directory: big.dir })).session!.id;
+      const sent: string[] = [];
+      for (const letter of "abcdef") {
+        const res = await big.client.prompt({ sessionId: session, noReply: true, parts: [text(letter.repeat(1_000_000))] });
+        sent.push(idOf(res.message!));
+      }
+      // Before: one page of all 6 (6 MB of JSON counted as the ~70 KB the database stores), which
+      // grpc-js refuses: RESOURCE_EXHAUSTED "Received message larger than max".
+      const read = async () => {
+        const pages: string[][] = [];
+        let pageToken = "";
+        do {
+          const res = await new Promise<{
+            messages: Array<{ message: { user?: { id: string } }; parts: unknown[] }>;
+            nextPageToken: string;
+          }>((resolve, reject) =>
+            client.listMessages!({ sessionId: session, pageSize: 100, pageToken }, (error: grpc.ServiceError | null, response: unknown) =>
+              error ? reject(error) : resolve(response as never),
+            ),
+          );
+          pages.push(res.messages.map((m) => m.message.user!.id));
+          pageToken = res.nextPageToken;
+        } while (pageToken);
+        return pages;
+      };
+      expect(await read()).toEqual([sent.slice(0, 4), sent.slice(4)]);
+      // Rows stored before data_bytes existed (null) are measured from their data: the same pages.
+      await sql`update part set data_bytes = null where session_id = ${session}`.execute(big.ledger.deps.db);
+      await sql`update message set data_bytes = null where session_id = ${session}`.execute(big.ledger.deps.db);
+      expect(await read()).toEqual([sent.slice(0, 4), sent.slice(4)]);
+    } finally {
+      client.close();
+      await big.close();
+    }
   });
 });

@@ -36,13 +36,14 @@ describe(`storage on ${TEST_ENGINE}`, () => {
       "2026-12-06T0900-session-todo",
       "2026-12-07T0900-session-owner",
       "2026-12-08T0900-quota-usage",
+      "2026-12-09T0900-message-part-data-bytes",
     ]);
   });
 
   it("inserts more parts than one statement's bind parameters allow, keeping order", async () => {
     const sessionId = await newSession();
     const messageId = newId("msg");
-    const count = 12_000; // > 65,535 / 6 columns
+    const count = 12_000; // > 65,535 / 7 columns
     await database.db.transaction().execute(async (trx) => {
       await insertMessage(trx, {
         message: create(MessageSchema, { kind: { case: "user", value: { id: messageId, sessionId } } }),
