@@ -219,7 +219,7 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
 
 /**
  * Forks a session: a new session (same directory, agent, model, permissions; title
- * "<title> (fork)") holding copies of every message before `messageId` (all when empty), with
+ * "<title> (fork)", the title cut to stay within 1024 characters: `forkTitle`) holding copies of every message before `messageId` (all when empty), with
  * new ids, in the same order; assistant `parent_id`s are remapped. One transaction: a fork that
  * fails leaves no session behind.
  * Throws `SessionNotFoundError`, `MessageNotFoundError`, `PathNotAllowedError` (PERMISSION_DENIED,
@@ -235,7 +235,7 @@ export async function forkSession(deps: LedgerDeps, sessionId: string, messageId
   // The fork belongs to the source's owner (docs/security.md).
   const planned = await planSession(
     deps,
-    create(CreateSessionRequestSchema, { directory: source.directory, title: `${source.title} (fork)` }),
+    create(CreateSessionRequestSchema, { directory: source.directory, title: forkTitle(source.title) }),
     (await store.getSessionOwnership(deps.db, sessionId)) ?? store.NO_OWNER,
   );
   const forkId = planned.session.id;
@@ -263,6 +263,20 @@ export async function forkSession(deps: LedgerDeps, sessionId: string, messageId
     });
   });
   return getSession(deps, forkId);
+}
+
+/** The most characters (code points) a title may have: `max_len` of `CreateSessionRequest.title` and `UpdateSessionRequest.title`. */
+export const TITLE_MAX_CHARS = 1024;
+
+/**
+ * A fork's title: `"<title> (fork)"`, the source's title cut (by code points) so the whole stays
+ * within {@link TITLE_MAX_CHARS}, so a fork of a fork never holds a title the API would refuse.
+ */
+export function forkTitle(title: string): string {
+  const suffix = " (fork)";
+  const chars = Array.from(title);
+  const room = TITLE_MAX_CHARS - suffix.length;
+  return `${chars.length > room ? chars.slice(0, room).join("") : title}${suffix}`;
 }
 
 function remapMessage(message: Message, sessionId: string, ids: Map<string, string>): Message {

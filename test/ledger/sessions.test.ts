@@ -174,6 +174,22 @@ describe("ForkSession", () => {
     expect(await code(t.client.forkSession({ sessionId, messageId: newId("msg") }))).toBe(Code.NotFound);
   });
 
+  it("keeps a fork's title within the 1,024 characters the API allows, however often a title is forked", async () => {
+    // Astral characters: the limit counts code points, not UTF-16 units.
+    const title = "😀".repeat(1024);
+    const sessionId = (await t.client.createSession({ directory: t.dir, title })).session!.id;
+    const fork = (await t.client.forkSession({ sessionId })).session!;
+    expect(fork.title).toBe(`${"😀".repeat(1017)} (fork)`);
+    const forkOfFork = (await t.client.forkSession({ sessionId: fork.id })).session!;
+    expect(forkOfFork.title).toBe(`${"😀".repeat(1017)} (fork)`);
+    // The fork's title is one the API itself accepts.
+    expect((await t.client.updateSession({ sessionId: fork.id, title: `${fork.title}` })).session!.title).toBe(fork.title);
+    expect(
+      (await t.client.forkSession({ sessionId: (await t.client.createSession({ directory: t.dir, title: "short" })).session!.id })).session!
+        .title,
+    ).toBe("short (fork)");
+  });
+
   it("is one transaction: a copy that fails leaves no fork behind, and the next fork works", async () => {
     const sessionId = (await t.client.createSession({ directory: t.dir, title: "fails to copy" })).session!.id;
     for (const word of ["kept", "refused by the database"]) await t.client.prompt({ sessionId, noReply: true, parts: [text(word)] });
