@@ -17,6 +17,7 @@ import * as store from "../storage/session-store.js";
 import { checkSessionDirectory, checkSessionStillAllowed } from "./access.js";
 import type { LedgerDeps } from "./deps.js";
 import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
+import { isBlank } from "./blank.js";
 import { withParts } from "./messages.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { checkModelRef, resolveAgent } from "./selection.js";
@@ -82,7 +83,7 @@ async function planSession(deps: LedgerDeps, request: CreateSessionRequest, owne
   const session = create(SessionSchema, {
     id: newId("ses"),
     directory,
-    title: request.title.trim() ? request.title : `New session - ${now.toISOString()}`,
+    title: isBlank(request.title) ? `New session - ${now.toISOString()}` : request.title,
     parentId: request.parentId,
     agent,
     model: request.model,
@@ -170,7 +171,7 @@ export async function listSessions(
  * `SessionNotFoundError` (NOT_FOUND).
  */
 export async function updateSession(deps: LedgerDeps, sessionId: string, change: { title?: string }): Promise<Session> {
-  if (change.title !== undefined && !change.title.trim())
+  if (change.title !== undefined && isBlank(change.title))
     throw new InvalidArgumentError("title", "must not be empty or blank; leave title out to keep the session's title");
   const current = await getSession(deps, sessionId);
   if (change.title === undefined || change.title === current.title) return current;

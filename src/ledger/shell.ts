@@ -23,6 +23,7 @@ import { getSession } from "./sessions.js";
 import { applyRevert } from "./revert.js";
 import { writeSession } from "./writer.js";
 import { checkCommandsAllowed, checkSessionStillAllowed } from "./access.js";
+import { isBlank } from "./blank.js";
 
 /** Longest time (ms) between two stored snapshots of a running command's output. */
 const OUTPUT_INTERVAL_MS = 100;
@@ -41,7 +42,7 @@ const OUTPUT_INTERVAL_MS = 100;
  * aborted error.
  *
  * @returns the assistant message with its part.
- * @throws InvalidArgumentError (field `command`) for a command holding a NUL; SessionNotFoundError (NOT_FOUND); CommandsNotAllowedError (PERMISSION_DENIED) for a
+ * @throws InvalidArgumentError (field `command`) for a command holding a NUL or blank (`isBlank`); SessionNotFoundError (NOT_FOUND); CommandsNotAllowedError (PERMISSION_DENIED) for a
  *   session of a tenant without `tenants.<name>.commands`, PathNotAllowedError (PERMISSION_DENIED, field
  *   `session_id`) for a session outside `session_directories` (`checkSessionStillAllowed`); AgentNotFoundError (NOT_FOUND, field `agent`);
  *   SessionBusyError (FAILED_PRECONDITION) while a loop runs the session;
@@ -51,6 +52,7 @@ export async function runShell(deps: LedgerDeps, request: ShellRequest): Promise
   // No shell command holds a NUL (the command line is a C string): refused before anything is stored.
   if (request.command.includes("\0"))
     throw new InvalidArgumentError("command", "contains a NUL character (U+0000), which no shell command can hold");
+  if (isBlank(request.command)) throw new InvalidArgumentError("command", "is blank: send the command line to run");
   const session = await getSession(deps, request.sessionId);
   await checkSessionStillAllowed(deps, session);
   await checkCommandsAllowed(deps, session.id);

@@ -465,6 +465,20 @@ describe("Shell", () => {
     expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
   });
 
+  // A trial, 2026-12-02: a blank command was run, and under an ask rule left a permission request for it.
+  it("refuses a blank command (spaces, zero-width space) with INVALID_ARGUMENT on command; nothing stored, nothing asked", async () => {
+    const { sessionId } = await newSession("shell-blank");
+    for (const command of ["  ", "\t\u200b\n"]) {
+      const error = await grpc.shell({ sessionId, agent: "build", command }).then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
+      expect([error?.code, error?.rawMessage]).toEqual([Code.InvalidArgument, "command: is blank: send the command line to run"]);
+    }
+    expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
+    expect((await t.client.listPermissions({ sessionId })).permissions).toEqual([]);
+  });
+
   it("asks for a command an ask rule matches, and ends the part in error when rejected", async () => {
     const { sessionId } = await newSession("shell-ask");
     const call = grpc.shell({ sessionId, agent: "build", command: "git push origin main" });

@@ -117,7 +117,8 @@ describe("session CRUD", () => {
   it("UpdateSession: a blank title is INVALID_ARGUMENT; a request that changes nothing writes nothing", async () => {
     const session = (await t.client.createSession({ directory: t.dir, title: "kept" })).session!;
     const events = await storedEvents(t.ledger.deps.db, session.id);
-    for (const title of ["", "  \n"]) {
+    // Zero-width and other invisible format characters show nothing either (a trial, 2026-12-02).
+    for (const title of ["", "  \n", " \u200b ", "\u00a0\u2060\ufeff"]) {
       const error = await connectError(t.client.updateSession({ sessionId: session.id, title }));
       expect([error.code, error.rawMessage]).toEqual([
         Code.InvalidArgument,
@@ -137,7 +138,8 @@ describe("session CRUD", () => {
     ]);
     expect(await code(t.client.updateSession({ sessionId: newId("ses"), title: "x" }))).toBe(Code.NotFound);
     // CreateSession takes a blank title as none: the default title.
-    expect((await t.client.createSession({ directory: t.dir, title: " \t" })).session!.title).toMatch(/^New session - \d{4}-/);
+    for (const title of [" \t", "\u200b"])
+      expect((await t.client.createSession({ directory: t.dir, title })).session!.title).toMatch(/^New session - \d{4}-/);
   });
 
   it("deletes a session with its messages, parts and events", async () => {
