@@ -343,7 +343,8 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
  * `Agent` state merges them, the last match winning: the built-in agent's own rules (a new agent:
  * `"*": "allow"`), then the top-level `tools` and `permission`, then the agent's `tools` and
  * `permission` (session rules come after all of these when a call is weighed). Throws
- * `ConfigError` when `default_agent` names no agent.
+ * `ConfigError` when `default_agent` names no agent, a subagent or a hidden one (OpenCode
+ * `Agent.defaultAgent` refuses both).
  */
 function buildAgents(file: ConfigFile, source: string | undefined): { agents: Map<string, AgentInfo>; defaultAgent: string } {
   const global = configPermission(file.tools, file.permission);
@@ -385,7 +386,16 @@ function buildAgents(file: ConfigFile, source: string | undefined): { agents: Ma
     });
   }
   const defaultAgent = file.default_agent ?? "build";
-  if (!agents.has(defaultAgent)) throw new ConfigError(`${source ?? "config"}: default_agent: agent "${defaultAgent}" is not defined`);
+  const chosen = agents.get(defaultAgent);
+  const key = `${source ?? "config"}: default_agent`;
+  if (!chosen) throw new ConfigError(`${key}: agent "${defaultAgent}" is not defined`);
+  // As OpenCode's Agent.defaultAgent: the agent a prompt runs when it names none must be a visible primary one.
+  if (chosen.mode === "subagent" || chosen.hidden) {
+    const primaries = [...agents.values()].filter((a) => a.mode !== "subagent" && !a.hidden).map((a) => a.name);
+    throw new ConfigError(
+      `${key}: agent "${defaultAgent}" is ${chosen.hidden ? "hidden" : "a subagent"}; name a primary agent: ${primaries.join(", ") || "(none configured)"}`,
+    );
+  }
   return { agents, defaultAgent };
 }
 

@@ -125,6 +125,26 @@ describe("bus.nats and LEDGER_NATS_URL", () => {
   });
 });
 
+// A trial, 2026-12-02: "default_agent": "explore" was accepted, and prompts naming no agent ran as a subagent.
+describe("default_agent", () => {
+  const build = (file: Record<string, unknown>) => () =>
+    buildConfig(configFileSchema.parse(file), "/etc/ledger/ledger.json", "/etc/ledger");
+
+  it("must name a visible primary agent, as OpenCode's Agent.defaultAgent requires: checked at load, naming the primary agents", () => {
+    expect(build({ default_agent: "nobody" })).toThrow(
+      new ConfigError(`/etc/ledger/ledger.json: default_agent: agent "nobody" is not defined`),
+    );
+    expect(build({ default_agent: "explore" })).toThrow(
+      new ConfigError(`/etc/ledger/ledger.json: default_agent: agent "explore" is a subagent; name a primary agent: build, plan`),
+    );
+    expect(build({ default_agent: "quiet", agent: { quiet: { hidden: true } } })).toThrow(
+      new ConfigError(`/etc/ledger/ledger.json: default_agent: agent "quiet" is hidden; name a primary agent: build, plan`),
+    );
+    expect(build({ default_agent: "plan" })().defaultAgent).toBe("plan");
+    expect(build({ default_agent: "mine", agent: { mine: {} } })().defaultAgent).toBe("mine");
+  });
+});
+
 describe("command.<name>.agent", () => {
   const build = (command: Record<string, unknown>) => () =>
     buildConfig(configFileSchema.parse({ command }), "/etc/ledger/ledger.json", "/etc/ledger");

@@ -221,8 +221,8 @@ describe("discovery", () => {
     expect(CONFIG_FILE_NAMES).toEqual(["ledger.json", "ledger.jsonc", "opencode.json", "opencode.jsonc"]);
     const all = {
       "ledger.json": '{ "default_agent": "plan" }',
-      "ledger.jsonc": '{ "default_agent": "explore" }',
-      "opencode.json": '{ "default_agent": "general" }',
+      "ledger.jsonc": '{ "agent": { "two": {} }, "default_agent": "two" }',
+      "opencode.json": '{ "agent": { "three": {} }, "default_agent": "three" }',
       "opencode.jsonc": '{ "default_agent": "build" }',
     };
     const names = Object.keys(all) as (keyof typeof all)[];
@@ -234,9 +234,12 @@ describe("discovery", () => {
   });
 
   it("--config and LEDGER_CONFIG win over a discovered file", async () => {
-    const where = await place({ "opencode.json": '{ "default_agent": "plan" }', "other.json": '{ "default_agent": "explore" }' });
-    expect(loadConfig({ cwd: where, env: { LEDGER_CONFIG: "other.json" } }).defaultAgent).toBe("explore");
-    expect(loadConfig({ cwd: where, env: {}, explicitPath: "other.json" }).defaultAgent).toBe("explore");
+    const where = await place({
+      "opencode.json": '{ "default_agent": "plan" }',
+      "other.json": '{ "agent": { "mine": {} }, "default_agent": "mine" }',
+    });
+    expect(loadConfig({ cwd: where, env: { LEDGER_CONFIG: "other.json" } }).defaultAgent).toBe("mine");
+    expect(loadConfig({ cwd: where, env: {}, explicitPath: "other.json" }).defaultAgent).toBe("mine");
     expect(loadConfig({ cwd: where, env: {} }).defaultAgent).toBe("plan");
   });
 });
