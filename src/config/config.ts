@@ -331,7 +331,7 @@ export function buildConfig(file: ConfigFile, source: string | undefined, baseDi
     },
     telemetry: telemetryConfig(file.telemetry, env),
     instructions: { baseDir, entries: file.instructions },
-    warnings: [instructionUrlWarning(file.instructions), implicitProviderWarning(file.provider)]
+    warnings: [instructionUrlWarning(file.instructions), implicitProviderWarning(file.provider), ...unconfiguredModelWarnings(file)]
       .filter((w) => w !== undefined)
       .map((w) => (source ? `${source}: ${w}` : w)),
   };
@@ -429,6 +429,32 @@ export function allowedRoots(config: Pick<LedgerConfig, "roots" | "references" |
   // A tenant's session reads inside its directory and its tenant's roots only (not the global ones).
   if (config.tenants && tenant) return config.tenants[tenant]?.roots ?? [];
   return [...config.roots, ...Object.values(config.references)];
+}
+
+/**
+ * A start-up warning (one entry of `LedgerConfig.warnings`) for each model the config chooses
+ * (`model`, `agent.<name>.model`, `command.<name>.model`) that no `provider.<id>.models` entry
+ * configures: e.g. `model: "x/y" is not a configured model (no provider.x.models.y): prompts that
+ * use it end with a model_not_found error; configured models: local/qwen`. A warning, not an
+ * error: a server may be given its models another way (tests inject them), and a prompt may name
+ * a configured one.
+ */
+function unconfiguredModelWarnings(file: ConfigFile): string[] {
+  const configured = Object.entries(file.provider).flatMap(([p, entry]) => Object.keys(entry.models).map((m) => `${p}/${m}`));
+  const chosen: Array<[string, string | undefined]> = [
+    ["model", file.model],
+    ...Object.entries(file.agent).map(([name, a]): [string, string | undefined] => [`agent.${name}.model`, a.model]),
+    ...Object.entries(file.command).map(([name, c]): [string, string | undefined] => [`command.${name}.model`, c.model]),
+  ];
+  return chosen.flatMap(([key, ref]) => {
+    if (!ref) return [];
+    const { providerId, modelId } = parseModelRef(ref);
+    if (file.provider[providerId]?.models[modelId]) return [];
+    return [
+      `${key}: "${ref}" is not a configured model (no provider.${providerId}.models.${modelId}): prompts that use it end with a ` +
+        `model_not_found error; configured models: ${configured.join(", ") || "(none)"}`,
+    ];
+  });
 }
 
 function firstModel(providers: Record<string, ProviderConfig>): LedgerConfig["model"] {

@@ -62,6 +62,24 @@ describe("model references in ledger.json", () => {
     expect(config.commands.c?.model).toEqual({ providerId: "x", modelId: "y" });
   });
 
+  // A trial, 2026-12-02: "model": "x/y" without a provider x started silently; every prompt then failed.
+  it("warns at start about each chosen model no provider configures, naming its key and the configured models", () => {
+    const config = load({
+      model: "x/y",
+      provider: { local: { options: { baseURL: "http://127.0.0.1:1/v1" }, models: { qwen: {} } } },
+      agent: { plan: { model: "local/qwen" }, build: { model: "local/other" } },
+      command: { c: { template: "t", model: "a/b/c" } },
+    });
+    expect(config.warnings).toEqual([
+      'ledger.json: model: "x/y" is not a configured model (no provider.x.models.y): prompts that use it end with a model_not_found error; configured models: local/qwen',
+      'ledger.json: agent.build.model: "local/other" is not a configured model (no provider.local.models.other): prompts that use it end with a model_not_found error; configured models: local/qwen',
+      'ledger.json: command.c.model: "a/b/c" is not a configured model (no provider.a.models.b/c): prompts that use it end with a model_not_found error; configured models: local/qwen',
+    ]);
+    expect(
+      load({ model: "local/qwen", provider: { local: { options: { baseURL: "http://127.0.0.1:1/v1" }, models: { qwen: {} } } } }).warnings,
+    ).toEqual([]);
+  });
+
   it("refuses a model without a slash or with an empty part before building anything", () => {
     for (const model of ["garbage", "/qwen", "local/"]) {
       expect(() => configFileSchema.parse({ model })).toThrow(/provider\/model/);

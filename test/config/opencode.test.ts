@@ -294,7 +294,8 @@ describe("{file:} and {env:} in every string", () => {
 });
 
 describe("unknown keys and wrong shapes", () => {
-  const text = '{ "model": "a/b", "agent": { "review": { "colour": "#fff", "prompt": "x" } }, "permisions": {} }';
+  const text =
+    '{ "model": "a/b", "provider": { "a": { "options": { "baseURL": "http://127.0.0.1:1/v1" }, "models": { "b": {} } } }, "agent": { "review": { "colour": "#fff", "prompt": "x" } }, "permisions": {} }';
 
   it("an unknown key is an error naming every unknown key with its path", async () => {
     const where = await place({ "opencode.json": text });
