@@ -152,13 +152,22 @@ export async function* untilAnswered(
 }
 
 /**
- * The replier that answers `stored` (a stored prompt, or the id and session of a user message).
- * Throws `PreconditionError` (FAILED_PRECONDITION, reason NO_MODEL_PROVIDER, naming the stored
- * message) when no model provider is configured.
+ * The replier that answers `stored` (a stored prompt, or the id and session of a user message
+ * ResumeSession would answer). Throws `PreconditionError` (FAILED_PRECONDITION, reason
+ * NO_MODEL_PROVIDER, naming the message; for a stored prompt, on field `no_reply`, saying it was
+ * stored) when no model provider is configured.
  */
 export function requireReplier(deps: LedgerDeps, stored: StoredPrompt | { id: string; sessionId: string }): Replier {
   if (deps.replier?.available) return deps.replier;
-  const user = "message" in stored ? stored.message.message?.kind.value : stored;
+  if (!("message" in stored)) {
+    // ResumeSession: nothing was stored by this call, and it has no no_reply to send.
+    throw new PreconditionError(
+      "NO_MODEL_PROVIDER",
+      `no model provider is configured to answer message ${stored.id}; add a provider to ledger.json`,
+      { message_id: stored.id, session_id: stored.sessionId },
+    );
+  }
+  const user = stored.message.message?.kind.value;
   throw new PreconditionError(
     "NO_MODEL_PROVIDER",
     `no_reply: the message ${user?.id} was stored, but no model provider is configured to answer it; add a provider to ledger.json or send no_reply`,

@@ -1,18 +1,21 @@
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { PreconditionError, SessionNotFoundError } from "../errors.js";
 import { getLastPromptId } from "../storage/message-store.js";
+import { listPartRows, rowToPart } from "../storage/part-store.js";
 import { getSessionRow, rowToSession, sessionExists } from "../storage/session-store.js";
 import { checkSessionStillAllowed } from "./access.js";
 import { finalAnswer, requireReplier, untilAnswered } from "./answer.js";
 import type { LedgerDeps } from "./deps.js";
 import { rejectPendingPermissions } from "./permissions.js";
+import { SHELL_USER_TEXT } from "./shell-text.js";
 
 /**
  * The `ResumeSession` RPC: reruns the loop for the session's last user message (not
  * `no_reply`) whose answer was interrupted (crash, shutdown), aborted, or never started, and
  * streams the run like `promptStream` (from the session's current seq). Throws
  * `SessionNotFoundError`, `PreconditionError` (FAILED_PRECONDITION) NOTHING_TO_RESUME when that
- * message is answered, SESSION_REVERTED while the session has a revert point (`Revert`),
+ * message is answered or is a `Shell` call's (whose turn asks the model nothing, even when the
+ * command was aborted or interrupted), SESSION_REVERTED while the session has a revert point (`Revert`),
  * NO_MODEL_PROVIDER like `prompt`, and `PathNotAllowedError` (PERMISSION_DENIED, field
  * `session_id`) for a session outside `session_directories` (`checkSessionStillAllowed`).
  */
@@ -35,6 +38,15 @@ export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal
   }
   const userId = await getLastPromptId(deps.db, sessionId);
   if (!userId) throw new PreconditionError("NOTHING_TO_RESUME", `session ${sessionId} has no prompt to answer`, { session_id: sessionId });
+  // A Shell's turn (aborted or interrupted ones included) asks the model nothing: resuming it
+  // would have the model answer "The following tool was executed by the user".
+  if (await isShellTurn(deps, sessionId, userId)) {
+    throw new PreconditionError(
+      "NOTHING_TO_RESUME",
+      `the last turn of session ${sessionId} is a Shell command (message ${userId}), which has no answer to resume; send a new prompt`,
+      { session_id: sessionId, message_id: userId },
+    );
+  }
   const answer = (await finalAnswer(deps, sessionId, userId))?.message?.kind;
   const last = answer?.case === "assistant" ? answer.value : undefined;
   const resumable =
@@ -50,6 +62,13 @@ export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal
     });
   const replier = requireReplier(deps, { id: userId, sessionId });
   yield* untilAnswered(deps, sessionId, userId, BigInt(row.last_seq), replier.run(sessionId, { resume: userId }), signal);
+}
+
+/** True when user message `userId` is a `Shell` call's: its one part is the synthetic {@link SHELL_USER_TEXT}. */
+async function isShellTurn(deps: Pick<LedgerDeps, "db">, sessionId: string, userId: string): Promise<boolean> {
+  const parts = (await listPartRows(deps.db, sessionId, [userId])).map(rowToPart);
+  const only = parts.length === 1 ? parts[0]!.kind : undefined;
+  return only?.case === "text" && only.value.synthetic && only.value.text === SHELL_USER_TEXT;
 }
 
 /**

@@ -731,6 +731,37 @@ describe("PromptStream and WatchSession agree", () => {
 });
 
 describe("ResumeSession", () => {
+  // A trial, 2026-12-02: after an aborted Shell, ResumeSession had the model answer the Shell's
+  // synthetic "The following tool was executed by the user", also past a later no_reply prompt.
+  it("after an aborted Shell: NOTHING_TO_RESUME naming the Shell's message, no model call, nothing stored; also past a later no_reply prompt", async () => {
+    const sessionId = await newSession();
+    const shell = t.client.shell({ sessionId, agent: "build", command: "sleep 30" }).catch((e: unknown) => ConnectError.from(e));
+    await waitFor("the Shell to hold the session", () => t.ledger.deps.replier!.isRunning(sessionId));
+    expect((await t.client.abort({ sessionId })).aborted).toBe(true);
+    await shell;
+    await waitFor("the Shell to let go", () => !t.ledger.deps.replier!.isRunning(sessionId));
+    const messages = await listAll(sessionId);
+    expect(view(serverView(messages)).map((m) => [m.role, m.error])).toEqual([
+      ["user", undefined],
+      ["assistant", "aborted"],
+    ]);
+    const shellUser = messages[0]!.message!.kind.value!.id;
+    const calls = main.requests.length;
+    const expectNothingToResume = async () => {
+      const error = await failure(t.client.resumeSession({ sessionId }));
+      expect([error.code, error.rawMessage, error.findDetails(ErrorInfoSchema)[0]?.reason]).toEqual([
+        Code.FailedPrecondition,
+        `the last turn of session ${sessionId} is a Shell command (message ${shellUser}), which has no answer to resume; send a new prompt`,
+        "NOTHING_TO_RESUME",
+      ]);
+    };
+    await expectNothingToResume();
+    await t.client.prompt({ sessionId, noReply: true, parts: [text("a note, no answer wanted")] });
+    await expectNothingToResume();
+    expect(main.requests.length).toBe(calls);
+    expect((await listAll(sessionId)).map((m) => m.message!.kind.case)).toEqual(["user", "assistant", "user"]);
+  });
+
   it("after Abort, streams a new answer to the same user message and ends after idle; an answered session has NOTHING_TO_RESUME", async () => {
     const sessionId = await newSession();
     main.push({ kind: "stream", chunks: [{ text: "partial answer" }, { hang: true }] });

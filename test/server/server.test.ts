@@ -234,6 +234,21 @@ describe("prompting without a model provider", () => {
     expect(message?.parts.map((p) => p.kind.case)).toEqual(["text"]);
   });
 
+  // A trial, 2026-12-02: ResumeSession answered "no_reply: the message ... was stored, ... or send no_reply",
+  // though it stores nothing and has no no_reply field.
+  it("ResumeSession → FAILED_PRECONDITION NO_MODEL_PROVIDER naming the message, not no_reply; nothing stored", async () => {
+    const sessionId = await newSession();
+    const stored = errorInfo(await failure(t.client.prompt({ sessionId, parts: [text("answer me later")] }))).metadata.message_id;
+    const error = await failure(t.client.resumeSession({ sessionId }));
+    expect([error.code, error.rawMessage, errorInfo(error).reason, errorInfo(error).metadata]).toEqual([
+      Code.FailedPrecondition,
+      `no model provider is configured to answer message ${stored}; add a provider to ledger.json`,
+      "NO_MODEL_PROVIDER",
+      { message_id: stored, session_id: sessionId },
+    ]);
+    expect((await t.client.listMessages({ sessionId })).messages).toHaveLength(1);
+  });
+
   it("PromptStream without no_reply yields the stored events, then ends with FAILED_PRECONDITION", async () => {
     const sessionId = await newSession("build");
     const { items, error } = await drain(t.client.promptStream({ sessionId, parts: [text("one"), text("two")] }));
