@@ -20,6 +20,7 @@ import { failPendingWritesOnClose } from "./pending-writes.js";
 import { withProtocolErrors } from "./protocol-errors.js";
 import { createRoutes } from "./routes.js";
 import type { WebPage } from "./web-page.js";
+import { specGrpcMessages } from "./grpc-message.js";
 
 /** A started or startable server on one plaintext port. */
 export interface LedgerServer {
@@ -158,6 +159,7 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
     }
     // An HTTP/2 stream whose client left while a write waited for `drain` must still end.
     if (req.httpVersionMajor === 2) failPendingWritesOnClose(res);
+    specGrpcMessages(req, res);
     adapter(req as never, res as never);
   };
 

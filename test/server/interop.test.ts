@@ -198,6 +198,29 @@ describe("one prompt, three client stacks", () => {
     }
   });
 
+  // A trial, 2026-12-02: grpc-js showed "session_id%3A must be … (A-Z without I%2C L%2C O%2C U)":
+  // connect-es percent-encodes grpc-message beyond the spec, and grpc-js decodes it with decodeURI.
+  it("@grpc/grpc-js reads each error's message as written: `: , ; = ( )`, non-ASCII and % included", async () => {
+    const client = grpcClient();
+    try {
+      const details = async (method: string, request: object) => {
+        const error = await grpcCall(client, method, request).then(
+          () => undefined,
+          (e: unknown) => e as grpc.ServiceError,
+        );
+        const [bin] = error!.metadata.get("grpc-status-details-bin");
+        return [error!.code, error!.details, fromBinary(StatusSchema, new Uint8Array(bin as Buffer)).message];
+      };
+      const badId = "session_id: must be ses_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U) [id.session]";
+      expect(await details("getSession", { sessionId: "bad" })).toEqual([grpc.status.INVALID_ARGUMENT, badId, badId]);
+      const missing = path.join(t.dir, "naïve 100% ; a=b");
+      const notDir = `directory: ${missing} is not an existing directory on the server`;
+      expect(await details("createSession", { directory: missing })).toEqual([grpc.status.INVALID_ARGUMENT, notDir, notDir]);
+    } finally {
+      client.close();
+    }
+  });
+
   it("Connect over HTTP/1.1 with JSON: create, prompt no_reply with a file, list", async () => {
     const transport = createConnectTransport({ baseUrl: t.ledger.url, httpVersion: "1.1", useBinaryFormat: false });
     await roundTripConnect(createClient(SessionService, transport));
