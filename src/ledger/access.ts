@@ -1,7 +1,7 @@
-import { realpath } from "node:fs/promises";
+import { realpath, stat } from "node:fs/promises";
 import type { Kysely } from "kysely";
 import { allowedRoots } from "../config/config.js";
-import { CommandsNotAllowedError, PathNotAllowedError, SessionNotFoundError } from "../errors.js";
+import { CommandsNotAllowedError, PathNotAllowedError, PreconditionError, SessionNotFoundError } from "../errors.js";
 import { isInside, isSpecialPath } from "../files/confine.js";
 import type { DB } from "../storage/schema.js";
 import type { LedgerDeps } from "./deps.js";
@@ -124,21 +124,33 @@ export async function checkSessionDirectory(
 /**
  * Refuses to work on a session whose directory `session_directories` no longer allows (it was
  * created before they were set, or changed): its prompts would read, and its commands run, where
- * new sessions may not. Called before a prompt is stored, a Shell command or a ResumeSession
- * runs, and a fork is made. Throws `PathNotAllowedError` (PERMISSION_DENIED, PATH_NOT_ALLOWED,
- * field `session_id`, naming the session's directory). Without `session_directories`: nothing.
+ * new sessions may not; and on one whose directory no longer exists (deleted since the session
+ * was created): its files, tools and commands have nowhere to run. Called before a prompt is
+ * stored, a Shell command or a ResumeSession runs, a fork is made and a revert is set or undone.
+ * Throws `PathNotAllowedError` (PERMISSION_DENIED, PATH_NOT_ALLOWED, field `session_id`, naming
+ * the session's directory; only with `session_directories`), then `PreconditionError`
+ * (FAILED_PRECONDITION, SESSION_DIRECTORY_MISSING, metadata `session_id`, `directory`).
  */
 export async function checkSessionStillAllowed(
   deps: Pick<LedgerDeps, "config">,
   session: { id: string; directory: string },
 ): Promise<void> {
   const allowed = deps.config.sessionDirectories;
-  if (!allowed || (await insideAny(allowed, session.directory))) return;
-  throw new PathNotAllowedError(
-    "session_id",
-    session.directory,
-    `(the directory of session ${session.id}) is outside the directories sessions may use (session_directories): create a session inside them`,
-  );
+  if (allowed && !(await insideAny(allowed, session.directory))) {
+    throw new PathNotAllowedError(
+      "session_id",
+      session.directory,
+      `(the directory of session ${session.id}) is outside the directories sessions may use (session_directories): create a session inside them`,
+    );
+  }
+  const info = await stat(session.directory).catch(() => undefined);
+  if (!info?.isDirectory()) {
+    throw new PreconditionError(
+      "SESSION_DIRECTORY_MISSING",
+      `the directory of session ${session.id}, ${session.directory}, no longer exists on the server (or is not a directory): recreate it, or create a session in an existing directory`,
+      { session_id: session.id, directory: session.directory },
+    );
+  }
 }
 
 /** Whether `directory` is one of `roots` or inside one, each root as configured or resolved. */

@@ -8,7 +8,7 @@ import { buildConfig } from "../../src/config/config.js";
 import { configFileSchema } from "../../src/config/schema.js";
 import { connectError } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { text } from "../support/prompt.js";
+import { file, text } from "../support/prompt.js";
 import { storedEvents } from "../support/stored.js";
 
 // Which directories sessions may use (docs/security.md). Without `session_directories` a caller
@@ -100,6 +100,46 @@ describe("a session whose directory session_directories no longer allows (create
     } finally {
       config.sessionDirectories = undefined;
     }
+  });
+});
+
+// A trial, 2026-12-02: with its directory deleted, a session's file draft was refused as "leads
+// through a symlink outside the session directory", ForkSession blamed a `directory` field it does
+// not have, and Shell stored a call that failed with "spawn /bin/sh ENOENT".
+describe("a session whose directory was deleted", () => {
+  it("gets no prompt, Shell, ResumeSession, fork, Revert or Unrevert (FAILED_PRECONDITION SESSION_DIRECTORY_MISSING); nothing stored; works again once it is back", async () => {
+    const gone = path.join(base, "gone");
+    await mkdir(gone);
+    const session = (await open.client.createSession({ directory: gone })).session!;
+    const first = (await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("before")] })).message!.message!.kind
+      .value!.id;
+    await rm(gone, { recursive: true });
+    const events = await storedEvents(open.ledger.deps.db, session.id);
+    const why = `the directory of session ${session.id}, ${gone}, no longer exists on the server (or is not a directory): recreate it, or create a session in an existing directory`;
+    const calls: Array<() => AsyncIterable<unknown> | Promise<unknown>> = [
+      () => open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("after"), file(`file://${gone}/a.txt`)] }),
+      () => open.client.promptAsync({ sessionId: session.id, noReply: true, parts: [text("after")] }),
+      () => open.client.promptStream({ sessionId: session.id, noReply: true, parts: [text("after")] }),
+      () => open.client.shell({ sessionId: session.id, agent: "build", command: "echo hi" }),
+      () => open.client.resumeSession({ sessionId: session.id }),
+      () => open.client.forkSession({ sessionId: session.id }),
+      () => open.client.revert({ sessionId: session.id, messageId: first }),
+      () => open.client.unrevert({ sessionId: session.id }),
+    ];
+    for (const call of calls) {
+      const error = await connectError(call());
+      expect([error.code, error.rawMessage]).toEqual([Code.FailedPrecondition, why]);
+      expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({
+        reason: "SESSION_DIRECTORY_MISSING",
+        metadata: { session_id: session.id, directory: gone },
+      });
+    }
+    expect(await storedEvents(open.ledger.deps.db, session.id)).toEqual(events);
+    // Reads still work, and so does the session once its directory is back.
+    expect((await open.client.listMessages({ sessionId: session.id })).messages).toHaveLength(1);
+    await mkdir(gone);
+    await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("after")] });
+    expect((await open.client.listMessages({ sessionId: session.id })).messages).toHaveLength(2);
   });
 });
 
