@@ -54,6 +54,29 @@ async function refused(t: TestLedger, directory: string): Promise<string> {
   return error.rawMessage;
 }
 
+/**
+ * Every call that works on a session in its directory, on `open`: the three prompt RPCs (with
+ * `draft` after a text), Shell, ResumeSession, ForkSession, and Revert (to `first`) and Unrevert,
+ * which put files back in the session directory.
+ */
+function workOnSession(
+  sessionId: string,
+  first: string,
+  draft: ReturnType<typeof text>,
+): Array<() => AsyncIterable<unknown> | Promise<unknown>> {
+  const parts = [text("after"), draft];
+  return [
+    () => open.client.prompt({ sessionId, noReply: true, parts }),
+    () => open.client.promptAsync({ sessionId, noReply: true, parts }),
+    () => open.client.promptStream({ sessionId, noReply: true, parts }),
+    () => open.client.shell({ sessionId, agent: "build", command: "cat /etc/hostname" }),
+    () => open.client.resumeSession({ sessionId }),
+    () => open.client.forkSession({ sessionId }),
+    () => open.client.revert({ sessionId, messageId: first }),
+    () => open.client.unrevert({ sessionId }),
+  ];
+}
+
 describe("session_directories in ledger.json", () => {
   it("is resolved against the config file's directory, like roots; absent means any directory", () => {
     const config = buildConfig(
@@ -76,18 +99,7 @@ describe("a session whose directory session_directories no longer allows (create
     try {
       const events = await storedEvents(open.ledger.deps.db, session.id);
       const why = `session_id: ${outside} (the directory of session ${session.id}) is outside the directories sessions may use (session_directories): create a session inside them`;
-      const calls: Array<() => AsyncIterable<unknown> | Promise<unknown>> = [
-        () => open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("after")] }),
-        () => open.client.promptAsync({ sessionId: session.id, noReply: true, parts: [text("after")] }),
-        () => open.client.promptStream({ sessionId: session.id, noReply: true, parts: [text("after")] }),
-        () => open.client.shell({ sessionId: session.id, agent: "build", command: "cat /etc/hostname" }),
-        () => open.client.resumeSession({ sessionId: session.id }),
-        () => open.client.forkSession({ sessionId: session.id }),
-        // Revert and Unrevert put files back in the session directory.
-        () => open.client.revert({ sessionId: session.id, messageId: first }),
-        () => open.client.unrevert({ sessionId: session.id }),
-      ];
-      for (const call of calls) {
+      for (const call of workOnSession(session.id, first, text("after"))) {
         const error = await connectError(call());
         expect([error.code, error.rawMessage]).toEqual([Code.PermissionDenied, why]);
         expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({
@@ -116,17 +128,7 @@ describe("a session whose directory was deleted", () => {
     await rm(gone, { recursive: true });
     const events = await storedEvents(open.ledger.deps.db, session.id);
     const why = `the directory of session ${session.id}, ${gone}, no longer exists on the server (or is not a directory): recreate it, or create a session in an existing directory`;
-    const calls: Array<() => AsyncIterable<unknown> | Promise<unknown>> = [
-      () => open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("after"), file(`file://${gone}/a.txt`)] }),
-      () => open.client.promptAsync({ sessionId: session.id, noReply: true, parts: [text("after")] }),
-      () => open.client.promptStream({ sessionId: session.id, noReply: true, parts: [text("after")] }),
-      () => open.client.shell({ sessionId: session.id, agent: "build", command: "echo hi" }),
-      () => open.client.resumeSession({ sessionId: session.id }),
-      () => open.client.forkSession({ sessionId: session.id }),
-      () => open.client.revert({ sessionId: session.id, messageId: first }),
-      () => open.client.unrevert({ sessionId: session.id }),
-    ];
-    for (const call of calls) {
+    for (const call of workOnSession(session.id, first, file(`file://${gone}/a.txt`))) {
       const error = await connectError(call());
       expect([error.code, error.rawMessage]).toEqual([Code.FailedPrecondition, why]);
       expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({
