@@ -8,6 +8,7 @@ import type { Span } from "@opentelemetry/api";
 import { PermissionAction, PermissionRuleSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
 import { PromptRequestSchema, type PromptRequest } from "../../gen/ledger/v1/service_pb.js";
 import { checkSessionStillAllowed, mcpRefusal, rootsForSession } from "./access.js";
+import { isAnswered } from "./answer.js";
 import { newId } from "../ids.js";
 import { annotateActiveSpan, inSpan } from "../observe/spans.js";
 import { requestPartField, resolveDrafts, type PartField, type ResolvedDrafts } from "../parts/resolve.js";
@@ -72,7 +73,8 @@ export interface StorePromptOptions {
  * U+FFFD, non-finite numbers in Structs → null), in place.
  *
  * `message_id` is an idempotency key: the same id with the same content returns the stored
- * message (`replayed: true`, no new rows); with other content → `AlreadyExistsError`.
+ * message (`replayed: true`, no new rows); with other content → `AlreadyExistsError`. Such a retry
+ * skips `checkSessionStillAllowed` when it starts no run (`no_reply`, or the answer is stored).
  *
  * While tracing runs (docs/operations.md#tracing), the draft resolution and the write are the
  * spans `ledger.resolve_drafts` and `ledger.write` (attributes `ledger.session_id`,
@@ -106,12 +108,13 @@ async function storeResolved(
 ): Promise<StoredPrompt> {
   if (!known) throw new SessionNotFoundError(request.sessionId);
   const session = known.session;
-  await checkSessionStillAllowed(deps, session);
   const fingerprint = promptFingerprint(request);
-  if (request.messageId) {
-    const stored = await findStoredPrompt(deps.db, request.sessionId, request.messageId, fingerprint);
-    if (stored) return stored;
-  }
+  // A retry of a stored prompt writes nothing: it is answered whatever became of the session's
+  // directory, unless it would start a run (a reply wanted and not stored yet).
+  const stored = request.messageId ? await findStoredPrompt(deps.db, request.sessionId, request.messageId, fingerprint) : undefined;
+  if (stored && (request.noReply || (await isAnswered(deps, session.id, request.messageId)))) return stored;
+  await checkSessionStillAllowed(deps, session);
+  if (stored) return stored;
 
   const agent = resolveAgent(deps.config, request.agent, session.agent);
   const model = resolveModel(deps.config, agent, request.model, session.model);

@@ -31,13 +31,13 @@ const SLOW = {
 
 let pluginDir: string;
 beforeAll(async () => {
-  // A chat.message hook that takes 1.5 s for a "[slow]" prompt: a prompt still being prepared
-  // (as while a large file is read) when its call's deadline passes.
+  // A chat.message hook that takes 600 ms for a "[slow]" prompt: a prompt still being prepared
+  // (as while a large file is read) when its call's deadline (300 ms) passes.
   pluginDir = await mkdtemp(path.join(os.tmpdir(), "ledger-deadline-plugin-"));
   await writeFile(
     path.join(pluginDir, "slow.mjs"),
     `export async function chatMessage({ parts }) {
-       if (parts.some((p) => p.text?.text === "[slow]")) await new Promise((r) => setTimeout(r, 1500));
+       if (parts.some((p) => p.text?.text === "[slow]")) await new Promise((r) => setTimeout(r, 600));
      }`,
   );
   t = await startFakeModelLedger({ plugin: [path.join(pluginDir, "slow.mjs")] }, { provider: "main", transport: "http" });
@@ -115,9 +115,10 @@ async function finalText(sessionId: string): Promise<string> {
 // A probe, 2026-12-02: a Prompt whose deadline passed while a large file draft was read answered
 // 200 after 17.8 s, and one whose client had given up was stored later, after a prompt sent after it.
 describe("a client deadline while the prompt is prepared, before it is stored", () => {
-  it.each(["Prompt", "PromptAsync", "PromptStream"])(
+  // Concurrent: each waits on the hook and its own session.
+  it.concurrent.for(["Prompt", "PromptAsync", "PromptStream"])(
     "%s: DEADLINE_EXCEEDED (NOT_STORED), and nothing is stored, then or later",
-    async (method) => {
+    async (method, { expect }) => {
       const sessionId = await newSession();
       const messageId = newId("msg");
       const body = { sessionId, messageId, noReply: true, parts: [{ text: { text: "[slow]" } }] };
@@ -128,7 +129,7 @@ describe("a client deadline while the prompt is prepared, before it is stored", 
       expect(error.rawMessage).toBe(
         `the call ended (its deadline passed or it was cancelled) while the prompt was being prepared, before it was stored: nothing was stored; send it again (message_id ${messageId})`,
       );
-      await sleep(1800); // past the hook's 1.5 s: the write would have happened by now
+      await sleep(1000); // past the hook's 600 ms (from a request sent 300 ms ago): the write would have happened by now
       expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
       // Sent again (same message_id, no deadline), it is stored once.
       const stored = await t.client.prompt({ sessionId, messageId, noReply: true, parts: [text("[slow]")] });

@@ -5,6 +5,7 @@ import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { buildConfig } from "../../src/config/config.js";
+import { newId } from "../../src/ids.js";
 import { configFileSchema } from "../../src/config/schema.js";
 import { connectError } from "../support/errors.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
@@ -142,6 +143,22 @@ describe("a session whose directory was deleted", () => {
     await mkdir(gone);
     await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("after")] });
     expect((await open.client.listMessages({ sessionId: session.id })).messages).toHaveLength(2);
+  });
+  // A review, 2026-12-03: the directory was checked before the stored prompt was looked up, so
+  // the retry of a prompt the server had acknowledged (its answer lost on the way) was refused.
+  it("a retry of a stored prompt (same message_id and content) still returns it; a new prompt is refused", async () => {
+    const gone = path.join(base, "gone-retry");
+    await mkdir(gone);
+    const session = (await open.client.createSession({ directory: gone })).session!;
+    const messageId = newId("msg");
+    const request = { sessionId: session.id, messageId, noReply: true, parts: [text("acknowledged")] };
+    const first = await open.client.prompt(request);
+    await rm(gone, { recursive: true });
+    const events = await storedEvents(open.ledger.deps.db, session.id);
+    expect(await open.client.prompt(request)).toEqual(first);
+    const error = await connectError(open.client.prompt({ ...request, messageId: newId("msg") }));
+    expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("SESSION_DIRECTORY_MISSING");
+    expect(await storedEvents(open.ledger.deps.db, session.id)).toEqual(events);
   });
 });
 
