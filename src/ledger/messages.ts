@@ -49,11 +49,7 @@ export async function listMessages(
     limit: limit + 1,
     newestFirst: page.newestFirst,
   });
-  // At most `page_bytes` of JSON per page (at least one message): the rest is the next page.
-  let pageRows = rows.slice(0, limit);
-  let bytes = 0;
-  const fits = pageRows.findIndex((row, i) => (bytes += row.bytes) > deps.config.limits.page_bytes && i > 0);
-  if (fits > 0) pageRows = pageRows.slice(0, fits);
+  const pageRows = fitPage(rows.slice(0, limit), deps.config.limits.page_bytes);
   const more = rows.length > pageRows.length;
   const last = pageRows.at(-1);
   const messages = await withParts(deps.db, pageRows);
@@ -96,6 +92,16 @@ export async function withParts(db: Kysely<DB>, rows: MessageRow[]): Promise<Mes
     for (const row of await listPartRows(db, sessionId, ids)) byMessage.get(row.message_id)?.push(rowToPart(row));
   }
   return rows.map((row) => create(MessageWithPartsSchema, { message: rowToMessage(row), parts: byMessage.get(row.id) }));
+}
+
+/**
+ * The first of `rows` (each with `bytes`, as `listMessageRowsWithBytes` gives them) whose bytes
+ * add up to at most `pageBytes` (bytes of JSON), and always the first row: one page of messages.
+ */
+export function fitPage<R extends { bytes: number }>(rows: R[], pageBytes: number): R[] {
+  let bytes = 0;
+  const over = rows.findIndex((row, i) => (bytes += row.bytes) > pageBytes && i > 0);
+  return over > 0 ? rows.slice(0, over) : rows;
 }
 
 /**

@@ -9,7 +9,7 @@ import { CreateSessionRequestSchema, type CreateSessionRequest } from "../../gen
 import { newId } from "../ids.js";
 import { checkPathShape } from "../files/confine.js";
 import { appendEvents } from "../storage/event-store.js";
-import { insertMessage, listMessageRows } from "../storage/message-store.js";
+import { getMessageRow, insertMessage, listMessageRowsWithBytes } from "../storage/message-store.js";
 import { insertParts } from "../storage/part-store.js";
 import { isForeignKeyViolation } from "../storage/pg-errors.js";
 import { sessionCache } from "../storage/session-cache.js";
@@ -18,7 +18,7 @@ import { checkSessionDirectory, checkSessionStillAllowed } from "./access.js";
 import type { LedgerDeps } from "./deps.js";
 import { InvalidArgumentError, MessageNotFoundError, SessionNotFoundError } from "../errors.js";
 import { isBlank } from "./blank.js";
-import { withParts } from "./messages.js";
+import { fitPage, withParts } from "./messages.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { checkModelRef, resolveAgent } from "./selection.js";
 import { inTransaction, writeSession, writeSessionIn, type Tx } from "./writer.js";
@@ -220,19 +220,23 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
 
 /**
  * Forks a session: a new session (same directory, agent, model, permissions; title
- * "<title> (fork)", the title cut to stay within 1024 characters: `forkTitle`) holding copies of every message before `messageId` (all when empty), with
- * new ids, in the same order; assistant `parent_id`s are remapped. One transaction: a fork that
- * fails leaves no session behind.
+ * "<title> (fork)", the title cut to stay within 1024 characters: `forkTitle`) holding copies of
+ * every message before `messageId` (all when empty), with new ids, in the same order; assistant
+ * `parent_id`s are remapped. One transaction: a fork that fails leaves no session behind. The
+ * copies are read and written a page at a time (`FORK_PAGE_ROWS` messages and at most
+ * `limits.page_bytes` of JSON, at least one message), and their events are stored page by page
+ * and not published (nobody knows the fork's id before it is returned; its `session_updated`
+ * is), so the server holds one page, not the session. Measured (docs/operations.md "Limits"):
+ * 80 messages of 1 MB on a 384 MB heap took RSS up by 319 MB when the whole session was held.
  * Throws `SessionNotFoundError`, `MessageNotFoundError`, `PathNotAllowedError` (PERMISSION_DENIED,
- * field `session_id`) when the source's directory is outside `session_directories`.
+ * field `session_id`) when the source's directory is outside `session_directories`,
+ * `PreconditionError` (FAILED_PRECONDITION, SESSION_DIRECTORY_MISSING) when it no longer exists.
  */
 export async function forkSession(deps: LedgerDeps, sessionId: string, messageId: string): Promise<Session> {
   const source = await getSession(deps, sessionId);
   await checkSessionStillAllowed(deps, source);
-  const all = await listMessageRows(deps.db, sessionId, {});
-  const stop = messageId ? all.findIndex((r) => r.id === messageId) : all.length;
-  if (stop < 0) throw new MessageNotFoundError(messageId);
-  const copies = await withParts(deps.db, all.slice(0, stop));
+  const stop = messageId ? await getMessageRow(deps.db, sessionId, messageId) : undefined;
+  if (messageId && !stop) throw new MessageNotFoundError(messageId);
   // The fork belongs to the source's owner (docs/security.md).
   const planned = await planSession(
     deps,
@@ -240,31 +244,47 @@ export async function forkSession(deps: LedgerDeps, sessionId: string, messageId
     (await store.getSessionOwnership(deps.db, sessionId)) ?? store.NO_OWNER,
   );
   const forkId = planned.session.id;
-  const ids = new Map(copies.map((m) => [m.message!.kind.value!.id, newId("msg")]));
   await inTransaction(deps, async (tx) => {
     await insertPlannedSession(deps, tx, planned);
     await writeSessionIn(deps, tx, forkId, async (w) => {
       w.session.agent = source.agent;
       w.session.model = source.model;
       w.session.permission = source.permission;
-      for (const copy of copies) {
-        const message = remapMessage(copy.message!, forkId, ids);
-        const messageIdNew = message.kind.value!.id;
-        const parts = copy.parts.map((p) => ({ ...p, id: newId("prt"), sessionId: forkId, messageId: messageIdNew }));
-        await insertMessage(w.trx, { message, position: w.nextPosition() });
-        w.session.messageCount += 1;
-        await insertParts(
-          w.trx,
-          parts.map((part) => ({ part, position: w.nextPosition() })),
-        );
-        w.emit({ case: "messageUpdated", value: { message } });
-        for (const part of parts) w.emit({ case: "partUpdated", value: { part } });
+      // Old message id → its copy's; a message's parent is copied before it (positions ascend).
+      const ids = new Map<string, string>();
+      for (let after: number | undefined; ;) {
+        const rows = await listMessageRowsWithBytes(w.trx, sessionId, {
+          afterPosition: after,
+          beforePosition: stop ? Number(stop.position) : undefined,
+          limit: FORK_PAGE_ROWS,
+        });
+        if (rows.length === 0) break;
+        const page = fitPage(rows, deps.config.limits.page_bytes);
+        after = Number(page.at(-1)!.position);
+        for (const copy of await withParts(w.trx, page)) {
+          const id = copy.message!.kind.value!.id;
+          ids.set(id, newId("msg"));
+          const message = remapMessage(copy.message!, forkId, ids);
+          const parts = copy.parts.map((p) => ({ ...p, id: newId("prt"), sessionId: forkId, messageId: ids.get(id)! }));
+          await insertMessage(w.trx, { message, position: w.nextPosition() });
+          w.session.messageCount += 1;
+          await insertParts(
+            w.trx,
+            parts.map((part) => ({ part, position: w.nextPosition() })),
+          );
+          w.emit({ case: "messageUpdated", value: { message } });
+          for (const part of parts) w.emit({ case: "partUpdated", value: { part } });
+        }
+        await w.storeUnpublished();
       }
       w.emit({ case: "sessionUpdated", value: { session: w.session } });
     });
   });
   return getSession(deps, forkId);
 }
+
+/** Most messages a ForkSession page reads (fewer when `limits.page_bytes` is reached first). */
+export const FORK_PAGE_ROWS = 100;
 
 /** The most characters (code points) a title may have: `max_len` of `CreateSessionRequest.title` and `UpdateSessionRequest.title`. */
 export const TITLE_MAX_CHARS = 1024;

@@ -43,6 +43,12 @@ export interface SessionWrite extends Tx {
   nextPosition(): number;
   /** Appends an event with the next gap-free `seq`; returns it. It is published after commit. */
   emit(kind: EventKind): SessionEvent;
+  /**
+   * Stores the events emitted so far now and forgets them: they are not published at commit. For
+   * events nobody can be following yet (a fork's copies, written before its id is returned), so
+   * a long write holds one page of them at a time, not all.
+   */
+  storeUnpublished(): Promise<void>;
 }
 
 /** Where writes go: the database, the in-process event bus and (on Postgres) the relay to other replicas. */
@@ -128,7 +134,7 @@ export async function writeSessionIn<T>(
   const now = new Date();
   let lastSeq = Number(row.last_seq);
   let lastPosition = Number(row.last_position);
-  const events: SessionEvent[] = [];
+  let events: SessionEvent[] = [];
   const write: SessionWrite = {
     ...tx,
     session,
@@ -138,6 +144,11 @@ export async function writeSessionIn<T>(
       const event = create(SessionEventSchema, { sessionId, seq: BigInt(++lastSeq), time: timestampFromDate(now), kind });
       events.push(event);
       return event;
+    },
+    async storeUnpublished() {
+      const stored = events;
+      events = [];
+      await appendEvents(tx.trx, stored);
     },
   };
   const result = await fn(write);
