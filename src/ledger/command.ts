@@ -7,6 +7,7 @@ import type { PartInputSchema } from "../../gen/ledger/v1/part_pb.js";
 import { PromptRequestSchema, type CommandRequest } from "../../gen/ledger/v1/service_pb.js";
 import { requireSubagent } from "../config/agents.js";
 import { CommandNotFoundError, SessionNotFoundError } from "../errors.js";
+import { getMessageRow } from "../storage/message-store.js";
 import { getSessionRow } from "../storage/session-store.js";
 import type { LedgerDeps } from "./deps.js";
 import { confinePath } from "../files/confine.js";
@@ -31,7 +32,9 @@ type Draft = MessageInitShape<typeof PartInputSchema>;
  * `prompt` throws (e.g. PERMISSION_DENIED for a client's `file:` draft outside the allowed
  * directories; a template's `@path` outside them is left as text, `fileReferences`), naming the
  * drafts as `commandPartField` says; `PathNotAllowedError` on `session_id` for a session outside
- * `session_directories`.
+ * `session_directories` and `PreconditionError` SESSION_DIRECTORY_MISSING (FAILED_PRECONDITION) when
+ * its directory no longer exists (`checkSessionStillAllowed`), except for a retry of a stored
+ * command (same `message_id`), which `prompt` answers.
  */
 export async function runCommand(deps: LedgerDeps, request: CommandRequest, signal?: AbortSignal): Promise<MessageWithParts> {
   const command = Object.hasOwn(deps.config.commands, request.command) ? deps.config.commands[request.command] : undefined;
@@ -57,8 +60,10 @@ export async function runCommand(deps: LedgerDeps, request: CommandRequest, sign
     ];
     agent = request.agent;
   } else {
-    // A session its directories no longer allow is refused before its references are looked up.
-    await checkSessionStillAllowed(deps, { id: row.id, directory: row.directory });
+    // A session its directories no longer allow is refused before its references are looked up;
+    // a retry of a stored command (its message_id) is left to `prompt`, which answers it.
+    const retry = request.messageId !== "" && (await getMessageRow(deps.db, row.id, request.messageId)) !== undefined;
+    if (!retry) await checkSessionStillAllowed(deps, { id: row.id, directory: row.directory });
     const roots = [row.directory, ...(await rootsForSession(deps, row.id))];
     const references = await fileReferences(text, row.directory, roots, deps.config.limits.parts_per_prompt);
     drafts = [{ kind: { case: "text", value: { text } } }, ...references];

@@ -17,7 +17,8 @@ import { SHELL_USER_TEXT } from "./shell-text.js";
  * message is answered or is a `Shell` call's (whose turn asks the model nothing, even when the
  * command was aborted or interrupted), SESSION_REVERTED while the session has a revert point (`Revert`),
  * NO_MODEL_PROVIDER like `prompt`, and `PathNotAllowedError` (PERMISSION_DENIED, field
- * `session_id`) for a session outside `session_directories` (`checkSessionStillAllowed`).
+ * `session_id`) for a session outside `session_directories`, and `PreconditionError` SESSION_DIRECTORY_MISSING
+ * (FAILED_PRECONDITION) when its directory no longer exists (`checkSessionStillAllowed`).
  */
 export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal?: AbortSignal): AsyncGenerator<SessionEvent> {
   const row = await getSessionRow(deps.db, sessionId);

@@ -44,7 +44,8 @@ const OUTPUT_INTERVAL_MS = 100;
  * @returns the assistant message with its part.
  * @throws InvalidArgumentError (field `command`) for a command holding a NUL or blank (`isBlank`); SessionNotFoundError (NOT_FOUND); CommandsNotAllowedError (PERMISSION_DENIED) for a
  *   session of a tenant without `tenants.<name>.commands`, PathNotAllowedError (PERMISSION_DENIED, field
- *   `session_id`) for a session outside `session_directories` (`checkSessionStillAllowed`); AgentNotFoundError (NOT_FOUND, field `agent`);
+ *   `session_id`) for a session outside `session_directories`, PreconditionError SESSION_DIRECTORY_MISSING
+ *   (FAILED_PRECONDITION) when its directory no longer exists (`checkSessionStillAllowed`); AgentNotFoundError (NOT_FOUND, field `agent`);
  *   SessionBusyError (FAILED_PRECONDITION) while a loop runs the session;
  *   PreconditionError NO_RUNNER when the server has no runner.
  */

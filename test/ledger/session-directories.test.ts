@@ -31,7 +31,7 @@ beforeAll(async () => {
   await mkdir(outside);
   await symlink(outside, path.join(allowed, "leak")); // inside as written, outside once resolved
   await symlink(path.join(allowed, "app"), path.join(base, "app-link")); // outside as written, inside once resolved
-  open = await startTestLedger({});
+  open = await startTestLedger({ command: { hello: { template: "say hello to $1", description: "greets" } } });
   confined = await startTestLedger({ session_directories: [allowed] });
 });
 afterAll(async () => {
@@ -70,6 +70,7 @@ function workOnSession(
     () => open.client.prompt({ sessionId, noReply: true, parts }),
     () => open.client.promptAsync({ sessionId, noReply: true, parts }),
     () => open.client.promptStream({ sessionId, noReply: true, parts }),
+    () => open.client.command({ sessionId, command: "hello", arguments: "you", noReply: true, parts: [draft] }),
     () => open.client.shell({ sessionId, agent: "build", command: "cat /etc/hostname" }),
     () => open.client.resumeSession({ sessionId }),
     () => open.client.forkSession({ sessionId }),
@@ -91,7 +92,7 @@ describe("session_directories in ledger.json", () => {
 });
 
 describe("a session whose directory session_directories no longer allows (created before they were set)", () => {
-  it("gets no prompt, Shell, ResumeSession, fork, Revert or Unrevert (PERMISSION_DENIED on session_id); nothing stored; reads still work", async () => {
+  it("gets no prompt, Command, Shell, ResumeSession, fork, Revert or Unrevert (PERMISSION_DENIED on session_id); nothing stored; reads still work", async () => {
     const session = (await open.client.createSession({ directory: outside })).session!;
     const first = (await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("before")] })).message!.message!.kind
       .value!.id;
@@ -114,13 +115,36 @@ describe("a session whose directory session_directories no longer allows (create
       config.sessionDirectories = undefined;
     }
   });
+
+  // A review, 2026-12-03: the stored path was compared, and the check followed the link.
+  it("nor does one whose directory was replaced by a link leading out of them", async () => {
+    const replaced = path.join(allowed, "replaced");
+    await mkdir(replaced);
+    const session = (await open.client.createSession({ directory: replaced })).session!;
+    const first = (await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("before")] })).message!.message!.kind
+      .value!.id;
+    await rm(replaced, { recursive: true });
+    await symlink(outside, replaced);
+    const config = open.ledger.deps.config;
+    config.sessionDirectories = [allowed];
+    try {
+      const events = await storedEvents(open.ledger.deps.db, session.id);
+      for (const call of workOnSession(session.id, first, text("after"))) {
+        const error = await connectError(call());
+        expect([error.code, error.findDetails(ErrorInfoSchema)[0]?.reason]).toEqual([Code.PermissionDenied, "PATH_NOT_ALLOWED"]);
+      }
+      expect(await storedEvents(open.ledger.deps.db, session.id)).toEqual(events);
+    } finally {
+      config.sessionDirectories = undefined;
+    }
+  });
 });
 
 // A trial, 2026-12-02: with its directory deleted, a session's file draft was refused as "leads
 // through a symlink outside the session directory", ForkSession blamed a `directory` field it does
 // not have, and Shell stored a call that failed with "spawn /bin/sh ENOENT".
 describe("a session whose directory was deleted", () => {
-  it("gets no prompt, Shell, ResumeSession, fork, Revert or Unrevert (FAILED_PRECONDITION SESSION_DIRECTORY_MISSING); nothing stored; works again once it is back", async () => {
+  it("gets no prompt, Command, Shell, ResumeSession, fork, Revert or Unrevert (FAILED_PRECONDITION SESSION_DIRECTORY_MISSING); nothing stored; works again once it is back", async () => {
     const gone = path.join(base, "gone");
     await mkdir(gone);
     const session = (await open.client.createSession({ directory: gone })).session!;
@@ -144,9 +168,36 @@ describe("a session whose directory was deleted", () => {
     await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("after")] });
     expect((await open.client.listMessages({ sessionId: session.id })).messages).toHaveLength(2);
   });
+  // A trial, 2026-12-03: with its directory swapped for a link to /etc, a prompt's file draft
+  // file://<directory>/shadow stored /etc/shadow.
+  it("replaced by a link: FAILED_PRECONDITION SESSION_DIRECTORY_MOVED naming where it leads; nothing stored; works again once restored", async () => {
+    const moved = path.join(base, "moved");
+    await mkdir(moved);
+    const session = (await open.client.createSession({ directory: moved })).session!;
+    const first = (await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("before")] })).message!.message!.kind
+      .value!.id;
+    await rm(moved, { recursive: true });
+    await symlink(outside, moved);
+    const events = await storedEvents(open.ledger.deps.db, session.id);
+    const why = `the directory of session ${session.id}, ${moved}, now leads to ${outside} (it, or a directory above it, was replaced by a link): create a session in ${outside} to work there`;
+    for (const call of workOnSession(session.id, first, file(`file://${moved}/a.txt`))) {
+      const error = await connectError(call());
+      expect([error.code, error.rawMessage]).toEqual([Code.FailedPrecondition, why]);
+      expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({
+        reason: "SESSION_DIRECTORY_MOVED",
+        metadata: { session_id: session.id, directory: moved, resolved: outside },
+      });
+    }
+    expect(await storedEvents(open.ledger.deps.db, session.id)).toEqual(events);
+    await rm(moved);
+    await mkdir(moved);
+    await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("after")] });
+    expect((await open.client.listMessages({ sessionId: session.id })).messages).toHaveLength(2);
+  });
+
   // A review, 2026-12-03: the directory was checked before the stored prompt was looked up, so
   // the retry of a prompt the server had acknowledged (its answer lost on the way) was refused.
-  it("a retry of a stored prompt (same message_id and content) still returns it; a new prompt is refused", async () => {
+  it("a retry of a stored prompt or command (same message_id and content) still returns it; a new one is refused", async () => {
     const gone = path.join(base, "gone-retry");
     await mkdir(gone);
     const session = (await open.client.createSession({ directory: gone })).session!;
@@ -159,6 +210,17 @@ describe("a session whose directory was deleted", () => {
     const error = await connectError(open.client.prompt({ ...request, messageId: newId("msg") }));
     expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("SESSION_DIRECTORY_MISSING");
     expect(await storedEvents(open.ledger.deps.db, session.id)).toEqual(events);
+
+    // The same for Command.
+    await mkdir(gone);
+    const command = { sessionId: session.id, messageId: newId("msg"), command: "hello", arguments: "you", noReply: true };
+    const ran = await open.client.command(command);
+    await rm(gone, { recursive: true });
+    const after = await storedEvents(open.ledger.deps.db, session.id);
+    expect(await open.client.command(command)).toEqual(ran);
+    const refused = await connectError(open.client.command({ ...command, messageId: newId("msg") }));
+    expect(refused.findDetails(ErrorInfoSchema)[0]?.reason).toBe("SESSION_DIRECTORY_MISSING");
+    expect(await storedEvents(open.ledger.deps.db, session.id)).toEqual(after);
   });
 });
 
