@@ -61,7 +61,10 @@ def main() -> int:
     file_path = pathlib.Path(args.file).resolve()
     mime = mimetypes.guess_type(file_path.name)[0] or "text/plain"  # the server sniffs file: URLs anyway
 
-    with grpc.insecure_channel(target) as channel:
+    # One stored message may pass grpcio's default 4 MiB receive limit (large files, many
+    # parts): accept up to the server's request_bytes (32 MiB by default).
+    options = [("grpc.max_receive_message_length", 32 * 1024 * 1024)]
+    with grpc.insecure_channel(target, options=options) as channel:
         stub = service_pb2_grpc.SessionServiceStub(channel)
         try:
             no_reply = args.no_reply
