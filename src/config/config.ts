@@ -385,13 +385,21 @@ function buildAgents(file: ConfigFile, source: string | undefined): { agents: Ma
       options: override.options ? { ...base.options, ...override.options } : base.options,
     });
   }
-  const defaultAgent = file.default_agent ?? "build";
-  const chosen = agents.get(defaultAgent);
+  // As OpenCode's Agent.defaultAgent: the agent a prompt runs when it names none is a visible
+  // primary one: `default_agent` must name one; without it, build, else the first such agent.
+  const visiblePrimary = (a: AgentInfo | undefined) => a !== undefined && a.mode !== "subagent" && !a.hidden;
+  const primaries = [...agents.values()].filter(visiblePrimary).map((a) => a.name);
   const key = `${source ?? "config"}: default_agent`;
+  if (file.default_agent === undefined) {
+    const defaultAgent = visiblePrimary(agents.get("build")) ? "build" : primaries[0];
+    if (!defaultAgent)
+      throw new ConfigError(`${source ?? "config"}: agent: no visible primary agent is left to run prompts that name none`);
+    return { agents, defaultAgent };
+  }
+  const defaultAgent = file.default_agent;
+  const chosen = agents.get(defaultAgent);
   if (!chosen) throw new ConfigError(`${key}: agent "${defaultAgent}" is not defined`);
-  // As OpenCode's Agent.defaultAgent: the agent a prompt runs when it names none must be a visible primary one.
-  if (chosen.mode === "subagent" || chosen.hidden) {
-    const primaries = [...agents.values()].filter((a) => a.mode !== "subagent" && !a.hidden).map((a) => a.name);
+  if (!visiblePrimary(chosen)) {
     throw new ConfigError(
       `${key}: agent "${defaultAgent}" is ${chosen.hidden ? "hidden" : "a subagent"}; name a primary agent: ${primaries.join(", ") || "(none configured)"}`,
     );
@@ -443,13 +451,17 @@ function unconfiguredModelWarnings(file: ConfigFile): string[] {
   const configured = Object.entries(file.provider).flatMap(([p, entry]) => Object.keys(entry.models).map((m) => `${p}/${m}`));
   const chosen: Array<[string, string | undefined]> = [
     ["model", file.model],
-    ...Object.entries(file.agent).map(([name, a]): [string, string | undefined] => [`agent.${name}.model`, a.model]),
+    ...Object.entries(file.agent)
+      .filter(([, a]) => !a.disable)
+      .map(([name, a]): [string, string | undefined] => [`agent.${name}.model`, a.model]),
     ...Object.entries(file.command).map(([name, c]): [string, string | undefined] => [`command.${name}.model`, c.model]),
   ];
   return chosen.flatMap(([key, ref]) => {
     if (!ref) return [];
     const { providerId, modelId } = parseModelRef(ref);
-    if (file.provider[providerId]?.models[modelId]) return [];
+    // Own keys only: "constructor/x" names no provider, however objects are built.
+    const provider = Object.hasOwn(file.provider, providerId) ? file.provider[providerId] : undefined;
+    if (provider && Object.hasOwn(provider.models, modelId)) return [];
     return [
       `${key}: "${ref}" is not a configured model (no provider.${providerId}.models.${modelId}): prompts that use it end with a ` +
         `model_not_found error; configured models: ${configured.join(", ") || "(none)"}`,

@@ -80,6 +80,16 @@ describe("model references in ledger.json", () => {
     ).toEqual([]);
   });
 
+  // A review, 2026-12-03: "constructor/x" threw a TypeError at load, "local/toString" got no
+  // warning (the provider answers model_not_found), and a disabled agent's model was warned about.
+  it("looks models up by own keys only, and skips disabled agents", () => {
+    const provider = { local: { options: { baseURL: "http://127.0.0.1:1/v1" }, models: { qwen: {} } } };
+    const warned = (ref: string) => load({ model: ref, provider }).warnings.map((w) => w.split(" is not")[0]);
+    expect(warned("constructor/x")).toEqual(['ledger.json: model: "constructor/x"']);
+    expect(warned("local/toString")).toEqual(['ledger.json: model: "local/toString"']);
+    expect(load({ provider, agent: { plan: { disable: true, model: "gone/x" } } }).warnings).toEqual([]);
+  });
+
   it("refuses a model without a slash or with an empty part before building anything", () => {
     for (const model of ["garbage", "/qwen", "local/"]) {
       expect(() => configFileSchema.parse({ model })).toThrow(/provider\/model/);
@@ -160,6 +170,17 @@ describe("default_agent", () => {
     );
     expect(build({ default_agent: "plan" })().defaultAgent).toBe("plan");
     expect(build({ default_agent: "mine", agent: { mine: {} } })().defaultAgent).toBe("mine");
+  });
+
+  // A review, 2026-12-03: without default_agent, a config making build a subagent failed to load,
+  // blaming a default_agent it does not set.
+  it("unset: build, or when build is not a visible primary agent, the first one that is", () => {
+    expect(build({})().defaultAgent).toBe("build");
+    expect(build({ agent: { build: { mode: "subagent" } } })().defaultAgent).toBe("plan");
+    expect(build({ agent: { build: { hidden: true }, plan: { disable: true }, mine: {} } })().defaultAgent).toBe("mine");
+    expect(build({ agent: { build: { disable: true }, plan: { mode: "subagent" } } })).toThrow(
+      new ConfigError(`/etc/ledger/ledger.json: agent: no visible primary agent is left to run prompts that name none`),
+    );
   });
 });
 
