@@ -3,16 +3,23 @@ import type http2 from "node:http2";
 
 /**
  * `text` as the gRPC spec's Percent-Encoded `grpc-message`: UTF-8, with every byte outside
- * 0x20–0x7E and `%` itself written as `%XX`, everything else as it is (`session_id: must be …`
+ * 0x20–0x7E, `%` itself and a leading or trailing space written as `%XX`, everything else as it is (`session_id: must be …`
  * stays readable). connect-es writes `encodeURIComponent(message)` instead, which also encodes
  * `: , ; = / ?`; @grpc/grpc-js decodes with `decodeURI`, which leaves those encoded, so a Node
  * client read "session_id%3A must be …". Decoders that follow the spec read both the same.
  */
 export function encodeGrpcMessage(text: string): string {
+  const bytes = Buffer.from(text, "utf8");
   let out = "";
-  for (const byte of Buffer.from(text, "utf8")) {
+  for (let i = 0; i < bytes.length; i++) {
+    const byte = bytes[i]!;
+    // A space first or last is encoded too: HTTP/2 forbids a field value that starts or ends with
+    // whitespace (RFC 9113 §8.2.1), and a strict peer resets the stream (INTERNAL for the caller).
+    const edgeSpace = byte === 0x20 && (i === 0 || i === bytes.length - 1);
     out +=
-      byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+      byte >= 0x20 && byte <= 0x7e && byte !== 0x25 && !edgeSpace
+        ? String.fromCharCode(byte)
+        : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
   }
   return out;
 }
