@@ -41,10 +41,19 @@ export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal
   if (!userId) throw new PreconditionError("NOTHING_TO_RESUME", `session ${sessionId} has no prompt to answer`, { session_id: sessionId });
   // A Shell's turn (aborted or interrupted ones included) asks the model nothing: resuming it
   // would have the model answer "The following tool was executed by the user".
-  if (await isShellTurn(deps, sessionId, userId)) {
+  const turn = await promptKind(deps, sessionId, userId);
+  if (turn === "shell") {
     throw new PreconditionError(
       "NOTHING_TO_RESUME",
       `the last turn of session ${sessionId} is a Shell command (message ${userId}), which has no answer to resume; send a new prompt`,
+      { session_id: sessionId, message_id: userId },
+    );
+  }
+  // Nothing to answer: its parts were deleted, or a Shell was interrupted before its part was stored.
+  if (turn === "empty") {
+    throw new PreconditionError(
+      "NOTHING_TO_RESUME",
+      `the last prompt of session ${sessionId} (message ${userId}) has no parts, so there is nothing to answer; send a new prompt`,
       { session_id: sessionId, message_id: userId },
     );
   }
@@ -65,11 +74,15 @@ export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal
   yield* untilAnswered(deps, sessionId, userId, BigInt(row.last_seq), replier.run(sessionId, { resume: userId }), signal);
 }
 
-/** True when user message `userId` is a `Shell` call's: its one part is the synthetic {@link SHELL_USER_TEXT}. */
-async function isShellTurn(deps: Pick<LedgerDeps, "db">, sessionId: string, userId: string): Promise<boolean> {
+/**
+ * What user message `userId` is: "shell" for a `Shell` call's (its one part is the synthetic
+ * {@link SHELL_USER_TEXT}), "empty" when it has no part, "prompt" otherwise.
+ */
+async function promptKind(deps: Pick<LedgerDeps, "db">, sessionId: string, userId: string): Promise<"shell" | "empty" | "prompt"> {
   const parts = (await listPartRows(deps.db, sessionId, [userId])).map(rowToPart);
+  if (parts.length === 0) return "empty";
   const only = parts.length === 1 ? parts[0]!.kind : undefined;
-  return only?.case === "text" && only.value.synthetic && only.value.text === SHELL_USER_TEXT;
+  return only?.case === "text" && only.value.synthetic && only.value.text === SHELL_USER_TEXT ? "shell" : "prompt";
 }
 
 /**

@@ -14,7 +14,7 @@ import { connectError as failure } from "../support/errors.js";
 import { TEST_ENGINE } from "../support/db.js";
 import { collectEvents, type EventCollector } from "../support/event-stream.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { storedEvents } from "../support/stored.js";
+import { idOf, storedEvents } from "../support/stored.js";
 import { startFakeOpenAI, type FakeOpenAI, type ReplyChunk, type ScriptedReply } from "../support/openai-server.js";
 import { text } from "../support/prompt.js";
 import { sleep, waitFor } from "../support/wait.js";
@@ -760,6 +760,27 @@ describe("ResumeSession", () => {
     await expectNothingToResume();
     expect(main.requests.length).toBe(calls);
     expect((await listAll(sessionId)).map((m) => m.message!.kind.case)).toEqual(["user", "assistant", "user"]);
+  });
+
+  // A review, 2026-12-03: a prompt left without parts (deleted, or a Shell interrupted between
+  // its two writes) was resumed: the model was asked to answer an empty message.
+  it("of a prompt whose parts were deleted: NOTHING_TO_RESUME, no model call", async () => {
+    const sessionId = await newSession();
+    const before = main.requests.length;
+    main.push({ kind: "stream", chunks: [{ text: "partial" }, { hang: true }] });
+    const user = (await t.client.promptAsync({ sessionId, parts: [text("a question")] })).message!;
+    await waitFor("the model to be asked", () => main.requests.length > before);
+    await t.client.abort({ sessionId });
+    await waitFor("the run to let go", () => !t.ledger.deps.replier!.isRunning(sessionId));
+    await t.client.deletePart({ sessionId, messageId: idOf(user), partId: user.parts[0]!.id });
+    const calls = main.requests.length;
+    const error = await failure(t.client.resumeSession({ sessionId }));
+    expect([error.code, error.rawMessage, error.findDetails(ErrorInfoSchema)[0]?.reason]).toEqual([
+      Code.FailedPrecondition,
+      `the last prompt of session ${sessionId} (message ${idOf(user)}) has no parts, so there is nothing to answer; send a new prompt`,
+      "NOTHING_TO_RESUME",
+    ]);
+    expect(main.requests.length).toBe(calls);
   });
 
   it("after Abort, streams a new answer to the same user message and ends after idle; an answered session has NOTHING_TO_RESUME", async () => {
