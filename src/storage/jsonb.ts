@@ -63,8 +63,16 @@ function clean(value: unknown, inJson: boolean): unknown {
     return record;
   }
   // Only JSON objects and maps have client-chosen keys; rebuilding them keeps their key order.
+  // Defined, not assigned: a "__proto__" key assigned would set the prototype and be lost.
   const rebuilt: Record<string, unknown> = {};
-  for (const key of keys) rebuilt[storableText(key)] = clean(record[key], inner);
+  for (const key of keys) {
+    Object.defineProperty(rebuilt, storableText(key), {
+      value: clean(record[key], inner),
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
   return rebuilt;
 }
 

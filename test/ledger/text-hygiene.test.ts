@@ -39,7 +39,7 @@ async function post(method: string, body: string): Promise<{ status: number; jso
 /** Sends a no_reply prompt with `partsJson` (and extra top-level fields); returns the answered message as stored JSON. */
 async function promptJson(partsJson: string, extra = ""): Promise<JsonObject> {
   const { status, json } = await post("Prompt", `{"sessionId":"${sessionId}","noReply":true,${extra}"parts":[${partsJson}]}`);
-  expect(json).not.toHaveProperty("code");
+  expect(json, JSON.stringify(json)).not.toHaveProperty("code");
   expect(status).toBe(200);
   const answered = json.message as JsonObject;
   const id = ((answered.message as JsonObject).user as JsonObject).id as string;
@@ -85,6 +85,19 @@ describe("bad strings in structured fields are stored as U+FFFD (Connect JSON, a
       text: "n",
       metadata: { l: [[R, { [`k${R}`]: [R, 1, true, null] }]], o: { [R]: { [R + R]: "\u{1F600}" } } },
     });
+  });
+
+  // A trial, 2026-12-03: {"\u0000":2,"__proto__":{"a":1}} was stored as {"\uFFFD":2}: rebuilding
+  // the object for its bad key assigned "__proto__", which sets the prototype instead of a key.
+  it.each([
+    String.raw`{"\u0000":2,"__proto__":{"a":1}}`,
+    String.raw`{"constructor":{"b":1},"__proto__":{"a":1}}`,
+    String.raw`{"b":2,"__proto__":{"a":1}}`,
+    String.raw`{"o":{"\u0000":1,"__proto__":[1]}}`,
+  ])("a __proto__ key is a key like any other: %s", async (metadata) => {
+    const message = await promptJson(`{"text":{"text":"p","metadata":${metadata}}}`);
+    const expected = JSON.parse(metadata.replaceAll("\\u0000", "\\ufffd")) as JsonObject;
+    expect(JSON.stringify((firstPart(message).text as JsonObject).metadata)).toBe(JSON.stringify(expected));
   });
 
   it("text, system, variant, a json_schema format and file fields", async () => {
