@@ -7,15 +7,19 @@ import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
 import type { Todo } from "../../gen/ledger/v1/todo_pb.js";
 
-/** Control characters a terminal acts on: C0 but tab and newline, a carriage return not before a newline, DEL and C1. */
-const TERMINAL_CONTROLS = /[\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f]|\r(?!\n)/g;
+/**
+ * Control characters a terminal acts on: C0 but tab and newline, a carriage return not before a
+ * newline, DEL and C1; and the bidirectional overrides and isolates (U+202A–U+202E,
+ * U+2066–U+2069), which make a terminal show text in another order than it is ("Trojan Source").
+ */
+const TERMINAL_CONTROLS = /[\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]|\r(?!\n)/g;
 
 /**
  * Text from a session (a model's answer, a tool's output, a title) made safe to print on a
  * terminal: control characters other than tab and newline are shown, not sent (C0 in caret
- * notation, `ESC` as `^[`, a lone carriage return as `^M`; DEL and C1 as JSON escapes, `\u007f`,
- * `\u009b`), so stored text cannot clear the screen, move the cursor, set the window title or
- * hide what precedes it. A JSON line passes through with the same value: `JSON.stringify`
+ * notation, `ESC` as `^[`, a lone carriage return as `^M`; DEL, C1 and the bidirectional controls
+ * as JSON escapes, `\u007f`, `\u009b`, `\u202e`), so stored text cannot clear the screen, move the
+ * cursor, set the window title, hide what precedes it or show it reordered. A JSON line passes through with the same value: `JSON.stringify`
  * escapes C0 itself, and leaves DEL and C1 raw, which this writes as the escapes JSON reads back.
  */
 export function terminalSafe(text: string): string {
@@ -141,7 +145,7 @@ function formatPart(part: Part, n: number): string[] {
     case "file": {
       const f = part.kind.value;
       const url = f.url.startsWith("data:") ? `data:${f.mime};base64,… (${f.url.length} chars)` : f.url;
-      return [`${head}${f.mime}  ${f.filename}  ${url}`];
+      return [`${head}${oneLine(f.mime)}  ${oneLine(f.filename)}  ${oneLine(url)}`];
     }
     case "reasoning":
       return indent(head, preview(part.kind.value.text));

@@ -61,6 +61,20 @@ describe("formatMessage", () => {
     ]);
   });
 
+  // A trial, 2026-12-03: a file name holding a newline broke `ledger messages`' columns.
+  it("keeps a file part on one line, a line break in its name shown as \\n", () => {
+    const entry = create(MessageWithPartsSchema, {
+      message: { kind: { case: "user", value: { id: MSG, agent: "build" } } },
+      parts: [
+        {
+          id: "prt_1",
+          kind: { case: "file", value: { mime: "text/plain", filename: "new\nline.txt", url: "file:///tmp/new%0Aline.txt" } },
+        },
+      ],
+    });
+    expect(formatMessage(entry).split("\n")[1]).toBe("  1. prt_1  file      text/plain  new\\nline.txt  file:///tmp/new%0Aline.txt");
+  });
+
   it("prints an assistant message without a model as model=(none), like a user message", () => {
     const entry = create(MessageWithPartsSchema, {
       message: { kind: { case: "assistant", value: { id: MSG, agent: "build", finish: "stop" } } },
@@ -75,8 +89,13 @@ describe("terminalSafe", () => {
     expect(terminalSafe("\u001b[2J\u0007x\ry\u0000\u007f\u009b31m")).toBe("^[[2J^Gx^My^@\\u007f\\u009b31m");
   });
 
-  it("leaves a JSON line's value unchanged (JSON.stringify keeps DEL and C1 raw)", () => {
-    const value = { text: "a\u007fb\u009bc\u001bd\re" };
+  // A trial, 2026-12-03: `ledger sessions` passed U+202E (right-to-left override) to the terminal.
+  it("shows the bidirectional overrides and isolates as JSON escapes", () => {
+    expect(terminalSafe("title \u202Efdp.exe\u202C \u2066x\u2069")).toBe("title \\u202efdp.exe\\u202c \\u2066x\\u2069");
+  });
+
+  it("leaves a JSON line's value unchanged (JSON.stringify keeps DEL, C1 and bidi controls raw)", () => {
+    const value = { text: "a\u007fb\u009bc\u001bd\re\u202ef" };
     const line = terminalSafe(JSON.stringify(value));
     expect(line).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/);
     expect(JSON.parse(line)).toEqual(value);
