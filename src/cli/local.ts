@@ -1,3 +1,4 @@
+import net from "node:net";
 import path from "node:path";
 import lockfile from "proper-lockfile";
 import { startLedger, type RunningLedger } from "../app.js";
@@ -38,6 +39,8 @@ export async function startLocal(options: {
   cwd?: string;
   env?: NodeJS.ProcessEnv;
 }): Promise<RunningLedger> {
+  // A port in use is found before the embedded database is made or locked, so nothing is left behind.
+  if (options.port) await portFree(options.host ?? "127.0.0.1", options.port);
   const database = databaseTarget(options.db, options.cwd, options.env);
   const release =
     database.kind === "pglite" && database.dir !== ":memory:" ? await lockDir(database.dir, options.forServe === true) : async () => {};
@@ -75,6 +78,19 @@ async function lockDir(dir: string, forServe: boolean): Promise<() => Promise<vo
         `If that process crashed, its lock expires within 15 s.`,
     );
   }
+}
+
+/**
+ * Resolves when `port` on `host` can be listened on now (it is then closed again); throws
+ * {@link listenError}'s error (or the listen error) otherwise. A probe: the port may still be
+ * taken before the server listens, which then fails the same way.
+ */
+async function portFree(host: string, port: number): Promise<void> {
+  const probe = net.createServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once("error", (error) => reject(listenError(error, host, port) ?? error));
+    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resolve()));
+  });
 }
 
 /** A readable error for a listen failure the user can fix with `--port`/`--host`, else undefined. */

@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from "node:fs/promises";
 import net from "node:net";
 import os from "node:os";
@@ -348,6 +349,8 @@ describe("ledger serve", () => {
         );
         expect(busyPort.stderr).not.toContain("EADDRINUSE");
         expect(busyPort.stdout).toBe("");
+        // Found before the database is made (a trial, 2026-12-03: a 39 MB .ledger/db was left behind).
+        expect(existsSync(path.join(dir, "other-serve-db"))).toBe(false);
 
         if (TEST_ENGINE === "pglite") {
           const locked = await ledger("prompt", "--db", serveDb, "--no-reply", "hi again");
