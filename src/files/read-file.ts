@@ -115,6 +115,8 @@ interface Scan {
   more: boolean;
   /** The count stopped {@link COUNT_MAX_BYTES} after the output was full: `count` is a lower bound. */
   countCapped: boolean;
+  /** The count stopped inside the last line shown: whether any line follows it is not known. */
+  lastUnended?: boolean;
 }
 
 /**
@@ -197,7 +199,10 @@ async function scanLines(path: string, decode: ChunkDecoder, fatal: boolean, off
       if (fullAt === undefined && (scan.more || (length > READ_MAX_LINE_LENGTH && scan.count + 1 >= offset))) fullAt = read;
       if (fullAt !== undefined && read - fullAt > COUNT_MAX_BYTES) {
         // A line cut short is shown as far as it goes; what follows it is not known.
-        if (length > 0 && !scan.more) emit();
+        if (length > 0 && !scan.more) {
+          emit();
+          scan.lastUnended = !scan.more;
+        }
         scan.more = true;
         scan.countCapped = true;
         return scan;
@@ -231,6 +236,9 @@ async function readText(path: string, head: Uint8Array, offset: number, limit: n
   const last = offset + file.raw.length - 1;
   if (file.cut) {
     output += `\n\n(Output capped at ${MAX_BYTES_LABEL}. Showing lines ${offset}-${last}. Use offset=${last + 1} to continue.)`;
+  } else if (file.lastUnended) {
+    // A trial, 2026-12-03: a 100 MB one-line file said "of more than 1. Use offset=2", with no line 2.
+    output += `\n\n(Showing lines ${offset}-${last}; line ${last} goes on for more than ${COUNT_MAX_BYTES / 1024 / 1024} MiB, so the rest of the file is not read.)`;
   } else if (file.more) {
     const of = file.countCapped ? `more than ${file.count}` : `${file.count}`;
     output += `\n\n(Showing lines ${offset}-${last} of ${of}. Use offset=${last + 1} to continue.)`;

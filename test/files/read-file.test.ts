@@ -87,12 +87,18 @@ describe("readPath: text", () => {
     expect(r).toMatchObject({ truncated: true, totalLines: 3000 });
   });
 
-  it("does not read a huge last line to its end: shown cut, then 'of more than N'", async () => {
+  it("does not read a huge last line to its end: shown cut, and the footer says the rest is not read", async () => {
     const p = join(dir, "huge-line.txt");
     await writeFile(p, "line\n".repeat(3) + "a".repeat(40 * 1024 * 1024)); // then one 40 MiB line
     const r = await settlesWithin("the read", textOf(p));
     const cut = `4: ${"a".repeat(2000)}... (line truncated to 2000 chars)`;
-    expect(r.output).toBe(text(p, ["1: line", "2: line", "3: line", cut], "(Showing lines 1-4 of more than 4. Use offset=5 to continue.)"));
+    expect(r.output).toBe(
+      text(
+        p,
+        ["1: line", "2: line", "3: line", cut],
+        "(Showing lines 1-4; line 4 goes on for more than 16 MiB, so the rest of the file is not read.)",
+      ),
+    );
     expect(r).toMatchObject({ truncated: true, totalLines: 4 });
   });
 
