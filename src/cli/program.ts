@@ -5,6 +5,7 @@ import { Argument, Command, CommanderError, InvalidArgumentError, Option } from 
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { FileDiffSchema, MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
+import { AbortResponseSchema } from "../../gen/ledger/v1/service_pb.js";
 import { TodoSchema } from "../../gen/ledger/v1/todo_pb.js";
 import { parseModelRef } from "../config/config.js";
 import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
@@ -164,12 +165,16 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
   clientCommand(program, "abort", "the server running the loop (without it a fresh in-process server is asked, where nothing runs)")
     .description("abort the agent loop running for a session")
     .argument("<session>", "session id")
+    .option("--json", 'print the answer as one line of JSON ({"aborted":true}, or {} when no loop was running)')
     .addHelpText(
       "after",
       '\nPrints "aborted" or "no loop was running". Abort only reaches loops of the server it talks to:\npass the --url of the "ledger serve" that runs the prompt.',
     )
-    .action(async (sessionId: string, opts: ClientOptions) =>
-      withClient(opts, io, async (client) => print((await client.abort({ sessionId })).aborted ? "aborted" : "no loop was running")),
+    .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
+      withClient(opts, io, async (client) => {
+        const answer = await client.abort({ sessionId });
+        print(opts.json ? toJsonString(AbortResponseSchema, answer) : answer.aborted ? "aborted" : "no loop was running");
+      }),
     );
 
   clientCommand(program, "diff")

@@ -649,6 +649,10 @@ describe("ledger prompt with a model (streamed)", () => {
         const again = await inDir(project, ["abort", sessionId, "--url", url]);
         expectOk(again);
         expect(again.stdout).toBe("no loop was running\n");
+        // Like every command's --json: one compact line (a trial, 2026-12-03: "unknown option").
+        const json = await inDir(project, ["abort", sessionId, "--url", url, "--json"]);
+        expectOk(json);
+        expect(json.stdout).toBe("{}\n");
       } finally {
         if (serve.exitCode === null) serve.kill("SIGTERM");
       }
