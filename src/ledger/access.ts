@@ -122,32 +122,36 @@ export async function checkSessionDirectory(
 }
 
 /**
- * Refuses to work on a session whose directory `session_directories` no longer allows (it was
- * created before they were set, they changed, or the directory was replaced by a link leading
- * out of them; compared as stored and as resolved now): its prompts would read, and its commands run, where
- * new sessions may not; and on one whose directory no longer exists (deleted since the session
- * was created): its files, tools and commands have nowhere to run. Called before a prompt is
- * stored, a Shell command or a ResumeSession runs, a fork is made and a revert is set or undone.
+ * Refuses to work on a session whose directory the configuration no longer allows: outside
+ * `session_directories` (it was created before they were set, they changed, or the directory,
+ * or one above it, was since replaced by a link leading out of them), or, for a tenant's session
+ * with `tenants` configured, outside that tenant's roots (the same ways). Compared as stored and
+ * as resolved now (realpath), so a link cannot take the session's files and tools out of where
+ * it may work; without either setting a session may use any directory (docs/security.md), and
+ * one whose path now leads elsewhere simply works there. Also refuses one whose directory no
+ * longer exists (deleted since the session was created): its files, tools and commands have
+ * nowhere to run. Called before a prompt is stored, a Command, a Shell command or a
+ * ResumeSession runs, a fork is made and a revert is set or undone.
  * Throws `PathNotAllowedError` (PERMISSION_DENIED, PATH_NOT_ALLOWED, field `session_id`, naming
- * the session's directory; only with `session_directories`), then `PreconditionError`
- * (FAILED_PRECONDITION, SESSION_DIRECTORY_MISSING, metadata `session_id`, `directory`), then
- * `PreconditionError` (FAILED_PRECONDITION, SESSION_DIRECTORY_MOVED, metadata `session_id`,
- * `directory`, `resolved`) when the directory, stored resolved at creation, now resolves
- * elsewhere: it or a directory above it was replaced by a link.
+ * the session's directory), then `PreconditionError` (FAILED_PRECONDITION,
+ * SESSION_DIRECTORY_MISSING, metadata `session_id`, `directory`).
  */
 export async function checkSessionStillAllowed(
-  deps: Pick<LedgerDeps, "config">,
+  deps: Pick<LedgerDeps, "config" | "db">,
   session: { id: string; directory: string },
 ): Promise<void> {
-  const allowed = deps.config.sessionDirectories;
-  // As stored, and as resolved now: a directory replaced by a link leading out is outside.
   const resolved = await realpath(session.directory).catch(() => session.directory);
-  if (allowed && !((await insideAny(allowed, session.directory)) && (await insideAny(allowed, resolved)))) {
-    throw new PathNotAllowedError(
-      "session_id",
-      session.directory,
-      `(the directory of session ${session.id}) is outside the directories sessions may use (session_directories): create a session inside them`,
-    );
+  const inside = async (roots: string[]) => (await insideAny(roots, session.directory)) && (await insideAny(roots, resolved));
+  const refuse = (why: string) =>
+    new PathNotAllowedError("session_id", session.directory, `(the directory of session ${session.id}) ${why}`);
+  const allowed = deps.config.sessionDirectories;
+  if (allowed && !(await inside(allowed)))
+    throw refuse("is outside the directories sessions may use (session_directories): create a session inside them");
+  const tenant = deps.config.tenants ? await tenantOf(deps.db, session.id) : null;
+  if (tenant) {
+    const roots = deps.config.tenants?.[tenant]?.roots;
+    if (!roots || !(await inside(roots)))
+      throw refuse(`is outside the roots of tenant ${tenant} (tenants.${tenant}.roots): create a session inside them`);
   }
   const info = await stat(session.directory).catch(() => undefined);
   if (!info?.isDirectory()) {
@@ -155,15 +159,6 @@ export async function checkSessionStillAllowed(
       "SESSION_DIRECTORY_MISSING",
       `the directory of session ${session.id}, ${session.directory}, no longer exists on the server (or is not a directory): recreate it, or create a session in an existing directory`,
       { session_id: session.id, directory: session.directory },
-    );
-  }
-  // Stored resolved at creation: resolving elsewhere now means a link replaced it (or a parent),
-  // and its files are no longer the ones the session was created for.
-  if (resolved !== session.directory) {
-    throw new PreconditionError(
-      "SESSION_DIRECTORY_MOVED",
-      `the directory of session ${session.id}, ${session.directory}, now leads to ${resolved} (it, or a directory above it, was replaced by a link): create a session in ${resolved} to work there`,
-      { session_id: session.id, directory: session.directory, resolved },
     );
   }
 }

@@ -34,7 +34,8 @@ type Draft = MessageInitShape<typeof PartInputSchema>;
  * drafts as `commandPartField` says; `PathNotAllowedError` on `session_id` for a session outside
  * `session_directories` and `PreconditionError` SESSION_DIRECTORY_MISSING (FAILED_PRECONDITION) when
  * its directory no longer exists (`checkSessionStillAllowed`), except for a retry of a stored
- * command (same `message_id`), which `prompt` answers.
+ * command (same `message_id`) whose template names no file: `prompt` answers it when it starts
+ * no run.
  */
 export async function runCommand(deps: LedgerDeps, request: CommandRequest, signal?: AbortSignal): Promise<MessageWithParts> {
   const command = Object.hasOwn(deps.config.commands, request.command) ? deps.config.commands[request.command] : undefined;
@@ -60,9 +61,14 @@ export async function runCommand(deps: LedgerDeps, request: CommandRequest, sign
     ];
     agent = request.agent;
   } else {
-    // A session its directories no longer allow is refused before its references are looked up;
-    // a retry of a stored command (its message_id) is left to `prompt`, which answers it.
-    const retry = request.messageId !== "" && (await getMessageRow(deps.db, row.id, request.messageId)) !== undefined;
+    // A session its directories no longer allow is refused before its references are looked up.
+    // A retry of a stored command (its message_id) is left to `prompt`, which answers it, unless
+    // its template names files: they cannot be looked up again as they were, and the retry would
+    // look like other content (ALREADY_EXISTS) instead of getting the directory's refusal.
+    const retry =
+      request.messageId !== "" &&
+      text.search(FILE_REFERENCE) < 0 &&
+      (await getMessageRow(deps.db, row.id, request.messageId)) !== undefined;
     if (!retry) await checkSessionStillAllowed(deps, { id: row.id, directory: row.directory });
     const roots = [row.directory, ...(await rootsForSession(deps, row.id))];
     const references = await fileReferences(text, row.directory, roots, deps.config.limits.parts_per_prompt);

@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, realpath, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -119,6 +119,26 @@ describe("per-tenant file roots", () => {
       message: `directory: ${dirs.shared} is outside the roots of tenant acme (tenants.acme.roots)`,
       reason: "PATH_NOT_ALLOWED",
     });
+  });
+
+  // A trial, 2026-12-03: a session directory swapped for a link reached files outside it.
+  it("a tenant's session whose directory was replaced by a link out of its roots gets no prompt (PERMISSION_DENIED on session_id)", async () => {
+    const acme = await as("alice", "acme");
+    const project = path.join(dirs.acme, "swapped");
+    await mkdir(project);
+    const sessionId = (await t.client.createSession({ directory: project }, acme)).session!.id;
+    await rm(project, { recursive: true });
+    await symlink(dirs.globex, project);
+    expect(
+      await refusal(
+        t.client.prompt({ sessionId, noReply: true, parts: [file(pathToFileURL(path.join(project, "notes.txt")).href)] }, acme),
+      ),
+    ).toEqual({
+      code: Code.PermissionDenied,
+      message: `session_id: ${project} (the directory of session ${sessionId}) is outside the roots of tenant acme (tenants.acme.roots): create a session inside them`,
+      reason: "PATH_NOT_ALLOWED",
+    });
+    expect((await t.client.listMessages({ sessionId }, acme)).messages).toEqual([]);
   });
 
   it("refuses shell commands in a tenant's session unless tenants.<name>.commands is true", async () => {
