@@ -222,7 +222,8 @@ export async function deleteSession(deps: LedgerDeps, sessionId: string): Promis
  * Forks a session: a new session (same directory, agent, model, permissions; title
  * "<title> (fork)", the title cut to stay within 1024 characters: `forkTitle`) holding copies of
  * every message before `messageId` (all when empty), with new ids, in the same order; assistant
- * `parent_id`s are remapped. One transaction: a fork that fails leaves no session behind. The
+ * `parent_id`s are remapped. One transaction (repeatable read: every page is read from one
+ * snapshot of the source): a fork that fails leaves no session behind. The
  * copies are read and written a page at a time (`FORK_PAGE_ROWS` messages and at most
  * `limits.page_bytes` of JSON, at least one message), and their events are stored page by page
  * and not published (nobody knows the fork's id before it is returned; its `session_updated`
@@ -244,42 +245,48 @@ export async function forkSession(deps: LedgerDeps, sessionId: string, messageId
     (await store.getSessionOwnership(deps.db, sessionId)) ?? store.NO_OWNER,
   );
   const forkId = planned.session.id;
-  await inTransaction(deps, async (tx) => {
-    await insertPlannedSession(deps, tx, planned);
-    await writeSessionIn(deps, tx, forkId, async (w) => {
-      w.session.agent = source.agent;
-      w.session.model = source.model;
-      w.session.permission = source.permission;
-      // Old message id → its copy's; a message's parent is copied before it (positions ascend).
-      const ids = new Map<string, string>();
-      for (let after: number | undefined; ;) {
-        const rows = await listMessageRowsWithBytes(w.trx, sessionId, {
-          afterPosition: after,
-          beforePosition: stop ? Number(stop.position) : undefined,
-          limit: FORK_PAGE_ROWS,
-        });
-        if (rows.length === 0) break;
-        const page = fitPage(rows, deps.config.limits.page_bytes);
-        after = Number(page.at(-1)!.position);
-        for (const copy of await withParts(w.trx, page)) {
-          const id = copy.message!.kind.value!.id;
-          ids.set(id, newId("msg"));
-          const message = remapMessage(copy.message!, forkId, ids);
-          const parts = copy.parts.map((p) => ({ ...p, id: newId("prt"), sessionId: forkId, messageId: ids.get(id)! }));
-          await insertMessage(w.trx, { message, position: w.nextPosition() });
-          w.session.messageCount += 1;
-          await insertParts(
-            w.trx,
-            parts.map((part) => ({ part, position: w.nextPosition() })),
-          );
-          w.emit({ case: "messageUpdated", value: { message } });
-          for (const part of parts) w.emit({ case: "partUpdated", value: { part } });
+  await inTransaction(
+    deps,
+    async (tx) => {
+      await insertPlannedSession(deps, tx, planned);
+      await writeSessionIn(deps, tx, forkId, async (w) => {
+        w.session.agent = source.agent;
+        w.session.model = source.model;
+        w.session.permission = source.permission;
+        // Old message id → its copy's; a message's parent is copied before it (positions ascend).
+        const ids = new Map<string, string>();
+        for (let after: number | undefined; ;) {
+          const rows = await listMessageRowsWithBytes(w.trx, sessionId, {
+            afterPosition: after,
+            beforePosition: stop ? Number(stop.position) : undefined,
+            limit: FORK_PAGE_ROWS,
+          });
+          if (rows.length === 0) break;
+          const page = fitPage(rows, deps.config.limits.page_bytes);
+          after = Number(page.at(-1)!.position);
+          for (const copy of await withParts(w.trx, page)) {
+            const id = copy.message!.kind.value!.id;
+            ids.set(id, newId("msg"));
+            const message = remapMessage(copy.message!, forkId, ids);
+            const parts = copy.parts.map((p) => ({ ...p, id: newId("prt"), sessionId: forkId, messageId: ids.get(id)! }));
+            await insertMessage(w.trx, { message, position: w.nextPosition() });
+            w.session.messageCount += 1;
+            await insertParts(
+              w.trx,
+              parts.map((part) => ({ part, position: w.nextPosition() })),
+            );
+            w.emit({ case: "messageUpdated", value: { message } });
+            for (const part of parts) w.emit({ case: "partUpdated", value: { part } });
+          }
+          await w.storeUnpublished();
         }
-        await w.storeUnpublished();
-      }
-      w.emit({ case: "sessionUpdated", value: { session: w.session } });
-    });
-  });
+        w.emit({ case: "sessionUpdated", value: { session: w.session } });
+      });
+      // One snapshot of the source for every page: a prompt, a revert or a deletion committed
+      // meanwhile is not half copied.
+    },
+    { isolation: "repeatable read" },
+  );
   return getSession(deps, forkId);
 }
 

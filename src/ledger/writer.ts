@@ -60,7 +60,8 @@ export interface WriterDeps {
 
 /**
  * Runs `fn` in one transaction and then, only if it committed, the hooks `fn` registered with
- * `tx.onCommit` / `tx.publish`. Returns what `fn` returned; throws what `fn` or the commit threw
+ * `tx.onCommit` / `tx.publish`. `options.isolation` "repeatable read": every read of `fn` sees
+ * the database as of its first one (a long read of another session, as ForkSession's pages). Returns what `fn` returned; throws what `fn` or the commit threw
  * (then no hook runs). Use it for writes that are not to one existing session (creating or
  * deleting sessions); `writeSession` is built on it.
  *
@@ -71,9 +72,14 @@ export interface WriterDeps {
  * });
  * ```
  */
-export async function inTransaction<T>(deps: WriterDeps, fn: (tx: Tx) => Promise<T>): Promise<T> {
+export async function inTransaction<T>(
+  deps: WriterDeps,
+  fn: (tx: Tx) => Promise<T>,
+  options: { isolation?: "repeatable read" } = {},
+): Promise<T> {
   const hooks: Array<() => void> = [];
-  const result = await deps.db.transaction().execute((trx) =>
+  const begin = deps.db.transaction();
+  const result = await (options.isolation ? begin.setIsolationLevel(options.isolation) : begin).execute((trx) =>
     fn({
       trx,
       onCommit: (hook) => void hooks.push(hook),

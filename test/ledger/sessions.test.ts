@@ -6,8 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newId } from "../../src/ids.js";
 import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { codeOf as code, connectError, failure } from "../support/errors.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
-import { storedEvents } from "../support/stored.js";
+import { startFakeModelLedger, startTestLedger, type TestLedger } from "../support/ledger.js";
+import { idOf, listPages, storedEvents } from "../support/stored.js";
 import { partText, text } from "../support/prompt.js";
 
 let t: TestLedger;
@@ -174,6 +174,45 @@ describe("ForkSession", () => {
       for (const p of m.parts) expect(originalIds.has(p.id)).toBe(false);
     }
     expect(await code(t.client.forkSession({ sessionId, messageId: newId("msg") }))).toBe(Code.NotFound);
+  });
+
+  // A review, 2026-12-03: ForkSession now copies a page at a time; no test spanned pages with
+  // answers (parent_id remapped across pages) or stopped at a message_id.
+  it("copies page by page (page_bytes): answers keep their prompts as parents across pages; the log has each copy once, in order", async () => {
+    const f = await startFakeModelLedger({ limits: { page_bytes: 300 } });
+    try {
+      const sessionId = (await f.client.createSession({ directory: f.dir })).session!.id;
+      for (const word of ["one", "two", "three"]) {
+        f.fake.push({ kind: "stream", chunks: [{ text: `answer ${word}` }] });
+        await f.client.prompt({ sessionId, parts: [text(word)] });
+      }
+      const all = async (id: string) => (await listPages(f.client, { sessionId: id, pageSize: 100 }, (m) => m)).flat();
+      const stored = await all(sessionId);
+      expect(stored.map((m) => m.message!.kind.case)).toEqual(["user", "assistant", "user", "assistant", "user", "assistant"]);
+      // Up to the third prompt: two prompts and their answers.
+      const fork = (await f.client.forkSession({ sessionId, messageId: idOf(stored[4]!) })).session!.id;
+      const source = stored.slice(0, 4);
+      const copied = await all(fork);
+      const shape = (m: (typeof copied)[number]) => [
+        m.message!.kind.case,
+        m.parts.map((p) => p.kind.case),
+        m.parts.map((p) => partText(p)),
+      ];
+      expect(copied.map(shape)).toEqual(source.map(shape));
+      const ids = copied.map(idOf);
+      expect(copied.map((m) => (m.message!.kind.case === "assistant" ? m.message!.kind.value.parentId : ""))).toEqual([
+        "",
+        ids[0],
+        "",
+        ids[2],
+      ]);
+      const log = await storedEvents(f.ledger.deps.db, fork);
+      expect(log.map((e) => Number(e.seq))).toEqual(log.map((_, i) => i + 1));
+      const perMessage = copied.flatMap((m) => ["message_updated", ...m.parts.map(() => "part_updated")]);
+      expect(log.map((e) => e.kind)).toEqual(["session_updated", ...perMessage, "session_updated"]);
+    } finally {
+      await f.close();
+    }
   });
 
   it("keeps a fork's title within the 1,024 characters the API allows, however often a title is forked", async () => {
