@@ -194,14 +194,21 @@ async function scanLines(path: string, decode: ChunkDecoder, fatal: boolean, off
   // Where the budget starts: when the output is full, or when the line being read is already
   // longer than any line is shown (its shown text is fixed; a huge line need not be read to its end).
   let fullAt: number | undefined;
+  /** The line being read when `fullAt` was set (1-based). */
+  let fullLine = 0;
   try {
     for await (const chunk of stream as AsyncIterable<Buffer>) {
-      if (fullAt === undefined && (scan.more || (length > READ_MAX_LINE_LENGTH && scan.count + 1 >= offset))) fullAt = read;
+      if (fullAt === undefined && (scan.more || (length > READ_MAX_LINE_LENGTH && scan.count + 1 >= offset))) {
+        fullAt = read;
+        fullLine = scan.count + 1;
+      }
       if (fullAt !== undefined && read - fullAt > COUNT_MAX_BYTES) {
         // A line cut short is shown as far as it goes; what follows it is not known.
         if (length > 0 && !scan.more) {
+          // The line the budget started in went on for all of it (not a later, shorter one).
+          const unended = scan.count + 1 === fullLine;
           emit();
-          scan.lastUnended = !scan.more;
+          scan.lastUnended = unended && !scan.more;
         }
         scan.more = true;
         scan.countCapped = true;

@@ -102,6 +102,14 @@ describe("readPath: text", () => {
     expect(r).toMatchObject({ truncated: true, totalLines: 4 });
   });
 
+  // A review, 2026-12-03: the budget starts in the first long line and runs on through the next.
+  it("of many 1 MiB lines, says 'of more than N' with the next offset, not that the last shown line goes on for 16 MiB", async () => {
+    const p = join(dir, "long-lines.txt");
+    await writeFile(p, `${"b".repeat(1024 * 1024)}\n`.repeat(20));
+    const r = await settlesWithin("the read", textOf(p));
+    expect(r.output.split("\n").at(-2)).toBe("(Showing lines 1-17 of more than 17. Use offset=18 to continue.)");
+  });
+
   it("caps the output at 50 KB", async () => {
     const row = "x".repeat(100);
     const p = await file(
