@@ -110,9 +110,12 @@ async function storeResolved(
   const session = known.session;
   const fingerprint = promptFingerprint(request);
   // A retry of a stored prompt writes nothing: it is answered whatever became of the session's
-  // directory, unless it would start a run (a reply wanted and not stored yet).
+  // directory, unless it would start a run (a reply wanted, not stored yet, and no run of this
+  // process going on to join).
   const stored = request.messageId ? await findStoredPrompt(deps.db, request.sessionId, request.messageId, fingerprint) : undefined;
-  if (stored && (request.noReply || (await isAnswered(deps, session.id, request.messageId)))) return stored;
+  const startsNoRun = async () =>
+    request.noReply || deps.replier?.isRunning(session.id) === true || (await isAnswered(deps, session.id, request.messageId));
+  if (stored && (await startsNoRun())) return stored;
   await checkSessionStillAllowed(deps, session);
   if (stored) return stored;
 

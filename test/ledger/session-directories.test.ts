@@ -8,7 +8,8 @@ import { buildConfig } from "../../src/config/config.js";
 import { newId } from "../../src/ids.js";
 import { configFileSchema } from "../../src/config/schema.js";
 import { connectError } from "../support/errors.js";
-import { startTestLedger, type TestLedger } from "../support/ledger.js";
+import { startFakeModelLedger, startTestLedger, type TestLedger } from "../support/ledger.js";
+import { waitFor } from "../support/wait.js";
 import { file, text } from "../support/prompt.js";
 import { storedEvents } from "../support/stored.js";
 
@@ -221,6 +222,25 @@ describe("a session whose directory was deleted", () => {
     await rm(gone, { recursive: true });
     const missing = await connectError(open.client.command(named));
     expect(missing.findDetails(ErrorInfoSchema)[0]?.reason).toBe("SESSION_DIRECTORY_MISSING");
+  });
+
+  // A review, 2026-12-03: a retry that would only join the run going on was refused too.
+  it("a retry of a prompt whose answer is still running joins it and gets the answer", async () => {
+    const f = await startFakeModelLedger();
+    try {
+      const dir = path.join(base, "gone-running");
+      await mkdir(dir);
+      const sessionId = (await f.client.createSession({ directory: dir })).session!.id;
+      f.fake.push({ kind: "stream", chunks: ["one ", "two ", "three"].map((w) => ({ text: w })), delayMs: 200 });
+      const request = { sessionId, messageId: newId("msg"), parts: [text("slowly")] };
+      await f.client.promptAsync(request);
+      await waitFor("the run", () => f.ledger.deps.replier!.isRunning(sessionId));
+      await rm(dir, { recursive: true });
+      const answer = (await f.client.prompt(request)).message!;
+      expect(answer.parts.flatMap((p) => (p.kind.case === "text" ? [p.kind.value.text] : []))).toEqual(["one two three"]);
+    } finally {
+      await f.close();
+    }
   });
 });
 
