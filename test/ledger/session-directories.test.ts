@@ -61,6 +61,12 @@ async function refused(t: TestLedger, directory: string): Promise<string> {
   return error.rawMessage;
 }
 
+/** A new directory at `dir` and a session of `open` in it. */
+async function sessionIn(dir: string) {
+  await mkdir(dir);
+  return { dir, session: (await open.client.createSession({ directory: dir })).session! };
+}
+
 /**
  * Every call that works on a session in its directory, on `open`: the three prompt RPCs (with
  * `draft` after a text), Shell, ResumeSession, ForkSession, and Revert (to `first`) and Unrevert,
@@ -124,9 +130,7 @@ describe("a session whose directory session_directories no longer allows (create
 
   // A review, 2026-12-03: the stored path was compared, and the check followed the link.
   it("nor does one whose directory was replaced by a link leading out of them", async () => {
-    const replaced = path.join(allowed, "replaced");
-    await mkdir(replaced);
-    const session = (await open.client.createSession({ directory: replaced })).session!;
+    const { dir: replaced, session } = await sessionIn(path.join(allowed, "replaced"));
     const first = (await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("before")] })).message!.message!.kind
       .value!.id;
     await rm(replaced, { recursive: true });
@@ -151,9 +155,7 @@ describe("a session whose directory session_directories no longer allows (create
 // not have, and Shell stored a call that failed with "spawn /bin/sh ENOENT".
 describe("a session whose directory was deleted", () => {
   it("gets no prompt, Command, Shell, ResumeSession, fork, Revert or Unrevert (FAILED_PRECONDITION SESSION_DIRECTORY_MISSING); nothing stored; works again once it is back", async () => {
-    const gone = path.join(base, "gone");
-    await mkdir(gone);
-    const session = (await open.client.createSession({ directory: gone })).session!;
+    const { dir: gone, session } = await sessionIn(path.join(base, "gone"));
     const first = (await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("before")] })).message!.message!.kind
       .value!.id;
     await rm(gone, { recursive: true });
@@ -177,9 +179,7 @@ describe("a session whose directory was deleted", () => {
   // A trial, 2026-12-03, went on to swap a directory for a link to /etc: without
   // session_directories or tenants, a session may use any directory, so it then works there.
   it("replaced by a link, without session_directories: it works where the link leads (any directory may be used)", async () => {
-    const moved = path.join(base, "moved");
-    await mkdir(moved);
-    const session = (await open.client.createSession({ directory: moved })).session!;
+    const { dir: moved, session } = await sessionIn(path.join(base, "moved"));
     await rm(moved, { recursive: true });
     await symlink(outside, moved);
     await open.client.prompt({ sessionId: session.id, noReply: true, parts: [text("after")] });
@@ -189,9 +189,7 @@ describe("a session whose directory was deleted", () => {
   // A review, 2026-12-03: the directory was checked before the stored prompt was looked up, so
   // the retry of a prompt the server had acknowledged (its answer lost on the way) was refused.
   it("a retry of a stored prompt or command (same message_id and content) still returns it; a new one is refused", async () => {
-    const gone = path.join(base, "gone-retry");
-    await mkdir(gone);
-    const session = (await open.client.createSession({ directory: gone })).session!;
+    const { dir: gone, session } = await sessionIn(path.join(base, "gone-retry"));
     const messageId = newId("msg");
     const request = { sessionId: session.id, messageId, noReply: true, parts: [text("acknowledged")] };
     const first = await open.client.prompt(request);
