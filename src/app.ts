@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { createModelResolver, type ModelResolver } from "./agent/providers.js";
 import { recoverInterrupted } from "./agent/recovery.js";
+import { fillDataBytes } from "./storage/backfill.js";
 import { createRunner } from "./agent/runner.js";
 import { postgresLocks, processLocks, type SessionLocks } from "./agent/session-lock.js";
 import { startPgRelay } from "./events/pg-relay.js";
@@ -117,6 +118,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       );
     }
     const retention = startRetention(database.db, options.config.eventRetentionMs);
+    const backfill = startBackfill(database.db);
     const server = createServer(deps, { web: options.web });
     const address = await server.listen(options.port ?? 0, host);
     const openRelay = relay;
@@ -139,6 +141,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       await openLocks.close();
       await deps.mcp?.close();
       clearInterval(retention);
+      await backfill.stop();
       await openRelay?.close();
       await database.close();
       await tracing?.shutdown();
@@ -182,6 +185,36 @@ async function startRelay(config: LedgerConfig, target: DatabaseTarget, database
     return startNatsRelay({ ...config.nats, db: database.db, bus, catchUpMs });
   }
   return startPgRelay({ url: target.url, db: database.db, bus, catchUpMs });
+}
+
+/** Rows `startBackfill` fills per statement, and the pause between statements (ms). */
+const BACKFILL = { rows: 200, pauseMs: 20 };
+
+/**
+ * Fills `data_bytes` on message and part rows stored before it existed (`fillDataBytes`), in the
+ * background, `BACKFILL.rows` per statement with a pause between, until none is left; logs how
+ * many it filled, and a failure (the next start tries again). Without it ListMessages measures
+ * those rows' JSON text on every call. `stop()` ends it (at close, before the database closes).
+ */
+function startBackfill(db: Database["db"]): { stop(): Promise<void> } {
+  let stopped = false;
+  const run = (async () => {
+    let filled = 0;
+    for (const table of ["message", "part"] as const) {
+      for (let n = BACKFILL.rows; n > 0 && !stopped;) {
+        n = await fillDataBytes(db, table, BACKFILL.rows);
+        filled += n;
+        if (n > 0) await sleep(BACKFILL.pauseMs, undefined, { ref: false });
+      }
+    }
+    if (filled > 0) logger.info("filled data_bytes of rows stored before it existed", { rows: filled });
+  })().catch((error: unknown) => logger.warn("filling data_bytes failed; the next start tries again", { error }));
+  return {
+    async stop() {
+      stopped = true;
+      await run;
+    },
+  };
 }
 
 /** How often (ms) old events are pruned. */

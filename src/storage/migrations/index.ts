@@ -9,6 +9,7 @@ import * as sessionTodo from "./2026-12-06T0900-session-todo.js";
 import * as sessionOwner from "./2026-12-07T0900-session-owner.js";
 import * as quotaUsage from "./2026-12-08T0900-quota-usage.js";
 import * as messagePartDataBytes from "./2026-12-09T0900-message-part-data-bytes.js";
+import * as dataBytesBackfill from "./2026-12-10T0900-data-bytes-backfill.js";
 
 /**
  * Every migration, listed statically (not `FileMigrationProvider`) so tsx, vitest and compiled
@@ -25,4 +26,5 @@ export const migrations: Record<string, Migration> = {
   "2026-12-07T0900-session-owner": sessionOwner,
   "2026-12-08T0900-quota-usage": quotaUsage,
   "2026-12-09T0900-message-part-data-bytes": messagePartDataBytes,
+  "2026-12-10T0900-data-bytes-backfill": dataBytesBackfill,
 };
