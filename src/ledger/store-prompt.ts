@@ -74,7 +74,8 @@ export interface StorePromptOptions {
  *
  * `message_id` is an idempotency key: the same id with the same content returns the stored
  * message (`replayed: true`, no new rows); with other content → `AlreadyExistsError`. Such a retry
- * skips `checkSessionStillAllowed` when it starts no run (`no_reply`, or the answer is stored).
+ * skips `checkSessionStillAllowed` when it starts no run (`no_reply`, the answer is stored, or
+ * this process runs the session's loop, which it joins).
  *
  * While tracing runs (docs/operations.md#tracing), the draft resolution and the write are the
  * spans `ledger.resolve_drafts` and `ledger.write` (attributes `ledger.session_id`,
