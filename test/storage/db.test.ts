@@ -37,6 +37,7 @@ describe(`storage on ${TEST_ENGINE}`, () => {
       "2026-12-07T0900-session-owner",
       "2026-12-08T0900-quota-usage",
       "2026-12-09T0900-message-part-data-bytes",
+      "2026-12-10T0900-data-bytes-backfill",
     ]);
   });
 

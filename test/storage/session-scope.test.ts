@@ -10,13 +10,16 @@ import { waitFor } from "../support/wait.js";
 // test runs the hot paths (prompts with and without a reply, reads, watch, edits, revert, fork,
 // delete) against a real ledger on Postgres, captures every statement the ledger's `pg` clients
 // send, and fails on a statement on those tables that does not mention `session_id` (the list of
-// known exceptions, KNOWN_UNSCOPED, is empty).
+// known exceptions, KNOWN_UNSCOPED, holds only the start-up fill of data_bytes).
 
 /**
- * Known statements not scoped by `session_id` (docs/scaling.md): none any more. Add one here only
- * with its reason in docs/scaling.md.
+ * Known statements not scoped by `session_id` (docs/scaling.md), each with its reason there: the
+ * start-up fill of `data_bytes` on rows stored before it existed (all sessions' rows, by design).
+ * Add one here only with its reason in docs/scaling.md.
  */
-const KNOWN_UNSCOPED: RegExp[] = [];
+const KNOWN_UNSCOPED: RegExp[] = [
+  /^UPDATE "(message|part)" SET data_bytes = octet_length\(data::text\) WHERE id IN \(SELECT id FROM "\1" WHERE data_bytes IS NULL/,
+];
 
 const TABLES = /\b(?:from|into|update|join)\s+"?(message|part|session_event|session_todo)"?(?:\s|$|\))/i;
 
