@@ -61,6 +61,22 @@ async function refused(t: TestLedger, directory: string): Promise<string> {
   return error.rawMessage;
 }
 
+/**
+ * Sends `call` with a new message_id while `dir` (the session's directory) exists, deletes `dir`,
+ * and expects the same call again to answer what it stored, and one with another message_id to
+ * be refused (SESSION_DIRECTORY_MISSING), with nothing written by either.
+ */
+async function expectRetryAnswered(dir: string, sessionId: string, call: (messageId: string) => Promise<unknown>): Promise<void> {
+  const messageId = newId("msg");
+  const first = await call(messageId);
+  await rm(dir, { recursive: true });
+  const events = await storedEvents(open.ledger.deps.db, sessionId);
+  expect(await call(messageId)).toEqual(first);
+  const error = await connectError(call(newId("msg")));
+  expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("SESSION_DIRECTORY_MISSING");
+  expect(await storedEvents(open.ledger.deps.db, sessionId)).toEqual(events);
+}
+
 /** A new directory at `dir` and a session of `open` in it. */
 async function sessionIn(dir: string) {
   await mkdir(dir);
@@ -190,26 +206,13 @@ describe("a session whose directory was deleted", () => {
   // the retry of a prompt the server had acknowledged (its answer lost on the way) was refused.
   it("a retry of a stored prompt or command (same message_id and content) still returns it; a new one is refused", async () => {
     const { dir: gone, session } = await sessionIn(path.join(base, "gone-retry"));
-    const messageId = newId("msg");
-    const request = { sessionId: session.id, messageId, noReply: true, parts: [text("acknowledged")] };
-    const first = await open.client.prompt(request);
-    await rm(gone, { recursive: true });
-    const events = await storedEvents(open.ledger.deps.db, session.id);
-    expect(await open.client.prompt(request)).toEqual(first);
-    const error = await connectError(open.client.prompt({ ...request, messageId: newId("msg") }));
-    expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("SESSION_DIRECTORY_MISSING");
-    expect(await storedEvents(open.ledger.deps.db, session.id)).toEqual(events);
-
-    // The same for Command.
+    await expectRetryAnswered(gone, session.id, (messageId) =>
+      open.client.prompt({ sessionId: session.id, messageId, noReply: true, parts: [text("acknowledged")] }),
+    );
     await mkdir(gone);
-    const command = { sessionId: session.id, messageId: newId("msg"), command: "hello", arguments: "you", noReply: true };
-    const ran = await open.client.command(command);
-    await rm(gone, { recursive: true });
-    const after = await storedEvents(open.ledger.deps.db, session.id);
-    expect(await open.client.command(command)).toEqual(ran);
-    const refused = await connectError(open.client.command({ ...command, messageId: newId("msg") }));
-    expect(refused.findDetails(ErrorInfoSchema)[0]?.reason).toBe("SESSION_DIRECTORY_MISSING");
-    expect(await storedEvents(open.ledger.deps.db, session.id)).toEqual(after);
+    await expectRetryAnswered(gone, session.id, (messageId) =>
+      open.client.command({ sessionId: session.id, messageId, command: "hello", arguments: "you", noReply: true }),
+    );
 
     // A template naming a file: the file cannot be looked up again, so the retry gets the
     // directory's refusal, not ALREADY_EXISTS for content that only seems different.
