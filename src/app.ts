@@ -1,7 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { createModelResolver, type ModelResolver } from "./agent/providers.js";
 import { recoverInterrupted } from "./agent/recovery.js";
-import { fillDataBytes } from "./storage/backfill.js";
 import { createRunner } from "./agent/runner.js";
 import { postgresLocks, processLocks, type SessionLocks } from "./agent/session-lock.js";
 import { startPgRelay } from "./events/pg-relay.js";
@@ -19,6 +18,7 @@ import { isLoopback } from "./server/auth.js";
 import { createServer } from "./server/server.js";
 import type { WebPage } from "./server/web-page.js";
 import { openDatabase, type Database, type DatabaseTarget } from "./storage/db.js";
+import { fillDataBytes } from "./storage/backfill.js";
 import { Snapshots } from "./snapshot/snapshot.js";
 
 /** How to start a ledger. */

@@ -140,8 +140,10 @@ export async function checkSessionStillAllowed(
   deps: Pick<LedgerDeps, "config" | "db">,
   session: { id: string; directory: string },
 ): Promise<void> {
-  const resolved = await realpath(session.directory).catch(() => session.directory);
-  const inside = async (roots: string[]) => (await insideAny(roots, session.directory)) && (await insideAny(roots, resolved));
+  // Resolved only when a setting confines the session (a prompt's hot path otherwise pays one stat).
+  const inside = async (roots: string[]) =>
+    (await insideAny(roots, session.directory)) &&
+    (await insideAny(roots, await realpath(session.directory).catch(() => session.directory)));
   const refuse = (why: string) =>
     new PathNotAllowedError("session_id", session.directory, `(the directory of session ${session.id}) ${why}`);
   const allowed = deps.config.sessionDirectories;
