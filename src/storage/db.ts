@@ -87,11 +87,29 @@ export function targetFromEnv(dir: string, env: NodeJS.ProcessEnv = process.env)
  * (e.g. `connect ECONNREFUSED 127.0.0.1:5499`) when none could run; `cause` is set.
  */
 export async function migrate(db: Kysely<DB>): Promise<void> {
+  if (await upToDate(db)) return;
   const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
   const { error, results } = await migrator.migrateToLatest();
   const failed = results?.find((r) => r.status === "Error");
   if (failed) throw new Error(`migration ${failed.migrationName} failed: ${errorText(error)}`, { cause: error });
   if (error) throw new Error(errorText(error), { cause: error });
+}
+
+/**
+ * True when the database has run exactly the migrations of this build (`kysely_migration` holds
+ * their names and no others): then `migrate` has nothing to do, and skips Kysely's `Migrator`,
+ * which introspects every table and column of the schema and takes its lock first. Two reads
+ * instead: measured (2026-12-03, `ledger sessions` on an embedded database, a process per
+ * command) the Migrator took 230 ms of the command's 2.2 s, these 2 ms. A database behind or
+ * ahead of this build, or one never migrated, goes through the Migrator (which migrates, waits
+ * for another process's migration, or refuses an unknown one as before).
+ */
+async function upToDate(db: Kysely<DB>): Promise<boolean> {
+  const table = await sql<{ present: boolean }>`select to_regclass('kysely_migration') is not null as present`.execute(db);
+  if (!table.rows[0]?.present) return false;
+  const applied = await sql<{ name: string }>`select name from kysely_migration`.execute(db);
+  const names = new Set(Object.keys(migrations));
+  return applied.rows.length === names.size && applied.rows.every((row) => names.has(row.name));
 }
 
 /**

@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import net from "node:net";
+import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
@@ -9,6 +10,7 @@ import { DatabaseOpenError, migrate, openDatabase, targetFromEnv, type Database 
 import { insertMessage } from "../../src/storage/message-store.js";
 import { insertParts, listPartRows, rowToPart } from "../../src/storage/part-store.js";
 import { deleteSessionRow, insertSession } from "../../src/storage/session-store.js";
+import { captureStatements } from "../support/pg-capture.js";
 import { createTestDatabase, insertTestSession, openTestDatabase, ADMIN_URL, TEST_ENGINE } from "../support/db.js";
 
 let database: Database;
@@ -39,6 +41,29 @@ describe(`storage on ${TEST_ENGINE}`, () => {
       "2026-12-09T0900-message-part-data-bytes",
       "2026-12-10T0900-data-bytes-backfill",
     ]);
+  });
+
+  it.skipIf(TEST_ENGINE !== "postgres")(
+    "checks an up-to-date database with two reads: no lock, no introspection of the schema",
+    async () => {
+      const sent = await captureStatements(() => migrate(database.db));
+      expect(sent.map((s) => s.text.replace(/\s+/g, " ").trim())).toEqual([
+        "select to_regclass('kysely_migration') is not null as present",
+        "select name from kysely_migration",
+      ]);
+    },
+  );
+
+  it("refuses a database that ran a migration this build does not know, as Kysely's Migrator does", async () => {
+    await sql`insert into kysely_migration (name, timestamp) values ('2099-01-01T0000-from-a-newer-build', now()::text)`.execute(
+      database.db,
+    );
+    try {
+      await expect(migrate(database.db)).rejects.toThrow(/corrupted migrations.*2099-01-01T0000-from-a-newer-build/);
+    } finally {
+      await sql`delete from kysely_migration where name = '2099-01-01T0000-from-a-newer-build'`.execute(database.db);
+    }
+    await migrate(database.db);
   });
 
   it("inserts more parts than one statement's bind parameters allow, keeping order", async () => {
