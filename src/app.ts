@@ -54,10 +54,11 @@ export interface RunningLedger {
    * loops (up to `graceMs`, default 10,000 ms), hands over the loops still running (their
    * answers end `interrupted`, their locks are released: `ResumeSession` on another replica
    * continues them), closes the database, then flushes and stops tracing (when it runs). See
-   * docs/operations.md, "Running behind a load balancer". A second call returns the first
-   * call's promise.
+   * docs/operations.md, "Running behind a load balancer". `options.quietMs`: how long it waits
+   * for requests still on their way (`CloseHooks.quietMs`: default 200 ms, 0 for a server only
+   * its own process calls). A second call returns the first call's promise.
    */
-  close(graceMs?: number): Promise<void>;
+  close(graceMs?: number, options?: { quietMs?: number }): Promise<void>;
 }
 
 /** How long (ms) the last hand-over of agent loops may take before the database closes anyway. */
@@ -124,7 +125,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
     const openRelay = relay;
     const openLocks = locks;
     let closing: Promise<void> | undefined;
-    const closeAll = async (graceMs: number | undefined) => {
+    const closeAll = async (graceMs: number | undefined, quietMs: number | undefined) => {
       const handOver = async () => {
         const runs = deps.replier?.activeRuns() ?? 0;
         if (runs > 0)
@@ -134,7 +135,7 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
         // Also ends runs still waiting for a lock another replica holds.
         await deps.replier?.handOver();
       };
-      await server.close(graceMs, { busy: () => (deps.replier?.activeRuns() ?? 0) > 0, beforeForce: handOver });
+      await server.close(graceMs, { busy: () => (deps.replier?.activeRuns() ?? 0) > 0, beforeForce: handOver, quietMs });
       // Loops that started after the grace period (a prompt in the last moment) go the same way,
       // for at most HAND_OVER_MAX_MS (a tool that ignores its abort signal must not hold the exit).
       await Promise.race([handOver(), sleep(HAND_OVER_MAX_MS, undefined, { ref: false })]);
@@ -151,9 +152,9 @@ export async function startLedger(options: StartOptions): Promise<RunningLedger>
       database,
       deps,
       drain: () => server.drain(),
-      close(graceMs) {
+      close(graceMs, options) {
         // Idempotent: a second call (SIGINT after SIGTERM, a test's cleanup) waits for the first.
-        closing ??= closeAll(graceMs);
+        closing ??= closeAll(graceMs, options?.quietMs);
         return closing;
       },
     };

@@ -41,7 +41,9 @@ export async function withClient<T>(
   try {
     return await fn(connect(ledger.url, io.env));
   } finally {
-    await ledger.close();
+    // Only this process knows the server's port, and its calls are done: no request is on its
+    // way, so it closes without the 200 ms a shared server waits for one (2.2 s to 2.0 s a command).
+    await ledger.close(undefined, { quietMs: 0 });
   }
 }
 

@@ -52,8 +52,8 @@ export async function startLocal(options: {
     );
     return {
       ...ledger,
-      async close(graceMs) {
-        await ledger.close(graceMs);
+      async close(graceMs, closeOptions) {
+        await ledger.close(graceMs, closeOptions);
         await release();
       },
     };

@@ -50,6 +50,13 @@ export interface CloseHooks {
   busy?: () => boolean;
   /** Called when the grace period ends with requests in flight or `busy()` true. */
   beforeForce?: () => Promise<void>;
+  /**
+   * How long (ms) to wait for requests still on their way: connections in the kernel's accept
+   * queue are taken before the listener closes, and the drain lasts until no request has
+   * arrived for this long. Default {@link DRAIN_QUIET_MS} (200 ms); 0 for a server that no other
+   * process knows of (the CLI's own, whose calls are done when it closes): it closes at once.
+   */
+  quietMs?: number;
 }
 
 /** Default grace period (ms) of {@link LedgerServer.close}: `ledger serve --grace-ms`. */
@@ -216,14 +223,15 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
       for (const session of sessions) session.close();
       // Closing the listener resets connections still waiting in the kernel's accept queue, so
       // accept those first (they may carry requests clients already sent).
-      await delay(DRAIN_QUIET_MS);
+      const quietMs = hooks.quietMs ?? DRAIN_QUIET_MS;
+      if (quietMs > 0) await delay(quietMs);
       const closed = new Promise<void>((resolve) => front.close(() => resolve()));
       // Drain: wait until nothing is in flight (streams ended at drain start), nothing else is
       // busy and no request arrived for a moment (requests already written by clients are still
       // being parsed), at most `graceMs`.
       const busy = () => inFlight > 0 || (hooks.busy?.() ?? false);
       const deadline = Date.now() + graceMs;
-      while (Date.now() < deadline && (busy() || Date.now() - lastRequestAt < DRAIN_QUIET_MS)) await delay(DRAIN_POLL_MS);
+      while (Date.now() < deadline && (busy() || Date.now() - lastRequestAt < quietMs)) await delay(DRAIN_POLL_MS);
       if (busy() && hooks.beforeForce) {
         // Requests or loops still running: let the owner end them, then give their answers a
         // moment to be written.
@@ -277,8 +285,8 @@ function isLoopbackHost(host: string | string[] | undefined): boolean {
   return isLoopback(name);
 }
 
-/** A draining server waits until no request has arrived for this long (ms). */
-const DRAIN_QUIET_MS = 200;
+/** A draining server waits until no request has arrived for this long (ms), unless `CloseHooks.quietMs` says otherwise. */
+export const DRAIN_QUIET_MS = 200;
 const DRAIN_POLL_MS = 20;
 /** After `beforeForce`, how long (ms) remaining requests get to finish. */
 const FORCE_WAIT_MS = 2000;
