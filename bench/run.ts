@@ -12,6 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import pg from "pg";
 import { ADMIN_URL, SCALE, elapsedMs, log, now, type Row } from "./common.js";
+import { cliLatency } from "./cli-latency.js";
 import { dataUrl } from "./data-url.js";
 import { historyRead } from "./history-read.js";
 import { kyselyVsPg } from "./kysely-vs-pg.js";
@@ -34,6 +35,7 @@ const MODULES: Array<[string, () => Promise<Row[]>]> = [
   ["data-url", dataUrl],
   ["pglite-vs-pg", pgliteVsPg],
   ["start-memory", startMemory],
+  ["cli-latency", cliLatency],
 ];
 
 interface Machine {
