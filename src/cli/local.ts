@@ -1,3 +1,4 @@
+import { mkdir } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import lockfile from "proper-lockfile";
@@ -5,7 +6,7 @@ import { startLedger, type RunningLedger } from "../app.js";
 import { loadConfig, type LedgerConfig } from "../config/config.js";
 import { logger } from "../observe/log.js";
 import type { WebPage } from "../server/web-page.js";
-import { targetFromEnv, type DatabaseTarget } from "../storage/db.js";
+import { embeddedDirState, targetFromEnv, type DatabaseTarget } from "../storage/db.js";
 import type { CliIo } from "./io.js";
 
 /** The default embedded database directory, relative to the working directory. */
@@ -16,16 +17,25 @@ export const DEFAULT_DB_DIR = ".ledger/db";
  * `./.ledger/db`, relative to `cwd`; `:memory:` for a throw-away one).
  */
 export function databaseTarget(db: string | undefined, cwd = process.cwd(), env: NodeJS.ProcessEnv = process.env): DatabaseTarget {
+  // An empty --db would resolve to the working directory itself.
+  if (db !== undefined && db.trim() === "") throw new Error("--db: expected a directory (or :memory:), got an empty string");
   const dir = db === ":memory:" ? db : path.resolve(cwd, db ?? DEFAULT_DB_DIR);
   return targetFromEnv(dir, env);
 }
 
+/** How long a command waits for an embedded database another ledger process holds, unless `LEDGER_DB_LOCK_WAIT_MS` says otherwise (ms). */
+export const DEFAULT_LOCK_WAIT_MS = 10_000;
+
 /**
  * Starts a ledger on `host:port` for this process. An embedded (PGlite) data directory can be
- * used by one process only, so it is locked first (`<dir>.lock`); a second process gets a clear
- * error: for `serve` (`forServe`), to pass another `--db` or use Postgres with `DATABASE_URL`;
- * for a client command, to talk to the running server with `--url` or pass another `--db`.
- * A port already in use (or not allowed) throws an error naming it and suggesting `--port 0`.
+ * used by one process only, so it is locked first (`<dir>.lock`); a file or a directory that is
+ * no database is refused first (`DatabaseOpenError`, `embeddedDirState`). When another process
+ * holds it, `onWait` is told once and the lock is tried again every 200 ms for up to
+ * `lockWaitMs` (default {@link DEFAULT_LOCK_WAIT_MS}): a few CLI commands run at once take turns.
+ * Then the error says: for `serve` (`forServe`), to pass another `--db` or use Postgres with
+ * `DATABASE_URL`; for a client command, to talk to the running server with `--url` or pass
+ * another `--db`. A port already in use (or not allowed) throws an error naming it and
+ * suggesting `--port 0`.
  */
 export async function startLocal(options: {
   config: LedgerConfig;
@@ -38,12 +48,18 @@ export async function startLocal(options: {
   /** Default: this process's working directory and environment. */
   cwd?: string;
   env?: NodeJS.ProcessEnv;
+  /** How long to wait for an embedded database another process holds (ms); default {@link DEFAULT_LOCK_WAIT_MS}. */
+  lockWaitMs?: number;
+  /** Told once (one line, no newline) when the embedded database is held by another process and this one waits. */
+  onWait?: (message: string) => void;
 }): Promise<RunningLedger> {
   // A port in use is found before the embedded database is made or locked, so nothing is left behind.
   if (options.port) await portFree(options.host ?? "127.0.0.1", options.port);
   const database = databaseTarget(options.db, options.cwd, options.env);
   const release =
-    database.kind === "pglite" && database.dir !== ":memory:" ? await lockDir(database.dir, options.forServe === true) : async () => {};
+    database.kind === "pglite" && database.dir !== ":memory:"
+      ? await lockDir(database.dir, options.forServe === true, options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS, options.onWait)
+      : async () => {};
   try {
     const ledger = await startLedger({ config: options.config, database, host: options.host, port: options.port, web: options.web }).catch(
       (error: unknown) => {
@@ -63,21 +79,48 @@ export async function startLocal(options: {
   }
 }
 
-async function lockDir(dir: string, forServe: boolean): Promise<() => Promise<void>> {
-  const { mkdir } = await import("node:fs/promises");
-  await mkdir(dir, { recursive: true });
+async function lockDir(dir: string, forServe: boolean, waitMs: number, onWait?: (message: string) => void): Promise<() => Promise<void>> {
+  // A file, or a folder that is no database, is refused before the lock's mkdir writes anything.
+  await embeddedDirState(dir);
   try {
-    return await lockfile.lock(dir, { stale: 15_000, update: 5_000, realpath: false });
+    await mkdir(dir, { recursive: true });
   } catch (error) {
-    if ((error as { code?: string }).code !== "ELOCKED") throw error;
-    const advice = forServe
-      ? "Pass --db with another directory, or run every server on one Postgres database with DATABASE_URL=postgres://... "
-      : "Talk to that server with --url http://HOST:PORT, or pass --db with another directory. ";
-    throw new Error(
-      `the embedded database ${dir} is in use by another ledger process (a running "ledger serve"?). ${advice}` +
-        `If that process crashed, its lock expires within 15 s.`,
-    );
+    throw new Error(`embedded database ${dir} could not be created: ${(error as Error).message}`, { cause: error });
   }
+  const lock = (retries: number) =>
+    lockfile.lock(dir, {
+      stale: 15_000,
+      update: 5_000,
+      realpath: false,
+      retries: { retries, factor: 1, minTimeout: 200, maxTimeout: 200 },
+    });
+  try {
+    return await lock(0);
+  } catch (error) {
+    if ((error as { code?: string }).code !== "ELOCKED") {
+      throw new Error(`embedded database ${dir} could not be locked (${dir}.lock is made next to it): ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+  }
+  const advice = forServe
+    ? "Pass --db with another directory, or run every server on one Postgres database with DATABASE_URL=postgres://... "
+    : "Talk to that server with --url http://HOST:PORT, or pass --db with another directory. ";
+  if (waitMs > 0) {
+    onWait?.(
+      `waiting up to ${waitMs / 1000} s for the embedded database ${dir}: another ledger process uses it` +
+        (forServe ? "" : ` (a running "ledger serve"? then use --url)`),
+    );
+    try {
+      return await lock(Math.ceil(waitMs / 200));
+    } catch (error) {
+      if ((error as { code?: string }).code !== "ELOCKED") throw error;
+    }
+  }
+  throw new Error(
+    `the embedded database ${dir} is in use by another ledger process (a running "ledger serve"?). ${advice}` +
+      `If that process crashed, its lock expires within 15 s.`,
+  );
 }
 
 /**
@@ -119,7 +162,8 @@ function listenError(error: unknown, host: string, port: number): Error | undefi
  * warnings; throws `ConfigError`), its warnings printed once on `io.stderr` ({@link printConfigWarnings};
  * `serve` also logs them), the `--db` directory, and with `serve` the address to listen on (for
  * `ledger serve`, which also takes the embedded database's lock as the serving process, and
- * serves `serve.web` if given).
+ * serves `serve.web` if given). Waiting for a held embedded database ({@link lockWaitFromEnv})
+ * is said once on `io.stderr`.
  */
 export function startLocalForCli(
   opts: { config?: string; db?: string; lenientConfig?: boolean },
@@ -133,8 +177,24 @@ export function startLocalForCli(
     db: opts.db,
     cwd: io.cwd,
     env: io.env,
+    lockWaitMs: lockWaitFromEnv(io.env),
+    onWait: (message) => void io.stderr.write(`${message}\n`),
     ...(serve ? { ...serve, forServe: true } : {}),
   });
+}
+
+/**
+ * `LEDGER_DB_LOCK_WAIT_MS`: how long a command waits for an embedded database another process
+ * holds, 0–600000 ms (0: fail at once); unset or empty: {@link DEFAULT_LOCK_WAIT_MS}. Throws for
+ * anything else, naming the variable.
+ */
+export function lockWaitFromEnv(env: NodeJS.ProcessEnv): number {
+  const raw = env.LEDGER_DB_LOCK_WAIT_MS;
+  if (raw === undefined || raw.trim() === "") return DEFAULT_LOCK_WAIT_MS;
+  const ms = Number(raw);
+  if (!Number.isInteger(ms) || ms < 0 || ms > 600_000)
+    throw new Error(`LEDGER_DB_LOCK_WAIT_MS: expected milliseconds from 0 to 600000, got ${JSON.stringify(raw)}`);
+  return ms;
 }
 
 /**

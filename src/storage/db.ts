@@ -1,5 +1,5 @@
-import { mkdirSync } from "node:fs";
-import { cp, readdir, rm } from "node:fs/promises";
+import { constants, mkdirSync } from "node:fs";
+import { access, cp, mkdir, readdir, rename, rm, rmdir } from "node:fs/promises";
 import path from "node:path";
 import type { PGlite, PGliteOptions } from "@electric-sql/pglite";
 import { Kysely, PGliteDialect, PostgresDialect, sql } from "kysely";
@@ -7,7 +7,7 @@ import { Migrator } from "kysely/migration";
 import pg from "pg";
 import { migrations } from "./migrations/index.js";
 import { PreparingClient } from "./prepared.js";
-import { ensureTemplate, isNewDataDir, templateBlob, templateDisabled } from "./pglite-template.js";
+import { dataDirState, ensureTemplate, removeDeadStagedCopies, stagedCopyPath, templateBlob, templateDisabled } from "./pglite-template.js";
 import type { DB } from "./schema.js";
 
 /** Where the ledger lives: a Postgres URL, or an embedded PGlite data directory (or `:memory:`). */
@@ -37,12 +37,21 @@ export interface Database {
  * when needed. PGlite itself is imported here, on first use, so a ledger on Postgres never loads
  * it. A new embedded database (`:memory:`, or a missing or empty `dir`) starts from a copy of the
  * migrated template (see `pglite-template.ts`; `LEDGER_PGLITE_TEMPLATE=off` runs initdb instead);
- * an existing `dir` is opened as it is. Throws `DatabaseOpenError` naming the database (password hidden) and the cause
- * when it cannot be reached or a migration fails, e.g.
+ * an existing `dir` (one holding `PG_VERSION`) is opened as it is; a file, or a directory that
+ * holds anything else, is refused before anything is written ({@link embeddedDirState}). Throws
+ * `DatabaseOpenError` naming the database (password hidden) and the cause when it cannot be
+ * reached, created or used, or a migration fails, e.g.
  * `database postgres://postgres@127.0.0.1:5432/x: database "x" does not exist`.
  */
 export async function openDatabase(target: DatabaseTarget): Promise<Database> {
-  const opened = target.kind === "postgres" ? openPostgres(target.url, target.poolSize) : await openPglite(target.dir);
+  const opened =
+    target.kind === "postgres"
+      ? openPostgres(target.url, target.poolSize)
+      : await openPglite(target.dir).catch((error: unknown) => {
+          throw error instanceof DatabaseOpenError
+            ? error
+            : new DatabaseOpenError(`embedded database ${target.dir}: ${errorText(error)}`, { cause: error });
+        });
   try {
     await migrate(opened.db);
   } catch (error) {
@@ -112,13 +121,54 @@ async function upToDate(db: Kysely<DB>): Promise<boolean> {
   return applied.rows.length === names.size && applied.rows.every((row) => names.has(row.name));
 }
 
+/** Names of the errno values of PGlite's WebAssembly file system (Emscripten's `ERRNO_CODES`), for the usual ones. */
+const WASM_ERRNO: Readonly<Record<number, string>> = {
+  2: "EACCES",
+  20: "EEXIST",
+  28: "EINVAL",
+  29: "EIO",
+  31: "EISDIR",
+  44: "ENOENT",
+  51: "ENOSPC",
+  54: "ENOTDIR",
+  55: "ENOTEMPTY",
+  63: "EPERM",
+  69: "EROFS",
+};
+
+/**
+ * A one-line description of something thrown that is no `Error`: its string `message`, else its
+ * `code`; PGlite's WebAssembly file system throws `{ name: "ErrnoError", errno: 2 }`, described as
+ * `ErrnoError EACCES (errno 2 of PGlite's file system)`; else its JSON (at most 200
+ * characters); a primitive as `String` gives it. Never a bare `[object Object]`.
+ */
+function objectText(thrown: unknown): string {
+  if (typeof thrown !== "object" || thrown === null) return String(thrown);
+  const { message, code, errno, name } = thrown as { message?: unknown; code?: unknown; errno?: unknown; name?: unknown };
+  if (typeof message === "string" && message) return message;
+  if (typeof code === "string" && code) return code;
+  if (typeof errno === "number") {
+    const label = typeof name === "string" && name ? name : "file system error";
+    const known = WASM_ERRNO[errno];
+    return `${label}${known ? ` ${known}` : ""} (errno ${errno} of PGlite's file system)`;
+  }
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(thrown);
+  } catch {
+    json = undefined;
+  }
+  return json && json !== "{}" ? json.slice(0, 200) : `something without a message was thrown (${Object.prototype.toString.call(thrown)})`;
+}
+
 /**
  * A one-line description of a failure: its message; for an `AggregateError` with an empty
  * message (Node's connect errors when several addresses were tried), its errors' messages;
- * else its `code`.
+ * else its `code`; for something thrown that is no `Error`, see {@link objectText}. Exported for
+ * its tests.
  */
-function errorText(error: unknown): string {
-  if (!(error instanceof Error)) return String(error);
+export function errorText(error: unknown): string {
+  if (!(error instanceof Error)) return objectText(error);
   if (error.message) return error.message;
   if (error instanceof AggregateError && error.errors.length > 0) return [...new Set(error.errors.map(errorText))].join("; ");
   const code = (error as { code?: unknown }).code;
@@ -155,8 +205,9 @@ export function pgliteOptions(defaultStartParams: readonly string[]): PGliteOpti
 const PGLITE_SETTINGS: readonly string[] = ["shared_buffers=16MB"];
 
 async function openPglite(dir: string): Promise<Database> {
-  const { PGlite } = await import("@electric-sql/pglite");
   const memory = dir === ":memory:";
+  const state = memory ? "new" : await embeddedDirState(dir);
+  const { PGlite } = await import("@electric-sql/pglite");
   const options = pgliteOptions(PGlite.defaultStartParams);
   const create = async (dataDir: string | undefined, loadDataDir?: Blob) => {
     const pglite = new PGlite({ ...options, ...(dataDir === undefined ? {} : { dataDir }), ...(loadDataDir ? { loadDataDir } : {}) });
@@ -164,18 +215,17 @@ async function openPglite(dir: string): Promise<Database> {
     return pglite;
   };
   let pglite: PGlite | undefined;
-  if (!templateDisabled() && (memory || (await isNewDataDir(dir)))) {
+  if (state === "new" && !memory) await removeDeadStagedCopies(dir);
+  if (state === "new" && !templateDisabled()) {
     const template = await ensureTemplate(
       (dataDir) => create(dataDir),
       (made) => migrate(new Kysely<DB>({ dialect: new PGliteDialect({ pglite: made }) })),
     );
     if (template) {
+      // Writing the copy fails for reasons of `dir` (permissions, disk space), not the template's: that throws.
+      if (!memory) await copyIntoPlace(template.dataDir, dir);
       try {
-        if (memory) pglite = await create(undefined, await templateBlob(template));
-        else {
-          await cp(template.dataDir, dir, { recursive: true });
-          pglite = await create(dir);
-        }
+        pglite = memory ? await create(undefined, await templateBlob(template)) : await create(dir);
       } catch (error) {
         process.stderr.write(`note: the PGlite template ${template.dataDir} did not open (${errorText(error)}); running initdb\n`);
         if (!memory) await emptyDir(dir);
@@ -183,12 +233,76 @@ async function openPglite(dir: string): Promise<Database> {
     }
   }
   if (!memory) mkdirSync(dir, { recursive: true });
-  pglite ??= await create(memory ? undefined : dir);
+  try {
+    pglite ??= await create(memory ? undefined : dir);
+  } catch (error) {
+    const advice =
+      state === "database"
+        ? " (a database whose creation was interrupted holds nothing yet: if a ledger command creating it was stopped, delete the directory and run again)"
+        : "";
+    throw new DatabaseOpenError(`embedded database ${dir} did not open: ${errorText(error)}${advice}`, { cause: error });
+  }
   const db = new Kysely<DB>({ dialect: new PGliteDialect({ pglite }) });
   return { db, kind: "pglite", location: dir, poolStats: () => ({ total: 1, idle: 0, waiting: 0 }), close: () => db.destroy() };
 }
 
-/** Removes everything inside `dir` (a new data directory a failed template copy left half filled). */
+/**
+ * Whether the embedded database directory `dir` is `new` (missing or empty: a database is made)
+ * or an existing `database` (it holds `PG_VERSION`). Throws `DatabaseOpenError` naming `dir`
+ * and the reason for a file, for a directory holding anything else (nothing is written into
+ * it), and for one that this process cannot read or write. The CLI checks its `--db` with this before locking it.
+ */
+export async function embeddedDirState(dir: string): Promise<"new" | "database"> {
+  let state: Awaited<ReturnType<typeof dataDirState>>;
+  try {
+    state = await dataDirState(dir);
+  } catch (error) {
+    throw new DatabaseOpenError(`embedded database ${dir} cannot be read: ${errorText(error)}`, { cause: error });
+  }
+  if (state.kind === "refused") throw new DatabaseOpenError(`embedded database ${dir} cannot be used: ${state.reason}`);
+  if (state.kind === "database") {
+    // PGlite only says "failed to initialize properly" for a database it may not write.
+    try {
+      await access(dir, constants.R_OK | constants.W_OK | constants.X_OK);
+    } catch (error) {
+      throw new DatabaseOpenError(
+        `embedded database ${dir} cannot be written by this process (${errorText(error)}): every start writes to it; ` +
+          "run as its owner, or copy it to a directory of yours",
+        { cause: error },
+      );
+    }
+  }
+  return state.kind;
+}
+
+/**
+ * Copies the template's data directory to the new database `dir` so that `dir` is never half
+ * made: the copy goes to a hidden sibling ({@link stagedCopyPath}) and is renamed onto `dir`
+ * (missing, or the empty directory the CLI's lock made). A process killed while copying (Ctrl-C
+ * during the first command) leaves `dir` as it was, and the sibling, which the next open removes.
+ * Throws `DatabaseOpenError` when `dir` or its parent cannot be written.
+ */
+async function copyIntoPlace(template: string, dir: string): Promise<void> {
+  const staged = stagedCopyPath(dir);
+  try {
+    await mkdir(path.dirname(dir), { recursive: true });
+    await cp(template, staged, { recursive: true });
+    try {
+      await rename(staged, dir);
+    } catch (error) {
+      // POSIX renames a directory onto an empty one; elsewhere the empty one goes first.
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== "EEXIST" && code !== "ENOTEMPTY" && code !== "EPERM" && code !== "EISDIR") throw error;
+      await rmdir(dir);
+      await rename(staged, dir);
+    }
+  } catch (error) {
+    await rm(staged, { recursive: true, force: true }).catch(() => undefined);
+    throw new DatabaseOpenError(`embedded database ${dir} could not be created: ${errorText(error)}`, { cause: error });
+  }
+}
+
+/** Removes everything inside `dir` (a new data directory whose copy of the template did not open). */
 async function emptyDir(dir: string): Promise<void> {
   const entries = await readdir(dir).catch(() => []);
   await Promise.all(entries.map((name) => rm(path.join(dir, name), { recursive: true, force: true })));

@@ -15,7 +15,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir, readFile, readdir, rename, rm } from "node:fs/promises";
+import { mkdir, readFile, readdir, rename, rm, stat } from "node:fs/promises";
 import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
@@ -76,15 +76,65 @@ export function templateDisabled(env: NodeJS.ProcessEnv = process.env): boolean 
 }
 
 /**
- * Whether `dir` is a new data directory: missing, or empty (the CLI's lock creates it empty).
- * A directory holding anything else is opened as it is (PGlite then refuses what is not one).
+ * What `dir` holds as an embedded database directory:
+ * - `new`: missing, or an empty directory (the CLI's lock creates it empty): a database is made;
+ * - `database`: a directory holding `PG_VERSION`, opened as it is;
+ * - `refused`, with `reason` (one sentence a person reads): a file, or a directory that holds
+ *   something else (a typo'd path, a project folder, a database whose creation was interrupted
+ *   before `PG_VERSION`): nothing is written into it.
+ * Throws what `stat`/`readdir` throw for an unreadable directory (`EACCES`, ...).
  */
-export async function isNewDataDir(dir: string): Promise<boolean> {
+export async function dataDirState(dir: string): Promise<{ kind: "new" | "database" } | { kind: "refused"; reason: string }> {
+  let entries: string[];
   try {
-    return (await readdir(dir)).length === 0;
+    if (!(await stat(dir)).isDirectory()) return { kind: "refused", reason: "it is a file, not a directory" };
+    entries = await readdir(dir);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return true;
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return { kind: "new" };
     throw error;
+  }
+  if (entries.length === 0) return { kind: "new" };
+  if (entries.includes("PG_VERSION")) return { kind: "database" };
+  return {
+    kind: "refused",
+    reason:
+      `it is not empty and holds no database (no PG_VERSION among its ${entries.length} entries): ` +
+      "name a new or empty directory to create one, or an existing database",
+  };
+}
+
+/**
+ * Removes the staged copies (`.<name>.<pid>-<hex>.tmp`, see {@link stagedCopyPath}) that a
+ * process which died while making the database `dir` left next to it; copies of a process
+ * still running are left alone. Never throws (a copy that cannot be removed stays).
+ */
+export async function removeDeadStagedCopies(dir: string): Promise<void> {
+  const parent = path.dirname(dir);
+  const prefix = `.${path.basename(dir)}.`;
+  const names = await readdir(parent).catch(() => [] as string[]);
+  for (const name of names) {
+    if (!name.startsWith(prefix)) continue;
+    const m = /^(\d+)-[0-9a-f]+\.tmp$/.exec(name.slice(prefix.length));
+    if (!m || processAlive(Number(m[1]))) continue;
+    await rm(path.join(parent, name), { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+/**
+ * Where a new database `dir` is copied to before it is renamed into place:
+ * `<parent>/.<name>.<pid>-<8 hex>.tmp`, on the same file system as `dir`.
+ */
+export function stagedCopyPath(dir: string): string {
+  return path.join(path.dirname(dir), `.${path.basename(dir)}.${process.pid}-${randomBytes(4).toString("hex")}.tmp`);
+}
+
+/** Whether a process with this pid runs on this machine (signal 0; `EPERM` means it does). */
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 

@@ -353,13 +353,18 @@ describe("ledger serve", () => {
         expect(existsSync(path.join(dir, "other-serve-db"))).toBe(false);
 
         if (TEST_ENGINE === "pglite") {
-          const locked = await ledger("prompt", "--db", serveDb, "--no-reply", "hi again");
+          // A client command waits a moment (LEDGER_DB_LOCK_WAIT_MS; 10 s by default) for another
+          // command to finish, saying so, and at once how to reach a running serve.
+          const locked = await inDir(dir, ["prompt", "--db", serveDb, "--no-reply", "hi again"], { LEDGER_DB_LOCK_WAIT_MS: "400" });
           expect(locked.code).toBe(1);
+          expect(locked.stderr.split("\n")[0]).toBe(
+            `waiting up to 0.4 s for the embedded database ${serveDb}: another ledger process uses it (a running "ledger serve"? then use --url)`,
+          );
           expect(locked.stderr).toContain("--url");
           expect(locked.stderr).toContain(serveDb);
           expect(locked.stdout).toBe("");
           // serve has no --url: it is told to use another --db or Postgres.
-          const lockedServe = await ledger("serve", "--port", "0", "--db", serveDb);
+          const lockedServe = await inDir(dir, ["serve", "--port", "0", "--db", serveDb], { LEDGER_DB_LOCK_WAIT_MS: "0" });
           expect(lockedServe.code).toBe(1);
           expect(lockedServe.stderr).toContain(`the embedded database ${serveDb} is in use`);
           expect(lockedServe.stderr).toContain(

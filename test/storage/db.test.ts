@@ -1,12 +1,15 @@
 import { create } from "@bufbuild/protobuf";
+import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import net from "node:net";
+import os from "node:os";
+import path from "node:path";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageSchema } from "../../gen/ledger/v1/message_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import { SessionSchema } from "../../gen/ledger/v1/session_pb.js";
 import { newId } from "../../src/ids.js";
-import { DatabaseOpenError, migrate, openDatabase, targetFromEnv, type Database } from "../../src/storage/db.js";
+import { DatabaseOpenError, errorText, migrate, openDatabase, targetFromEnv, type Database } from "../../src/storage/db.js";
 import { insertMessage } from "../../src/storage/message-store.js";
 import { insertParts, listPartRows, rowToPart } from "../../src/storage/part-store.js";
 import { deleteSessionRow, insertSession } from "../../src/storage/session-store.js";
@@ -142,6 +145,37 @@ describe("openDatabase failures", () => {
     const error = await openDatabase({ kind: "postgres", url: `postgres://postgres@127.0.0.1:${port}/x` }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(DatabaseOpenError);
     expect((error as Error).message).toBe(`database postgres://postgres@127.0.0.1:${port}/x: connect ECONNREFUSED 127.0.0.1:${port}`);
+  });
+
+  it("refuses an embedded directory that is a file or holds no database, writing nothing (a typo'd --db)", async () => {
+    const folder = await mkdtemp(path.join(os.tmpdir(), "ledger-db-dir-"));
+    try {
+      await writeFile(path.join(folder, "README.md"), "# my project\n");
+      const notDb = await openDatabase({ kind: "pglite", dir: folder }).catch((e: unknown) => e);
+      expect(notDb).toBeInstanceOf(DatabaseOpenError);
+      expect((notDb as Error).message).toBe(
+        `embedded database ${folder} cannot be used: it is not empty and holds no database (no PG_VERSION among its 1 entries): ` +
+          "name a new or empty directory to create one, or an existing database",
+      );
+      const file = path.join(folder, "README.md");
+      const onFile = await openDatabase({ kind: "pglite", dir: file }).catch((e: unknown) => e);
+      expect(onFile).toBeInstanceOf(DatabaseOpenError);
+      expect((onFile as Error).message).toBe(`embedded database ${file} cannot be used: it is a file, not a directory`);
+      expect(await readdir(folder)).toEqual(["README.md"]);
+    } finally {
+      await rm(folder, { recursive: true, force: true });
+    }
+  });
+
+  it("describes what PGlite throws that is no Error (its file system's ErrnoError), never as [object Object]", () => {
+    expect(errorText({ name: "ErrnoError", errno: 2 })).toBe("ErrnoError EACCES (errno 2 of PGlite's file system)");
+    expect(errorText({ name: "ErrnoError", errno: 44 })).toBe("ErrnoError ENOENT (errno 44 of PGlite's file system)");
+    expect(errorText({ errno: 1234 })).toBe("file system error (errno 1234 of PGlite's file system)");
+    expect(errorText({ message: "disk full" })).toBe("disk full");
+    expect(errorText({ code: "EIO" })).toBe("EIO");
+    expect(errorText({ detail: "x" })).toBe('{"detail":"x"}');
+    expect(errorText({})).toBe("something without a message was thrown ([object Object])");
+    expect(errorText("plain")).toBe("plain");
   });
 });
 
