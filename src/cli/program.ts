@@ -58,6 +58,13 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .version(packageVersion(), "-V, --version", "print the version")
     .showHelpAfterError("(ledger <command> --help shows the usage)");
 
+  // --db names the database of the command's own server; with --url there is none.
+  program.hook("preAction", (_program, command) => {
+    const opts = command.opts<{ url?: string; db?: string }>();
+    if (opts.url !== undefined && opts.db !== undefined)
+      command.error("error: --url and --db: with --url the server at that address uses its own database; pass one of them");
+  });
+
   program
     .command("serve")
     .description("run the service (Connect, gRPC and gRPC-Web on one port) and the browser page at /")
@@ -155,9 +162,13 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     ${EXIT_FAILED}    the request failed, or the answer ended with an error ("error: <kind>: message" on stderr)
     ${EXIT_ABORTED}  the run was aborted (Ctrl-C, or "ledger abort" from elsewhere)`,
     )
-    .action(async (text: string, opts: PromptOptions) => {
-      // A missing --file is the user's mistake: refuse it before starting or calling a server.
-      await checkFiles(opts.file, io.cwd);
+    .action(async (text: string, opts: PromptOptions, command: Command) => {
+      // Usage mistakes, said in the CLI's words (the API's would say "draft") with the help hint,
+      // before starting or calling a server.
+      if (text.trim() === "" && opts.file.length === 0 && opts.resource.length === 0)
+        command.error('error: the prompt text is empty: say what to ask, e.g. ledger prompt "summarize this" --file README.md');
+      // A missing --file would be stored as a "File not found" text.
+      await checkFiles(opts.file, io.cwd).catch((error: Error) => command.error(`error: ${error.message}`));
       opts.resource.forEach(parseResourceOption);
       exitCode = await withClient(opts, io, (client) => runPrompt(client, text, opts, io));
     });
@@ -366,12 +377,15 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
       withClient(opts, io, async (client) => {
         let pageToken = "";
+        let count = 0;
         do {
           const res = await client.listMessages({ sessionId, pageToken, pageSize: 200 });
           for (const m of res.messages) print(opts.json ? toJsonString(MessageWithPartsSchema, m) : `${formatMessage(m)}\n`);
+          count += res.messages.length;
           pageToken = res.nextPageToken;
         } while (pageToken);
         if (opts.json) return;
+        if (count === 0) print("no messages");
         const revert = (await client.getSession({ sessionId })).session?.revert;
         if (revert?.messageId) {
           print(

@@ -2,6 +2,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli } from "../support/cli.js";
+import { startTestLedger, type TestLedger } from "../support/ledger.js";
 
 // --url as a new user types it (a trial, 2026-12-02): without a scheme it failed later as
 // "Unknown: Invalid URL"; a wrong scheme, a path or nothing listening failed without naming --url.
@@ -60,5 +61,36 @@ describe("--url", () => {
     expect(run.stderr).toMatch(
       /^error: Internal: .*EPROTO.* \(--url https:\/\/127\.0\.0\.1:\d+: "ledger serve" speaks plain HTTP; use http:\/\/, or https:\/\/ only for a TLS proxy in front of it\)\n$/s,
     );
+  });
+});
+
+describe("--url against a running ledger", () => {
+  let t: TestLedger;
+  beforeAll(async () => {
+    t = await startTestLedger();
+  });
+  afterAll(() => t?.close());
+  const env = { PATH: process.env.PATH };
+
+  it('messages of a session without messages says "no messages" (it printed nothing; --json prints no line)', async () => {
+    const { session } = await t.client.createSession({ directory: t.dir });
+    const run = await runCli(["messages", session!.id, "--url", t.ledger.url], { cwd: t.dir, env });
+    expect(run).toEqual({ code: 0, stdout: "no messages\n", stderr: "" });
+    const json = await runCli(["messages", session!.id, "--json", "--url", t.ledger.url], { cwd: t.dir, env });
+    expect(json).toEqual({ code: 0, stdout: "", stderr: "" });
+  });
+
+  it("--url with --db is a usage error (--db was ignored), before any request", async () => {
+    for (const args of [["sessions"], ["messages", "ses_01JAAAAAAAAAAAAAAAAAAAAAAA"], ["prompt", "--no-reply", "hi"]]) {
+      const run = await runCli([...args, "--url", t.ledger.url, "--db", "elsewhere"], { cwd: t.dir, env });
+      expect(run).toMatchObject({
+        code: 1,
+        stdout: "",
+        stderr:
+          "error: --url and --db: with --url the server at that address uses its own database; pass one of them\n" +
+          "(ledger <command> --help shows the usage)\n",
+      });
+    }
+    expect((await t.client.listSessions({})).sessions).toHaveLength(1);
   });
 });

@@ -296,13 +296,36 @@ describe("ledger prompt failures", () => {
       expectOk(before);
       const run = await ledger("prompt", "--no-reply", "read this", "--file", "package.json", "--file", "nope.txt", ...dbArgs());
       expect(run.code, run.stderr).toBe(1);
-      expect(run.stderr).toBe(`error: --file nope.txt: no such file or directory (${path.join(dir, "nope.txt")})\n`);
+      expect(run.stderr).toBe(
+        `error: --file nope.txt: no such file or directory (${path.join(dir, "nope.txt")})\n(ledger <command> --help shows the usage)\n`,
+      );
       expect(run.stdout).toBe("");
       // Checked before connecting: an unreachable --url is never tried.
       const viaUrl = await ledger("prompt", "hi", "--file", "nope.txt", "--url", "http://127.0.0.1:9");
       expect(viaUrl.code, viaUrl.stderr).toBe(1);
       expect(viaUrl.stderr).toContain("--file nope.txt: no such file or directory");
       expect(viaUrl.stderr).not.toMatch(/ECONNREFUSED|Unavailable/);
+      const after = await ledger("sessions", "--json", ...dbArgs());
+      expect(after.stdout).toBe(before.stdout);
+    },
+    CLI_TIMEOUT,
+  );
+
+  it(
+    "an empty prompt text is a usage error in the CLI's words (the API's said \"draft\"); no session is made",
+    async () => {
+      const before = await ledger("sessions", "--json", ...dbArgs());
+      expectOk(before);
+      for (const text of ["", "  \n"]) {
+        const run = await ledger("prompt", "--no-reply", text, ...dbArgs());
+        expect(run).toMatchObject({
+          code: 1,
+          stdout: "",
+          stderr:
+            'error: the prompt text is empty: say what to ask, e.g. ledger prompt "summarize this" --file README.md\n' +
+            "(ledger <command> --help shows the usage)\n",
+        });
+      }
       const after = await ledger("sessions", "--json", ...dbArgs());
       expect(after.stdout).toBe(before.stdout);
     },
