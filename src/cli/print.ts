@@ -2,6 +2,8 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { createTwoFilesPatch } from "diff";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { MessageError } from "../../gen/ledger/v1/error_pb.js";
+import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { PermissionReply } from "../../gen/ledger/v1/permission_pb.js";
 import type { AssistantMessage, FileDiff, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
@@ -135,8 +137,13 @@ export function describeInput(input: JsonObject | undefined): string {
 }
 
 function formatPart(part: Part, n: number): string[] {
+  return partLines(part, `${String(n).padStart(3)}. `);
+}
+
+/** A part's lines after `prefix`: its id, its kind (a column of 10), what it holds. */
+function partLines(part: Part, prefix: string): string[] {
   // At least one space after the kind (`stepFinish` and `compaction` fill the column).
-  const head = `${String(n).padStart(3)}. ${part.id}  ${`${part.kind.case ?? "?"} `.padEnd(10)}`;
+  const head = `${prefix}${part.id}  ${`${part.kind.case ?? "?"} `.padEnd(10)}`;
   switch (part.kind.case) {
     case "text": {
       const flag = part.kind.value.synthetic ? "[synthetic] " : "";
@@ -230,4 +237,62 @@ export function formatTodos(todos: readonly Pick<Todo, "content" | "status" | "p
     `todos (${done}/${todos.length} done):`,
     ...todos.map((t) => `  ${TODO_MARKS[t.status] ?? "[?]"} ${firstLine(t.content)}${t.priority ? `  (${t.priority})` : ""}`),
   ];
+}
+
+/**
+ * What `ledger watch` prints for one event, one line or more, or undefined for a `partDelta`
+ * (the part's next `partUpdated` shows its text; deltas are one per token): `#<seq>  <kind>`,
+ * then for a message its header as `ledger messages` prints it, for a part its line (`text`
+ * first lines, `tool  read  completed  notes.txt`, ...), for a status `idle`, `busy` or
+ * `retry attempt N: message`, for an error its kind and first line, for a switch the new agent
+ * or model, for a permission ask its id, permission and patterns, for a reply `once`, `always` or
+ * `reject`, for a todo update its items (indented lines below).
+ */
+export function formatEvent(event: SessionEvent): string | undefined {
+  const head = `#${event.seq}  ${event.kind.case ?? "unknown"}`;
+  const kind = event.kind;
+  switch (kind.case) {
+    case "partDelta":
+      return undefined;
+    case "messageUpdated":
+      return kind.value.message
+        ? `${head}  ${formatMessage({ message: kind.value.message, parts: [] } as unknown as MessageWithParts)}`
+        : head;
+    case "partUpdated":
+      return kind.value.part ? partLines(kind.value.part, `${head}  `).join("\n") : head;
+    case "messageRemoved":
+      return `${head}  ${kind.value.messageId}`;
+    case "partRemoved":
+      return `${head}  ${kind.value.partId}`;
+    case "sessionStatus": {
+      const status = kind.value.status;
+      if (status.case === "retry") return `${head}  retry attempt ${status.value.attempt}: ${firstLine(status.value.message)}`;
+      return `${head}  ${status.case ?? "idle"}`;
+    }
+    case "sessionError":
+      return `${head}  ${kind.value.error ? `${errorKind(kind.value.error)}: ${firstLine(kind.value.error.message)}` : "unknown error"}`;
+    case "agentSwitched":
+      return `${head}  ${kind.value.current}`;
+    case "modelSwitched":
+      return kind.value.current ? `${head}  ${kind.value.current.providerId}/${kind.value.current.modelId}` : head;
+    case "prompted":
+      return `${head}  ${kind.value.messageId}${kind.value.noReply ? "  noReply" : ""}`;
+    case "synthetic":
+      return `${head}  ${kind.value.messageId}  ${kind.value.partIds.join(", ")}`;
+    case "command":
+      return `${head}  /${kind.value.command}  ${kind.value.messageId}`;
+    case "permissionAsked": {
+      const ask = kind.value.permission;
+      return ask ? `${head}  ${ask.id}  ${ask.permission}  ${ask.patterns.map(oneLine).join(", ")}` : head;
+    }
+    case "permissionReplied":
+      return `${head}  ${kind.value.permissionId}  ${PermissionReply[kind.value.reply]?.toLowerCase() ?? kind.value.reply}`;
+    case "todoUpdated":
+      return [head, ...formatTodos(kind.value.todos).map((line) => `  ${line}`)].join("\n");
+    case "sessionUpdated":
+    case "sessionDeleted":
+      return kind.value.session ? `${head}  ${formatSession(kind.value.session)}` : head;
+    default:
+      return head;
+  }
 }

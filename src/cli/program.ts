@@ -355,6 +355,38 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       ),
     );
 
+  clientCommand(program, "watch", "the server where the session's prompts run (without it: the stored events only)")
+    .description("print a session's events as they happen: the stored ones first, then live ones, until Ctrl-C")
+    .argument("<session>", "session id")
+    .addOption(new Option("--after <seq>", "start after this event (default 0: the whole log)").argParser(parseSeq))
+    .option("--json", "print JSON Lines: one event per line (text deltas included)")
+    .addHelpText(
+      "after",
+      `
+One line per event: "#SEQ  KIND  what it holds" (a message's header, a part's line as "ledger
+messages" prints it, a status, an error, ...); text deltas are not shown (the part's next
+snapshot is). Ends when the session is deleted, or at Ctrl-C. Without --url a server of the
+command's own replays the stored events, and nothing new can happen there: pass the --url of
+the "ledger serve" that runs the session's prompts to follow them.`,
+    )
+    .action(async (sessionId: string, opts: ClientOptions & { after?: bigint; json?: boolean }) => {
+      const { runWatch } = await import("./watch.js");
+      exitCode = await withClient(opts, io, (client) => runWatch(client, sessionId, opts, io, print));
+    });
+
+  clientCommand(program, "fork")
+    .description("copy a session (up to a message, or all of it) into a new session")
+    .argument("<session>", "session id")
+    .option("--message <id>", "copy the messages before this one (default: all)")
+    .option("--json", "print the new session as one line of JSON")
+    .addHelpText("after", '\nPrints "session ses_..." (the new session: prompt it with --session).')
+    .action(async (sessionId: string, opts: ClientOptions & { message?: string; json?: boolean }) =>
+      withClient(opts, io, async (client) => {
+        const { session } = await client.forkSession({ sessionId, messageId: opts.message ?? "" });
+        print(opts.json ? toJsonString(SessionSchema, session!) : `session ${session!.id}`);
+      }),
+    );
+
   clientCommand(program, "sessions")
     .description("list sessions, most recently updated first")
     .option("--json", "print JSON Lines: one session per line (nothing when there is none)")
@@ -385,8 +417,9 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
           pageToken = res.nextPageToken;
         } while (pageToken);
         if (opts.json) return;
-        if (count === 0) print("no messages");
         const revert = (await client.getSession({ sessionId })).session?.revert;
+        // A revert that hides every message says so itself.
+        if (count === 0 && !revert?.messageId) print("no messages");
         if (revert?.messageId) {
           print(
             `reverted to ${revert.messageId}: it${revert.partId ? ` (from part ${revert.partId})` : ""} and the messages after it are hidden; "ledger unrevert ${sessionId}" shows them again`,
@@ -423,6 +456,12 @@ function packageVersion(): string {
 
 function collect(value: string, previous: string[]): string[] {
   return [...previous, value];
+}
+
+/** `--after`: an event seq, a whole number from 0. */
+function parseSeq(value: string): bigint {
+  if (!/^\d{1,19}$/.test(value.trim())) throw new InvalidArgumentError("expected an event seq: a whole number from 0");
+  return BigInt(value.trim());
 }
 
 /** Checks `--model` is "provider/model" (both parts non-blank) before anything is sent; keeps the string. */
