@@ -2,7 +2,9 @@
  * How long one CLI command takes on the embedded database (a process per command, as a user
  * runs it): `ledger sessions --db DIR` on a directory holding 20 sessions, from spawn to exit.
  * The baseline is the least a process can do for the same answer: a `node` child that imports
- * PGlite, opens the same directory, runs the same `select` and prints the rows (`BARE` below).
+ * PGlite, opens the same directory, runs the same `select` and prints the rows (`BARE` below),
+ * with `--liftoff-only` as the CLI runs (no optimizing recompilation of PGlite's WebAssembly in
+ * the background: faster for a short process, see src/cli/main.ts).
  * Both run alternately, 3 unmeasured rounds, then `5 × BENCH_SCALE` measured ones; medians.
  *
  * What the rest is (`--cpu-prof` and a statement log of one `ledger sessions`, 2026-12-03): the
@@ -11,7 +13,10 @@
  * `data_bytes` fill), the HTTP round trip to the in-process server and protovalidate compiling
  * the request's rules (about 100 ms). Before 2026-12-03 Kysely's Migrator introspected the
  * schema on every start (230 ms) and the CLI's server waited 200 ms for requests no other
- * process could send before closing: 2.0-2.2 s per command then, 1.6-1.8 s after.
+ * process could send before closing: 2.0-2.2 s per command then, 1.6-1.8 s after; V8 recompiling
+ * PGlite's WebAssembly with its optimizing compiler in the background took 0.5 s more (perf: the
+ * compile jobs on 2 vCPUs, and Node waiting for them in `NodePlatform::DrainTasks`), until the
+ * CLI ran it on the baseline compiler only (same day).
  */
 import { spawn } from "node:child_process";
 import path from "node:path";
@@ -62,7 +67,10 @@ export async function cliLatency(): Promise<Row[]> {
     }
     const ours = () => timed([path.join(ROOT, "bin/ledger.js"), "sessions", "--db", db], temp.dir);
     // Resolved from the repository, where @electric-sql/pglite is installed.
-    const bare = () => timed(["--input-type=module", "-e", BARE, db], ROOT);
+    // With the CLI's V8 setting (src/cli/main.ts), which makes this child faster too (2026-12-03,
+    // six rounds alternately: 1.03-1.09 s against 1.32-1.46 s with V8's defaults): the baseline
+    // stays the least a process can do.
+    const bare = () => timed(["--liftoff-only", "--input-type=module", "-e", BARE, db], ROOT);
     const oursMs: number[] = [];
     const bareMs: number[] = [];
     const rounds = scaled(5, 3);
