@@ -24,7 +24,7 @@ export interface ClientOptions {
  */
 export async function withClient<T>(
   opts: ClientOptions,
-  io: Pick<CliIo, "cwd" | "env" | "stderr">,
+  io: Pick<CliIo, "cwd" | "env" | "stderr" | "exit">,
   fn: (client: Ledger) => Promise<T>,
 ): Promise<T> {
   if (opts.url) {

@@ -52,13 +52,25 @@ export async function startLocal(options: {
   lockWaitMs?: number;
   /** Told once (one line, no newline) when the embedded database is held by another process and this one waits. */
   onWait?: (message: string) => void;
+  /**
+   * Told (one line, no newline) when the embedded database's lock is lost while this process
+   * holds it: its `<dir>.lock` was removed, or another process took it over as stale (this one
+   * did not renew it for 15 s). Default: an uncaught error, which ends the process.
+   */
+  onLockLost?: (message: string) => void;
 }): Promise<RunningLedger> {
   // A port in use is found before the embedded database is made or locked, so nothing is left behind.
   if (options.port) await portFree(options.host ?? "127.0.0.1", options.port);
   const database = databaseTarget(options.db, options.cwd, options.env);
   const release =
     database.kind === "pglite" && database.dir !== ":memory:"
-      ? await lockDir(database.dir, options.forServe === true, options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS, options.onWait)
+      ? await lockDir(
+          database.dir,
+          options.forServe === true,
+          options.lockWaitMs ?? DEFAULT_LOCK_WAIT_MS,
+          options.onWait,
+          options.onLockLost,
+        )
       : async () => {};
   try {
     const ledger = await startLedger({ config: options.config, database, host: options.host, port: options.port, web: options.web }).catch(
@@ -79,7 +91,13 @@ export async function startLocal(options: {
   }
 }
 
-async function lockDir(dir: string, forServe: boolean, waitMs: number, onWait?: (message: string) => void): Promise<() => Promise<void>> {
+async function lockDir(
+  dir: string,
+  forServe: boolean,
+  waitMs: number,
+  onWait?: (message: string) => void,
+  onLockLost?: (message: string) => void,
+): Promise<() => Promise<void>> {
   // A file, or a folder that is no database, is refused before the lock's mkdir writes anything.
   await embeddedDirState(dir);
   try {
@@ -87,12 +105,20 @@ async function lockDir(dir: string, forServe: boolean, waitMs: number, onWait?: 
   } catch (error) {
     throw new Error(`embedded database ${dir} could not be created: ${(error as Error).message}`, { cause: error });
   }
+  const onCompromised = (error: Error) => {
+    const message =
+      `the lock of the embedded database ${dir} was lost (${error.message}): another process may be using the database now; ` +
+      "stopping, so that two processes never write it at once";
+    if (!onLockLost) throw new Error(message, { cause: error });
+    onLockLost(message);
+  };
   const lock = (retries: number) =>
     lockfile.lock(dir, {
       stale: 15_000,
       update: 5_000,
       realpath: false,
       retries: { retries, factor: 1, minTimeout: 200, maxTimeout: 200 },
+      onCompromised,
     });
   try {
     return await lock(0);
@@ -167,7 +193,7 @@ function listenError(error: unknown, host: string, port: number): Error | undefi
  */
 export function startLocalForCli(
   opts: { config?: string; db?: string; lenientConfig?: boolean },
-  io: Pick<CliIo, "cwd" | "env" | "stderr">,
+  io: Pick<CliIo, "cwd" | "env" | "stderr" | "exit">,
   serve?: { host: string; port: number; web?: WebPage },
 ): Promise<RunningLedger> {
   const config = loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env, lenient: opts.lenientConfig || undefined });
@@ -179,6 +205,12 @@ export function startLocalForCli(
     env: io.env,
     lockWaitMs: lockWaitFromEnv(io.env),
     onWait: (message) => void io.stderr.write(`${message}\n`),
+    // Not an uncaught error with a stack: the reason, and exit 1 at once (no drain: another
+    // process may be writing the database).
+    onLockLost: (message) => {
+      io.stderr.write(`error: ${message}\n`);
+      io.exit(1);
+    },
     ...(serve ? { ...serve, forServe: true } : {}),
   });
 }

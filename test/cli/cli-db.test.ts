@@ -10,7 +10,7 @@ import { mkdir, mkdtemp, readdir, realpath, rm, writeFile } from "node:fs/promis
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { finished, runCli, spawnCli, type CliRun } from "../support/cli.js";
+import { finished, runCli, spawnCli, waitForOutput, type CliRun } from "../support/cli.js";
 import { TEST_ENGINE } from "../support/db.js";
 
 const TIMEOUT = 120_000;
@@ -138,6 +138,26 @@ describe.skipIf(TEST_ENGINE !== "pglite")("the --db directory", () => {
       // Three prompts without a session each made a session of their own.
       const sessions = await ledger(cwd, "sessions", "--db", db, "--json");
       expect(sessions.stdout.trim().split("\n")).toHaveLength(3);
+    },
+    TIMEOUT,
+  );
+
+  it(
+    "a serve whose lock is taken from it stops at once with exit 1 and the reason, not an uncaught error",
+    async () => {
+      const cwd = path.join(dir, "lost-lock");
+      await mkdir(cwd);
+      const db = path.join(cwd, "db");
+      const serve = spawnCli(["serve", "--port", "0", "--db", db], { cwd, env: env({ LEDGER_LOG_LEVEL: "warn" }) });
+      const exited = finished(serve);
+      await waitForOutput(serve, /listening on/, exited);
+      // As another process that took the lock over, or a user cleaning up, would.
+      await rm(`${db}.lock`, { recursive: true });
+      const run = await exited;
+      expect(run.code, run.stderr).toBe(1);
+      expect(run.stderr).toContain(`error: the lock of the embedded database ${db} was lost (`);
+      expect(run.stderr).toContain("stopping, so that two processes never write it at once\n");
+      expect(run.stderr).not.toMatch(/\n\s+at /);
     },
     TIMEOUT,
   );
