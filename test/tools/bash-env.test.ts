@@ -9,8 +9,10 @@ const SECRETS = {
   LEDGER_JWT_SECRET: "the-hs256-secret-0123456789abcdef!!",
   LEDGER_TOKEN: "static-token-for-the-operator-0123",
   LEDGER_NATS_URL: "nats://user:pass@10.0.0.5:4222",
-  DATABASE_URL: "postgres://postgres:pw@db/ledger",
-  PGPASSWORD: "pw",
+  DATABASE_URL: "postgres://postgres:db-password-5f1c9e@db/ledger",
+  // Long and unusual: the test looks for each value in the whole environment, and a short one
+  // ("pw") turned up inside the machine's own variables (a container name).
+  PGPASSWORD: "pg-password-8d2b7a",
   OTEL_EXPORTER_OTLP_HEADERS: "authorization=Bearer collector-key",
 };
 const saved = new Map<string, string | undefined>();
