@@ -197,11 +197,37 @@ let lastBlob: { tarball: string; blob: WeakRef<Blob> } | undefined;
  * The template's tarball as a Blob, for PGlite's `loadDataDir` (PGlite only reads it). The Blob
  * of the last read is reused while it is still alive: five `:memory:` opens in a row took
  * 1.1–1.6 s each reading the file every time, 0.75–1.05 s reusing it (2-vCPU machine, 2026-12-02).
+ * It is a {@link TarballBlob}, whose `arrayBuffer()` hands out the bytes read instead of copying
+ * them (PGlite 0.5 calls it once per open and only reads the result).
  */
 export async function templateBlob(template: PgliteTemplate): Promise<NonNullable<PGliteOptions["loadDataDir"]>> {
   const cached = lastBlob?.tarball === template.tarball ? lastBlob.blob.deref() : undefined;
   if (cached) return cached;
-  const blob = new Blob([await readFile(template.tarball)]);
+  const bytes = await readFile(template.tarball);
+  const blob = new TarballBlob(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
   lastBlob = { tarball: template.tarball, blob: new WeakRef(blob) };
   return blob;
+}
+
+/**
+ * A Blob of the template's tarball whose `arrayBuffer()` resolves to the one `ArrayBuffer` it was
+ * made from, every time, instead of a copy. Why: a `:memory:` open is PGlite reading its
+ * `loadDataDir` with `new Uint8Array(await blob.arrayBuffer())`, untarring it and writing each
+ * file into its in-memory file system (Emscripten's `FS.writeFile`, which copies); Node 20's
+ * `Blob.arrayBuffer()` took 220 ms of a 550–650 ms open for the 41 MB tarball (`--cpu-prof`:
+ * `readNext` and `concat`), where handing out the same buffer takes none. Nothing writes to the
+ * buffer: test/storage/pglite-template.test.ts checks its bytes after databases were opened from
+ * it and written to. The Blob's own content (`stream()`, `text()`, `slice()`) is the same bytes.
+ */
+class TarballBlob extends Blob {
+  readonly #buffer: ArrayBuffer;
+
+  constructor(buffer: ArrayBuffer) {
+    super([buffer]);
+    this.#buffer = buffer;
+  }
+
+  override arrayBuffer(): Promise<ArrayBuffer> {
+    return Promise.resolve(this.#buffer);
+  }
 }

@@ -5,7 +5,8 @@
  * PGlite only (the pglite project); every test uses a cache folder of its own.
  */
 import { spawn } from "node:child_process";
-import { cp, mkdtemp, readdir, realpath, rename, rm, writeFile } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { cp, mkdtemp, readFile, readdir, realpath, rename, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { createClient } from "@connectrpc/connect";
@@ -15,7 +16,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { SessionService } from "../../gen/ledger/v1/service_pb.js";
 import { openDatabase } from "../../src/storage/db.js";
 import { migrations } from "../../src/storage/migrations/index.js";
-import { templateCacheDir, templateKey } from "../../src/storage/pglite-template.js";
+import { templateBlob, templateCacheDir, templateKey } from "../../src/storage/pglite-template.js";
 import { TEST_ENGINE } from "../support/db.js";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
@@ -104,6 +105,43 @@ describe.skipIf(TEST_ENGINE !== "pglite")("PGlite template", () => {
       // The template itself is never written to by a database started from it.
       expect(await entries(cache)).toEqual([templateKey()]);
       built = cache;
+    },
+    TIMEOUT,
+  );
+
+  it(
+    ":memory: databases opened from the tarball in memory are each the template's, and the bytes handed to PGlite stay the file's",
+    async () => {
+      const cache = await warmCache("shared-tarball");
+      const tarball = path.join(cache, templateKey(), "pgdata.tar");
+      const sha = (bytes: ArrayBuffer | Uint8Array) =>
+        createHash("sha256")
+          .update(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes))
+          .digest("hex");
+      const blob = await templateBlob({ dataDir: path.join(cache, templateKey(), "pgdata"), tarball });
+      // The same buffer every time (no 40 MB copy per open), and the Blob's own content is it too.
+      expect(await blob.arrayBuffer()).toBe(await blob.arrayBuffer());
+      expect(blob.size).toBe((await readFile(tarball)).length);
+      expect(sha(await new Response(blob.stream()).arrayBuffer())).toBe(sha(await readFile(tarball)));
+
+      const first = await openDatabase({ kind: "pglite", dir: ":memory:" });
+      try {
+        await sql`create table scribble (v text)`.execute(first.db);
+        await sql`insert into scribble select repeat('x', 1000) from generate_series(1, 2000)`.execute(first.db);
+        await sql`insert into kysely_migration (name, timestamp) values ('2099-zz', now()::text)`.execute(first.db);
+      } finally {
+        await first.close();
+      }
+      const second = await openDatabase({ kind: "pglite", dir: ":memory:" });
+      try {
+        expect(await applied(second)).toEqual(NAMES);
+        const tables = await sql<{ n: number }>`select count(*)::int as n from pg_tables where tablename = 'scribble'`.execute(second.db);
+        expect(tables.rows).toEqual([{ n: 0 }]);
+      } finally {
+        await second.close();
+      }
+      // What PGlite read from (and may read again in this process) is still the file's bytes.
+      expect(sha(await (await templateBlob({ dataDir: "", tarball })).arrayBuffer())).toBe(sha(await readFile(tarball)));
     },
     TIMEOUT,
   );
