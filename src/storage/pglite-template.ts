@@ -203,8 +203,10 @@ let lastBlob: { tarball: string; blob: WeakRef<Blob> } | undefined;
 export async function templateBlob(template: PgliteTemplate): Promise<NonNullable<PGliteOptions["loadDataDir"]>> {
   const cached = lastBlob?.tarball === template.tarball ? lastBlob.blob.deref() : undefined;
   if (cached) return cached;
-  const bytes = await readFile(template.tarball);
-  const blob = new TarballBlob(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  const { buffer, byteOffset, byteLength } = await readFile(template.tarball);
+  // A file this large is read into a buffer of its own (not Node's shared pool): no copy then.
+  const own = byteOffset === 0 && byteLength === buffer.byteLength ? buffer : buffer.slice(byteOffset, byteOffset + byteLength);
+  const blob = new TarballBlob(own as ArrayBuffer);
   lastBlob = { tarball: template.tarball, blob: new WeakRef(blob) };
   return blob;
 }
