@@ -211,9 +211,12 @@ function exitCodeOf(message: MessageWithParts | undefined, io: CliIo): number {
  * server would store a missing file as a "File not found" text and the prompt would succeed.
  * Throws an `Error` naming the first path that cannot be used, as given and resolved, e.g.
  * `--file nope.txt: no such file or directory (/home/me/nope.txt)`. Relative paths resolve against `cwd`.
+ * An empty (or blank) path is refused too: `path.resolve` would turn it into `cwd` and attach
+ * the whole working directory (`--file .` says that on purpose).
  */
 export async function checkFiles(files: string[], cwd = process.cwd()): Promise<void> {
   for (const file of files) {
+    if (file.trim() === "") throw new Error(`--file ${JSON.stringify(file)}: an empty path (name a file, or . for the working directory)`);
     const absolute = path.resolve(cwd, file);
     const problem = await stat(absolute).then(
       () => undefined,

@@ -305,6 +305,14 @@ describe("ledger prompt failures", () => {
       expect(viaUrl.code, viaUrl.stderr).toBe(1);
       expect(viaUrl.stderr).toContain("--file nope.txt: no such file or directory");
       expect(viaUrl.stderr).not.toMatch(/ECONNREFUSED|Unavailable/);
+      // An empty path would resolve to the working directory and attach all of it.
+      for (const empty of ["", " "]) {
+        const blank = await ledger("prompt", "hi", "--file", empty, "--url", "http://127.0.0.1:9");
+        expect(blank.code, blank.stderr).toBe(1);
+        expect(blank.stderr).toBe(
+          `error: --file ${JSON.stringify(empty)}: an empty path (name a file, or . for the working directory)\n(ledger <command> --help shows the usage)\n`,
+        );
+      }
       const after = await ledger("sessions", "--json", ...dbArgs());
       expect(after.stdout).toBe(before.stdout);
     },

@@ -70,7 +70,7 @@ async function admin(statement: string): Promise<void> {
   } catch (error) {
     throw new Error(
       `Postgres is not reachable at ${ADMIN_URL} (${String(error)}). Start it (.ci/run does: pg_ctlcluster ... main start), ` +
-        "set TEST_DATABASE_URL, or run the PGlite suite only with LEDGER_TEST_DB=pglite.",
+        "set TEST_DATABASE_URL, or run the PGlite tests only with `npx vitest run --project pglite`.",
     );
   }
   try {
