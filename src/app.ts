@@ -65,6 +65,20 @@ export interface RunningLedger {
 const HAND_OVER_MAX_MS = 5000;
 
 /**
+ * Throws `ConfigError` when `host` (the address to bind: a name or an IP) is not a loopback
+ * address and `config` has neither a static token nor JSON Web Tokens: such a server would
+ * answer anyone who can reach it. {@link startLedger} checks it first; `ledger serve` calls it
+ * before it makes or locks an embedded database, so a refusal leaves nothing behind.
+ */
+export function checkHostAuth(host: string, config: LedgerConfig): void {
+  if (!isLoopback(host) && !config.token && !config.jwt) {
+    throw new ConfigError(
+      `--host ${host}: binding a non-loopback address requires authentication; set LEDGER_TOKEN (16+ characters) or auth.token, or JSON Web Tokens (LEDGER_JWT_SECRET or auth.jwt) in ledger.json`,
+    );
+  }
+}
+
+/**
  * Opens the database (running migrations), loads plugins, recovers interrupted answers, and
  * starts the server on one plaintext port. Throws `ConfigError` when a non-loopback `host` has
  * no token, when NATS is configured with the embedded PGlite database, and when the database cannot be opened or a plugin cannot be loaded (closing what
@@ -73,11 +87,7 @@ const HAND_OVER_MAX_MS = 5000;
  */
 export async function startLedger(options: StartOptions): Promise<RunningLedger> {
   const host = options.host ?? "127.0.0.1";
-  if (!isLoopback(host) && !options.config.token && !options.config.jwt) {
-    throw new ConfigError(
-      `--host ${host}: binding a non-loopback address requires authentication; set LEDGER_TOKEN (16+ characters) or auth.token, or JSON Web Tokens (LEDGER_JWT_SECRET or auth.jwt) in ledger.json`,
-    );
-  }
+  checkHostAuth(host, options.config);
   // Tenants limit their own sessions only: the static token's (and a server without tenants')
   // are limited by session_directories alone.
   const { sessionDirectories, tenants, token } = options.config;

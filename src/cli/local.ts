@@ -2,7 +2,7 @@ import { mkdir } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import lockfile from "proper-lockfile";
-import { startLedger, type RunningLedger } from "../app.js";
+import { checkHostAuth, startLedger, type RunningLedger } from "../app.js";
 import { loadConfig, type LedgerConfig } from "../config/config.js";
 import { logger } from "../observe/log.js";
 import type { WebPage } from "../server/web-page.js";
@@ -35,7 +35,9 @@ export const DEFAULT_LOCK_WAIT_MS = 10_000;
  * Then the error says: for `serve` (`forServe`), to pass another `--db` or use Postgres with
  * `DATABASE_URL`; for a client command, to talk to the running server with `--url` or pass
  * another `--db`. A port already in use (or not allowed) throws an error naming it and
- * suggesting `--port 0`.
+ * suggesting `--port 0`; a `host` that does not resolve, or is not this machine's, throws one
+ * naming `--host`; a non-loopback `host` without a token throws `ConfigError` (`checkHostAuth`).
+ * All three are found before the embedded database is made or locked.
  */
 export async function startLocal(options: {
   config: LedgerConfig;
@@ -59,8 +61,13 @@ export async function startLocal(options: {
    */
   onLockLost?: (message: string) => void;
 }): Promise<RunningLedger> {
-  // A port in use is found before the embedded database is made or locked, so nothing is left behind.
-  if (options.port) await portFree(options.host ?? "127.0.0.1", options.port);
+  // A host refused for want of a token, one that does not resolve, or a port in use is found
+  // before the embedded database is made or locked, so nothing is left behind. Port 0 is probed
+  // too: it checks the host.
+  if (options.port !== undefined) {
+    checkHostAuth(options.host ?? "127.0.0.1", options.config);
+    await portFree(options.host ?? "127.0.0.1", options.port);
+  }
   const database = databaseTarget(options.db, options.cwd, options.env);
   const release =
     database.kind === "pglite" && database.dir !== ":memory:"
@@ -150,7 +157,8 @@ async function lockDir(
 }
 
 /**
- * Resolves when `port` on `host` can be listened on now (it is then closed again); throws
+ * Resolves when `port` on `host` can be listened on now (it is then closed again; port 0: any
+ * port, which checks that `host` resolves to an address of this machine); throws
  * {@link listenError}'s error (or the listen error) otherwise. A probe: the port may still be
  * taken before the server listens, which then fails the same way.
  */
@@ -178,6 +186,12 @@ function listenError(error: unknown, host: string, port: number): Error | undefi
     );
   }
   if (code === "EADDRNOTAVAIL") return new Error(`--host ${host} is not an address of this machine`, { cause: error });
+  if (code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "EAI_NONAME") {
+    return new Error(
+      `--host ${host}: no such host (the name did not resolve: ${String(code)}); pass an address of this machine, e.g. 127.0.0.1, or 0.0.0.0 for every interface`,
+      { cause: error },
+    );
+  }
   return undefined;
 }
 

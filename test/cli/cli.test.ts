@@ -383,6 +383,22 @@ describe("ledger serve", () => {
         // Found before the database is made (a trial, 2026-12-03: a 39 MB .ledger/db was left behind).
         expect(existsSync(path.join(dir, "other-serve-db"))).toBe(false);
 
+        // A --host that does not resolve (a trial, 2026-12-04: the raw "getaddrinfo ENOTFOUND
+        // 999.1.1.1" after a database was made), and a non-loopback one without a token (which
+        // made the database before refusing): each named, nothing left behind, port 0 too.
+        const noHost = await inDir(dir, ["serve", "--host", "999.1.1.1", "--port", "0", "--db", path.join(dir, "no-host-db")], {
+          LEDGER_TOKEN: "a-token-of-sixteen-or-more",
+        });
+        expect(noHost.code, noHost.stderr).toBe(1);
+        expect(noHost.stderr).toBe(
+          "error: --host 999.1.1.1: no such host (the name did not resolve: ENOTFOUND); pass an address of this machine, e.g. 127.0.0.1, or 0.0.0.0 for every interface\n",
+        );
+        expect(existsSync(path.join(dir, "no-host-db"))).toBe(false);
+        const noToken = await ledger("serve", "--host", "0.0.0.0", "--port", "0", "--db", path.join(dir, "no-token-db"));
+        expect(noToken.code, noToken.stderr).toBe(1);
+        expect(noToken.stderr).toContain("error: --host 0.0.0.0: binding a non-loopback address requires authentication");
+        expect(existsSync(path.join(dir, "no-token-db"))).toBe(false);
+
         if (TEST_ENGINE === "pglite") {
           // A client command waits a moment (LEDGER_DB_LOCK_WAIT_MS; 10 s by default) for another
           // command to finish, saying so, and at once how to reach a running serve.
