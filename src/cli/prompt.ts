@@ -44,7 +44,8 @@ interface Request {
 /**
  * `ledger prompt`: sends the text, files and MCP resources (`--resource SERVER:URI`, looked up
  * with `ListMcpResources` first: see `resourceDraft`), and returns the exit code. With `--no-reply`, or
- * when no model is configured (a note on stderr says how to add one), it stores the message and
+ * when no model is configured (a note on stderr says how to add one, naming the default model
+ * when the config names one without its provider), it stores the message and
  * prints it (unary `Prompt`). Otherwise it streams the run with `PromptStream` and renders it
  * live (see `PromptRenderer`), or, with `--json`, waits for the final assistant message
  * (unary `Prompt`) and prints it as one line of JSON (JSON Lines, like every `--json`). While
@@ -61,10 +62,16 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
   // Looked up before a session is made: an unknown or failing server is refused first.
   for (const ref of opts.resource ?? []) files.push(await resourceDraft(client, parseResourceOption(ref)));
   let noReply = !opts.reply;
-  if (!noReply && !opts.model && (await client.listModels({})).models.length === 0) {
+  const listing = !noReply && !opts.model ? await client.listModels({}) : undefined;
+  if (listing && listing.models.length === 0) {
     noReply = true;
+    // A default model whose provider is missing is named: the config's warning said it, and
+    // "no model is configured" would contradict it.
+    const named = listing.defaultModel;
     io.stderr.write(
-      "note: no model is configured, so the message is stored without a reply.\n" +
+      (named
+        ? `note: the default model ${named.providerId}/${named.modelId} has no provider (no provider.${named.providerId}.models.${named.modelId} in ledger.json), so the message is stored without a reply.\n`
+        : "note: no model is configured, so the message is stored without a reply.\n") +
         '      To get answers, add a provider to ledger.json, e.g. {"model": "local/qwen", "provider": {"local": {"npm": "@ai-sdk/openai-compatible",\n' +
         '      "options": {"baseURL": "http://127.0.0.1:11434/v1"}, "models": {"qwen": {}}}}} (see README "Configuration").\n',
     );

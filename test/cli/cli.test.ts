@@ -196,6 +196,19 @@ describe("ledger prompt / messages / sessions", () => {
       expect(messages.stdout).toContain(`message ${printed.messageId}  user`);
       expect(messages.stdout).toContain("what does this do?");
 
+      // A default model named without its provider (a trial, 2026-12-04: the config's warning
+      // named it, then the note said "no model is configured"): the note names it too.
+      const withDefault = path.join(dir, "default-model-only");
+      await mkdir(withDefault, { recursive: true });
+      await writeFile(path.join(withDefault, "ledger.json"), JSON.stringify({ model: "ollama/q" }));
+      const defaultOnly = await inDir(withDefault, ["prompt", "hi", ...dbArgs()]);
+      expectOk(defaultOnly);
+      expect(defaultOnly.stderr).toContain(
+        "note: the default model ollama/q has no provider (no provider.ollama.models.q in ledger.json), so the message is stored without a reply.\n",
+      );
+      expect(defaultOnly.stderr).not.toContain("no model is configured");
+      expect(parsePromptOutput(defaultOnly.stdout).parts.map((p) => p.rest)).toEqual(["hi"]);
+
       // With --model but no provider the server refuses to answer: the CLI says it in its own
       // terms (a trial: "send no_reply", an API field, where the flag is --no-reply).
       const named = await ledger("prompt", "--session", printed.sessionId!, "--model", "local/qwen", "again", ...dbArgs());
