@@ -6,6 +6,7 @@ import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { PermissionReply } from "../../gen/ledger/v1/permission_pb.js";
 import type { AssistantMessage, FileDiff, MessageWithParts } from "../../gen/ledger/v1/message_pb.js";
 import type { Part } from "../../gen/ledger/v1/part_pb.js";
+import type { ModelRef } from "../../gen/ledger/v1/model_pb.js";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
 import type { Todo } from "../../gen/ledger/v1/todo_pb.js";
 
@@ -117,6 +118,21 @@ export function summary(messages: AssistantMessage[]): string {
     cache: { read: sum((m) => m.tokens?.cache?.read), write: sum((m) => m.tokens?.cache?.write) },
   };
   return `tokens: ${formatTokens(tokens)} · cost ${formatCost(cost)} · steps ${steps}`;
+}
+
+/**
+ * A line to print after a run's final error when the user can likely fix it in their setup, else
+ * undefined: for an `api` error without an HTTP status whose message says the connection failed
+ * (`ECONNREFUSED`, `ENOTFOUND`, `EAI_AGAIN`, `ETIMEDOUT`, the AI SDK's "Cannot connect to API"),
+ * `hint: nothing answered for local/qwen: is its model server running, and is provider.local.options.baseURL
+ * right in ledger.json?` (the model's ref from `model`, the assistant message's).
+ */
+export function errorHint(error: MessageError, model: ModelRef | undefined): string | undefined {
+  if (error.kind.case !== "api" || error.kind.value.statusCode !== 0) return undefined;
+  if (!/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|Cannot connect to API/.test(error.message)) return undefined;
+  const provider = model?.providerId || "<provider>";
+  const name = model ? `${model.providerId}/${model.modelId}` : "the model";
+  return `hint: nothing answered for ${name}: is its model server running, and is provider.${provider}.options.baseURL right in ledger.json?`;
 }
 
 /** The error's kind as in the proto (`provider_auth`, `api`, `aborted`...). */

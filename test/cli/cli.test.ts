@@ -478,7 +478,11 @@ describe("a model server that refuses connections", () => {
       notices.forEach((line, i) =>
         expect(line).toBe(`retrying in 1s (attempt ${i + 1}): Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}`),
       );
-      expect(run.stderr).toContain(`error: api: Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}\n`);
+      // Then what to check (a trial, 2026-12-04: the error alone, no word of the model server).
+      expect(run.stderr).toContain(
+        `error: api: Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}\n` +
+          "hint: nothing answered for local/qwen: is its model server running, and is provider.local.options.baseURL right in ledger.json?\n",
+      );
       // 200 + 400 + 800 + the 600 ms left of the budget, then the exit (closing the in-process server).
       expect(gaveUpAfter).toBeLessThan(2000 + 4000);
     },

@@ -1,7 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
-import { formatMessage, terminalSafe } from "../../src/cli/print.js";
+import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
+import { ModelRefSchema } from "../../gen/ledger/v1/model_pb.js";
+import { errorHint, formatMessage, terminalSafe } from "../../src/cli/print.js";
 
 // `ledger messages` output for the part kinds the end-to-end test does not produce.
 
@@ -99,5 +101,21 @@ describe("terminalSafe", () => {
     const line = terminalSafe(JSON.stringify(value));
     expect(line).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/);
     expect(JSON.parse(line)).toEqual(value);
+  });
+});
+
+describe("errorHint", () => {
+  const model = create(ModelRefSchema, { providerId: "local", modelId: "qwen" });
+  const api = (message: string, statusCode = 0) => create(MessageErrorSchema, { message, kind: { case: "api", value: { statusCode } } });
+
+  it("names the model and its baseURL when the connection failed, and nothing for an answer the server gave", () => {
+    const expected =
+      "hint: nothing answered for local/qwen: is its model server running, and is provider.local.options.baseURL right in ledger.json?";
+    expect(errorHint(api("Cannot connect to API: connect ECONNREFUSED 127.0.0.1:11434"), model)).toBe(expected);
+    expect(errorHint(api("Cannot connect to API: getaddrinfo ENOTFOUND ollama.lan"), model)).toBe(expected);
+    // The server answered: its status and body say what is wrong.
+    expect(errorHint(api("Cannot connect to API: ECONNREFUSED", 503), model)).toBeUndefined();
+    expect(errorHint(api("Bad Request", 400), model)).toBeUndefined();
+    expect(errorHint(create(MessageErrorSchema, { message: "ECONNREFUSED", kind: { case: "unknown", value: {} } }), model)).toBeUndefined();
   });
 });
