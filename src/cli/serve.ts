@@ -28,7 +28,7 @@ export interface ServeOptions {
  * load balancer"); stderr says so at each step. Resolves once it listens.
  * `serve` prints "session-ledger listening on URL" on stdout and, when
  * the page is served, "browser page: URL/" on stderr; `web` prints only the page's address
- * ("URL/") on stdout. The page is web/dist (or `LEDGER_WEB_DIR`): when it is missing, `serve`
+ * ("URL/") on stdout, and on stderr "browser page: URL/ (open it in a browser; Ctrl-C stops the server)". The page is web/dist (or `LEDGER_WEB_DIR`): when it is missing, `serve`
  * says so on stderr and serves the RPCs alone, `web` fails. Throws what starting throws (a
  * busy port, a locked database, a bad config).
  */
@@ -47,6 +47,8 @@ export async function runServe(opts: ServeOptions, io: CliIo, mode: "serve" | "w
   }
   if (mode === "web") {
     io.stdout.write(`${ledger.url}/\n`);
+    // In the foreground until stopped, like serve: say how (a trial, 2026-12-04).
+    io.stderr.write(`browser page: ${ledger.url}/ (open it in a browser; Ctrl-C stops the server)\n`);
   } else {
     io.stdout.write(`session-ledger listening on ${ledger.url}\n`);
     if (page) io.stderr.write(`browser page: ${ledger.url}/\n`);

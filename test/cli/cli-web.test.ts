@@ -99,6 +99,7 @@ describe("ledger serve and the page", () => {
     const web = startCli(["web", "--port", "0", "--db", ":memory:"], place());
     await whileRunning(web, /^(http:\/\/127\.0\.0\.1:\d+)\/\n/, async (url) => {
       expect(web.stdout()).toBe(`${url}/\n`);
+      expect(web.stderr()).toContain(`browser page: ${url}/ (open it in a browser; Ctrl-C stops the server)\n`);
       expect(await (await fetch(`${url}/`)).text()).toBe(INDEX);
     });
   });
