@@ -20,12 +20,14 @@ export interface ClientOptions {
  * Runs `fn` with a client (sending `LEDGER_TOKEN` as a bearer token when set) of the server at `--url`, or, without one, of a server started in
  * this process on a random loopback port (embedded database, closed again afterwards). Relative
  * `--db`/`--config` paths and ./ledger.json are found from `io.cwd`; `DATABASE_URL` and `LEDGER_TOKEN` come from `io.env`.
- * The in-process server's config warnings go to `io.stderr` once, before `fn` runs.
+ * The in-process server's config warnings go to `io.stderr` once, before `fn` runs. `use.reads`:
+ * the command only reads, so a missing embedded database is not made (see `startLocalForCli`).
  */
 export async function withClient<T>(
   opts: ClientOptions,
   io: Pick<CliIo, "cwd" | "env" | "stderr" | "exit">,
   fn: (client: Ledger) => Promise<T>,
+  use: { reads?: boolean } = {},
 ): Promise<T> {
   if (opts.url) {
     const url = opts.url;
@@ -37,7 +39,7 @@ export async function withClient<T>(
   if (!io.env.LEDGER_LOG_LEVEL) logger.setLevel("warn");
   // Loaded on use: with --url the CLI never loads the server stack (database, AI SDK, ...).
   const { startLocalForCli } = await import("./local.js");
-  const ledger = await startLocalForCli(opts, io);
+  const ledger = await startLocalForCli(opts, io, undefined, use);
   try {
     return await fn(connect(ledger.url, io.env));
   } finally {

@@ -203,21 +203,38 @@ function listenError(error: unknown, host: string, port: number): Error | undefi
  * `serve` also logs them), the `--db` directory, and with `serve` the address to listen on (for
  * `ledger serve`, which also takes the embedded database's lock as the serving process, and
  * serves `serve.web` if given). Waiting for a held embedded database ({@link lockWaitFromEnv})
- * is said once on `io.stderr`.
+ * is said once on `io.stderr`. With `use.reads` (a command that only reads), an embedded
+ * database that does not exist yet (missing or empty directory) is not made: a note on
+ * `io.stderr` says so and the command reads an empty `:memory:` one.
  */
-export function startLocalForCli(
+export async function startLocalForCli(
   opts: { config?: string; db?: string; lenientConfig?: boolean },
   io: Pick<CliIo, "cwd" | "env" | "stderr" | "exit">,
   serve?: { host: string; port: number; web?: WebPage },
+  use: { reads?: boolean } = {},
 ): Promise<RunningLedger> {
   const config = loadConfig({ explicitPath: opts.config, cwd: io.cwd, env: io.env, lenient: opts.lenientConfig || undefined });
   printConfigWarnings(config, io.stderr, { log: serve !== undefined });
+  const lockWaitMs = lockWaitFromEnv(io.env);
+  let db = opts.db;
+  if (use.reads) {
+    // A command that only reads makes no database (a trial, 2026-12-04: "sessions --db" with a
+    // mistyped path made that directory tree and a 39 MB database, then said "no sessions"): it
+    // reads an empty one in memory instead, and says so.
+    const target = databaseTarget(db, io.cwd, io.env);
+    if (target.kind === "pglite" && target.dir !== ":memory:" && (await embeddedDirState(target.dir)) === "new") {
+      io.stderr.write(
+        `note: no embedded database at ${target.dir} yet (nothing is stored there); this command only reads, so it makes none\n`,
+      );
+      db = ":memory:";
+    }
+  }
   return startLocal({
     config,
-    db: opts.db,
+    db,
     cwd: io.cwd,
     env: io.env,
-    lockWaitMs: lockWaitFromEnv(io.env),
+    lockWaitMs,
     onWait: (message) => void io.stderr.write(`${message}\n`),
     // Not an uncaught error with a stack: the reason, and exit 1 at once (no drain: another
     // process may be writing the database).

@@ -143,6 +143,40 @@ describe.skipIf(TEST_ENGINE !== "pglite")("the --db directory", () => {
   );
 
   it(
+    "a command that only reads makes no database: a missing --db reads as empty, says so, and is not created",
+    async () => {
+      const cwd = path.join(dir, "reads");
+      await mkdir(cwd);
+      // A trial, 2026-12-04: a mistyped --db made this whole tree and a 39 MB database.
+      const typo = path.join(cwd, "no-such", "deeper", "db");
+      const note = `note: no embedded database at ${typo} yet (nothing is stored there); this command only reads, so it makes none\n`;
+      const listed = await ledger(cwd, "sessions", "--db", typo);
+      expect(listed).toEqual({ code: 0, stdout: "no sessions\n", stderr: note });
+      const json = await ledger(cwd, "sessions", "--json", "--db", typo);
+      expect(json).toEqual({ code: 0, stdout: "", stderr: note });
+      const messages = await ledger(cwd, "messages", "ses_01M8N3PWC98KEGMQ42T22BSJ1B", "--db", typo);
+      expect(messages.code).toBe(1);
+      expect(
+        messages.stderr.startsWith(`${note}error: NotFound: session_id: session ses_01M8N3PWC98KEGMQ42T22BSJ1B not found`),
+        messages.stderr,
+      ).toBe(true);
+      // The default ./.ledger/db too.
+      const byDefault = await ledger(cwd, "sessions");
+      expect(byDefault.stdout).toBe("no sessions\n");
+      expect(byDefault.stderr).toContain(`note: no embedded database at ${path.join(cwd, ".ledger", "db")} yet`);
+      expect(await entries(cwd)).toEqual([]);
+
+      // Once a prompt made it, the same command reads it, without a note.
+      await ledger(cwd, "prompt", "--no-reply", "hi", "--db", typo).then((run) => expect(run.code, run.stderr).toBe(0));
+      const after = await ledger(cwd, "sessions", "--db", typo);
+      expect(after.code).toBe(0);
+      expect(after.stdout).toMatch(/^ses_/);
+      expect(after.stderr).toBe("");
+    },
+    TIMEOUT,
+  );
+
+  it(
     "a serve whose lock is taken from it stops at once with exit 1 and the reason, not an uncaught error",
     async () => {
       const cwd = path.join(dir, "lost-lock");
