@@ -198,7 +198,9 @@ let lastBlob: { tarball: string; blob: WeakRef<Blob> } | undefined;
  * of the last read is reused while it is still alive: five `:memory:` opens in a row took
  * 1.1–1.6 s each reading the file every time, 0.75–1.05 s reusing it (2-vCPU machine, 2026-12-02).
  * It is a {@link TarballBlob}, whose `arrayBuffer()` hands out the bytes read instead of copying
- * them (PGlite 0.5 calls it once per open and only reads the result).
+ * them (PGlite 0.5 calls it once per open and only reads the result). That buffer is shared by
+ * every caller in the process: read it, never write to it (a write would change every later
+ * open's template).
  */
 export async function templateBlob(template: PgliteTemplate): Promise<NonNullable<PGliteOptions["loadDataDir"]>> {
   const cached = lastBlob?.tarball === template.tarball ? lastBlob.blob.deref() : undefined;
@@ -219,7 +221,10 @@ export async function templateBlob(template: PgliteTemplate): Promise<NonNullabl
  * `Blob.arrayBuffer()` took 220 ms of a 550–650 ms open for the 41 MB tarball (`--cpu-prof`:
  * `readNext` and `concat`), where handing out the same buffer takes none. Nothing writes to the
  * buffer: test/storage/pglite-template.test.ts checks its bytes after databases were opened from
- * it and written to. The Blob's own content (`stream()`, `text()`, `slice()`) is the same bytes.
+ * it and written to. The Blob's own content (`stream()`, `text()`, `slice()`) is the same bytes,
+ * in a copy of its own: while the Blob is alive it holds the tarball twice (2 × 41 MB of
+ * `ArrayBuffer`s, freed with it; it is held weakly). A buffer that was transferred away (detached)
+ * is not handed out: `arrayBuffer()` then returns a copy of the Blob's content, as a plain Blob does.
  */
 class TarballBlob extends Blob {
   readonly #buffer: ArrayBuffer;
@@ -230,6 +235,8 @@ class TarballBlob extends Blob {
   }
 
   override arrayBuffer(): Promise<ArrayBuffer> {
+    // A buffer someone transferred (detached: 0 bytes) is not handed out again: the Blob's own copy is.
+    if (this.#buffer.byteLength !== this.size) return super.arrayBuffer();
     return Promise.resolve(this.#buffer);
   }
 }
