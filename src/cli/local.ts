@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
@@ -65,8 +66,9 @@ export async function startLocal(options: {
   // before the embedded database is made or locked, so nothing is left behind. Port 0 is probed
   // too: it checks the host.
   if (options.port !== undefined) {
-    checkHostAuth(options.host ?? "127.0.0.1", options.config);
+    // The address first: a host that does not resolve is said before asking for a token.
     await portFree(options.host ?? "127.0.0.1", options.port);
+    checkHostAuth(options.host ?? "127.0.0.1", options.config);
   }
   const database = databaseTarget(options.db, options.cwd, options.env);
   const release =
@@ -186,9 +188,15 @@ function listenError(error: unknown, host: string, port: number): Error | undefi
     );
   }
   if (code === "EADDRNOTAVAIL") return new Error(`--host ${host} is not an address of this machine`, { cause: error });
-  if (code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "EAI_NONAME") {
+  if (code === "ENOTFOUND" || code === "EAI_NONAME") {
     return new Error(
       `--host ${host}: no such host (the name did not resolve: ${String(code)}); pass an address of this machine, e.g. 127.0.0.1, or 0.0.0.0 for every interface`,
+      { cause: error },
+    );
+  }
+  if (code === "EAI_AGAIN") {
+    return new Error(
+      `--host ${host}: the name could not be looked up now (EAI_AGAIN: DNS did not answer); try again, or pass an IP address such as 127.0.0.1 or 0.0.0.0`,
       { cause: error },
     );
   }
@@ -222,7 +230,14 @@ export async function startLocalForCli(
     // mistyped path made that directory tree and a 39 MB database, then said "no sessions"): it
     // reads an empty one in memory instead, and says so.
     const target = databaseTarget(db, io.cwd, io.env);
-    if (target.kind === "pglite" && target.dir !== ":memory:" && (await embeddedDirState(target.dir)) === "new") {
+    // A directory another process is making right now (it holds `<dir>.lock` while it copies
+    // the template in) is not "none": this command waits for it on the lock as before.
+    if (
+      target.kind === "pglite" &&
+      target.dir !== ":memory:" &&
+      (await embeddedDirState(target.dir)) === "new" &&
+      !existsSync(`${target.dir}.lock`)
+    ) {
       io.stderr.write(
         `note: no embedded database at ${target.dir} yet (nothing is stored there); this command only reads, so it makes none\n`,
       );

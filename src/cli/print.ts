@@ -124,15 +124,16 @@ export function summary(messages: AssistantMessage[]): string {
  * A line to print after a run's final error when the user can likely fix it in their setup, else
  * undefined: for an `api` error without an HTTP status whose message says the connection failed
  * (`ECONNREFUSED`, `ENOTFOUND`, `EAI_AGAIN`, `ETIMEDOUT`, the AI SDK's "Cannot connect to API"),
- * `hint: nothing answered for local/qwen: is its model server running, and is provider.local.options.baseURL
- * right in ledger.json?` (the model's ref from `model`, the assistant message's).
+ * `hint: nothing answered for local/qwen: is its model server running and reachable
+ * (provider.local.options.baseURL in ledger.json, if set)?` (the model's ref from `model`, the
+ * assistant message's).
  */
 export function errorHint(error: MessageError, model: ModelRef | undefined): string | undefined {
   if (error.kind.case !== "api" || error.kind.value.statusCode !== 0) return undefined;
   if (!/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|Cannot connect to API/.test(error.message)) return undefined;
   const provider = model?.providerId || "<provider>";
-  const name = model ? `${model.providerId}/${model.modelId}` : "the model";
-  return `hint: nothing answered for ${name}: is its model server running, and is provider.${provider}.options.baseURL right in ledger.json?`;
+  const name = model?.providerId ? `${model.providerId}/${model.modelId}` : "the model";
+  return `hint: nothing answered for ${name}: is its model server running and reachable (provider.${provider}.options.baseURL in ledger.json, if set)?`;
 }
 
 /** The error's kind as in the proto (`provider_auth`, `api`, `aborted`...). */

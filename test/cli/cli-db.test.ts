@@ -164,6 +164,23 @@ describe.skipIf(TEST_ENGINE !== "pglite")("the --db directory", () => {
       const byDefault = await ledger(cwd, "sessions");
       expect(byDefault.stdout).toBe("no sessions\n");
       expect(byDefault.stderr).toContain(`note: no embedded database at ${path.join(cwd, ".ledger", "db")} yet`);
+      for (const command of ["diff", "todo", "watch", "permissions"]) {
+        const run = await ledger(cwd, command, "ses_01M8N3PWC98KEGMQ42T22BSJ1B", "--db", typo);
+        expect(run.stderr.startsWith(note), `${command}: ${run.stderr}`).toBe(true);
+      }
+      expect(await entries(cwd)).toEqual([]);
+
+      // A directory another process is making now (it holds the lock while it copies the
+      // template in) is waited for as before, not read as empty (a review, 2026-12-04).
+      const making = path.join(cwd, "making");
+      await mkdir(making);
+      await mkdir(`${making}.lock`);
+      const held = await runCli(["sessions", "--db", making], { cwd, env: env({ LEDGER_DB_LOCK_WAIT_MS: "0" }) });
+      expect(held.code).toBe(1);
+      expect(held.stderr).toContain(`the embedded database ${making} is in use by another ledger process`);
+      expect(held.stderr).not.toContain("note: no embedded database");
+      await rm(making, { recursive: true });
+      await rm(`${making}.lock`, { recursive: true });
       expect(await entries(cwd)).toEqual([]);
 
       // Once a prompt made it, the same command reads it, without a note.

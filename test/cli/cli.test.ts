@@ -398,15 +398,21 @@ describe("ledger serve", () => {
 
         // A --host that does not resolve (a trial, 2026-12-04: the raw "getaddrinfo ENOTFOUND
         // 999.1.1.1" after a database was made), and a non-loopback one without a token (which
-        // made the database before refusing): each named, nothing left behind, port 0 too.
-        const noHost = await inDir(dir, ["serve", "--host", "999.1.1.1", "--port", "0", "--db", path.join(dir, "no-host-db")], {
-          LEDGER_TOKEN: "a-token-of-sixteen-or-more",
-        });
-        expect(noHost.code, noHost.stderr).toBe(1);
-        expect(noHost.stderr).toBe(
-          "error: --host 999.1.1.1: no such host (the name did not resolve: ENOTFOUND); pass an address of this machine, e.g. 127.0.0.1, or 0.0.0.0 for every interface\n",
-        );
-        expect(existsSync(path.join(dir, "no-host-db"))).toBe(false);
+        // made the database before refusing): each named, nothing left behind, port 0 too. The
+        // address is checked first: without a token, an unknown host is still named as such.
+        // `.invalid` never resolves (RFC 6761); a machine without DNS says EAI_AGAIN instead.
+        for (const extra of [{ LEDGER_TOKEN: "a-token-of-sixteen-or-more" }, {}]) {
+          const noHost = await inDir(
+            dir,
+            ["serve", "--host", "no-such-host.invalid", "--port", "0", "--db", path.join(dir, "no-host-db")],
+            extra,
+          );
+          expect(noHost.code, noHost.stderr).toBe(1);
+          expect(noHost.stderr).toMatch(
+            /^error: --host no-such-host\.invalid: (no such host \(the name did not resolve: ENOTFOUND\); pass an address of this machine, e\.g\. 127\.0\.0\.1, or 0\.0\.0\.0 for every interface|the name could not be looked up now \(EAI_AGAIN: DNS did not answer\); try again, or pass an IP address such as 127\.0\.0\.1 or 0\.0\.0\.0)\n$/,
+          );
+          expect(existsSync(path.join(dir, "no-host-db"))).toBe(false);
+        }
         const noToken = await ledger("serve", "--host", "0.0.0.0", "--port", "0", "--db", path.join(dir, "no-token-db"));
         expect(noToken.code, noToken.stderr).toBe(1);
         expect(noToken.stderr).toContain("error: --host 0.0.0.0: binding a non-loopback address requires authentication");
@@ -481,7 +487,7 @@ describe("a model server that refuses connections", () => {
       // Then what to check (a trial, 2026-12-04: the error alone, no word of the model server).
       expect(run.stderr).toContain(
         `error: api: Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}\n` +
-          "hint: nothing answered for local/qwen: is its model server running, and is provider.local.options.baseURL right in ledger.json?\n",
+          "hint: nothing answered for local/qwen: is its model server running and reachable (provider.local.options.baseURL in ledger.json, if set)?\n",
       );
       // 200 + 400 + 800 + the 600 ms left of the budget, then the exit (closing the in-process server).
       expect(gaveUpAfter).toBeLessThan(2000 + 4000);

@@ -110,7 +110,7 @@ describe("errorHint", () => {
 
   it("names the model and its baseURL when the connection failed, and nothing for an answer the server gave", () => {
     const expected =
-      "hint: nothing answered for local/qwen: is its model server running, and is provider.local.options.baseURL right in ledger.json?";
+      "hint: nothing answered for local/qwen: is its model server running and reachable (provider.local.options.baseURL in ledger.json, if set)?";
     expect(errorHint(api("Cannot connect to API: connect ECONNREFUSED 127.0.0.1:11434"), model)).toBe(expected);
     expect(errorHint(api("Cannot connect to API: getaddrinfo ENOTFOUND ollama.lan"), model)).toBe(expected);
     // The server answered: its status and body say what is wrong.
