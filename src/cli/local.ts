@@ -66,9 +66,10 @@ export async function startLocal(options: {
   // before the embedded database is made or locked, so nothing is left behind. Port 0 is probed
   // too: it checks the host.
   if (options.port !== undefined) {
+    const host = options.host ?? "127.0.0.1";
     // The address first: a host that does not resolve is said before asking for a token.
-    await portFree(options.host ?? "127.0.0.1", options.port);
-    checkHostAuth(options.host ?? "127.0.0.1", options.config);
+    await portFree(host, options.port);
+    checkHostAuth(host, options.config);
   }
   const database = databaseTarget(options.db, options.cwd, options.env);
   const release =

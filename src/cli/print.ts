@@ -136,6 +136,15 @@ export function errorHint(error: MessageError, model: ModelRef | undefined): str
   return `hint: nothing answered for ${name}: is its model server running and reachable (provider.${provider}.options.baseURL in ledger.json, if set)?`;
 }
 
+/**
+ * What `ledger prompt` prints on stderr for a run's final error: `error: <kind>: <message>\n`, and
+ * the {@link errorHint} line after it when there is one.
+ */
+export function finalErrorText(error: MessageError, model: ModelRef | undefined): string {
+  const hint = errorHint(error, model);
+  return `error: ${errorKind(error)}: ${error.message}\n${hint ? `${hint}\n` : ""}`;
+}
+
 /** The error's kind as in the proto (`provider_auth`, `api`, `aborted`...). */
 export function errorKind(error: MessageError): string {
   return (error.kind.case ?? "unknown").replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);

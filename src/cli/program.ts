@@ -9,7 +9,7 @@ import { AbortResponseSchema } from "../../gen/ledger/v1/service_pb.js";
 import { TodoSchema } from "../../gen/ledger/v1/todo_pb.js";
 import { parseModelRef } from "../config/config.js";
 import { InvalidArgumentError as LedgerInvalidArgument } from "../errors.js";
-import { withClient, type ClientOptions } from "./client.js";
+import { withClient, type ClientOptions, type Ledger } from "./client.js";
 import { processIo, type CliIo } from "./io.js";
 import { listResources, listServers, parseResourceOption } from "./mcp.js";
 import { answerWhileRunning } from "./permissions.js";
@@ -39,6 +39,8 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
   let exitCode = EXIT_OK;
   // Stored text is shown, never acted on by the terminal (JSON lines hold no raw controls).
   const print = (line: string): void => void io.stdout.write(`${terminalSafe(line)}\n`);
+  // A command that only reads: a missing embedded database is not made for it (withClient's `use.reads`).
+  const reading = <T>(opts: ClientOptions, fn: (client: Ledger) => Promise<T>): Promise<T> => withClient(opts, io, fn, { reads: true });
   const fail = (error: unknown): number => {
     if (error instanceof ConnectError) {
       io.stderr.write(terminalSafe(`error: ${Code[error.code]}: ${cliMessage(error)}\n`));
@@ -194,28 +196,23 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .option("--message <id>", "only the turn of this user message")
     .option("--json", "print JSON Lines: one FileDiff per line")
     .action(async (sessionId: string, opts: ClientOptions & { json?: boolean; message?: string }) =>
-      withClient(
-        opts,
-        io,
-        async (client) => {
-          const { diffs } = await client.getDiff({ sessionId, messageId: opts.message });
-          if (opts.json) {
-            for (const d of diffs) print(toJsonString(FileDiffSchema, d));
-            return;
-          }
-          if (diffs.length === 0) {
-            // A reverted session's diff leaves out what the revert hid: say so, or "no changes" misleads.
-            const revert = opts.message ? undefined : (await client.getSession({ sessionId })).session?.revert;
-            return print(
-              revert?.messageId
-                ? `no changes (the session is reverted to ${revert.messageId}; "ledger unrevert ${sessionId}" brings its changes back)`
-                : "no changes",
-            );
-          }
-          for (const d of diffs) io.stdout.write(terminalSafe(formatDiff(d)));
-        },
-        { reads: true },
-      ),
+      reading(opts, async (client) => {
+        const { diffs } = await client.getDiff({ sessionId, messageId: opts.message });
+        if (opts.json) {
+          for (const d of diffs) print(toJsonString(FileDiffSchema, d));
+          return;
+        }
+        if (diffs.length === 0) {
+          // A reverted session's diff leaves out what the revert hid: say so, or "no changes" misleads.
+          const revert = opts.message ? undefined : (await client.getSession({ sessionId })).session?.revert;
+          return print(
+            revert?.messageId
+              ? `no changes (the session is reverted to ${revert.messageId}; "ledger unrevert ${sessionId}" brings its changes back)`
+              : "no changes",
+          );
+        }
+        for (const d of diffs) io.stdout.write(terminalSafe(formatDiff(d)));
+      }),
     );
 
   clientCommand(program, "shell")
@@ -289,9 +286,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       '\nPrints, per request, "per_...  ses_...  write hello.txt" and the diff of a file change; answer one\nwith "ledger reply SESSION_ID PERMISSION_ID once|always|reject".',
     )
     .action(async (sessionId: string | undefined, opts: ClientOptions & { json?: boolean }) =>
-      withClient(opts, io, async (client) => printPermissions(await pendingPermissions(client, sessionId), opts.json === true, print), {
-        reads: true,
-      }),
+      reading(opts, async (client) => printPermissions(await pendingPermissions(client, sessionId), opts.json === true, print)),
     );
 
   clientCommand(program, "reply", "the server running the loop")
@@ -345,15 +340,10 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
       '\nPrints "todos (D/N done):" and a line per item: "[ ] pending", "[~] in progress", "[x] completed", "[-] cancelled".',
     )
     .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
-      withClient(
-        opts,
-        io,
-        async (client) => {
-          const { todos } = await client.getTodo({ sessionId });
-          for (const line of opts.json ? todos.map((t) => toJsonString(TodoSchema, t)) : formatTodos(todos)) print(line);
-        },
-        { reads: true },
-      ),
+      reading(opts, async (client) => {
+        const { todos } = await client.getTodo({ sessionId });
+        for (const line of opts.json ? todos.map((t) => toJsonString(TodoSchema, t)) : formatTodos(todos)) print(line);
+      }),
     );
 
   clientCommand(program, "mcp")
@@ -383,7 +373,7 @@ the "ledger serve" that runs the session's prompts to follow them.`,
     )
     .action(async (sessionId: string, opts: ClientOptions & { after?: bigint; json?: boolean }) => {
       const { runWatch } = await import("./watch.js");
-      exitCode = await withClient(opts, io, (client) => runWatch(client, sessionId, opts, io, print), { reads: true });
+      exitCode = await reading(opts, (client) => runWatch(client, sessionId, opts, io, print));
     });
 
   clientCommand(program, "fork")
@@ -403,20 +393,15 @@ the "ledger serve" that runs the session's prompts to follow them.`,
     .description("list sessions, most recently updated first")
     .option("--json", "print JSON Lines: one session per line (nothing when there is none)")
     .action(async (opts: ClientOptions & { json?: boolean }) =>
-      withClient(
-        opts,
-        io,
-        async (client) => {
-          const res = await client.listSessions({ pageSize: 1000 });
-          if (opts.json) {
-            for (const s of res.sessions) print(toJsonString(SessionSchema, s));
-            return;
-          }
-          if (res.sessions.length === 0) return print("no sessions");
-          for (const s of res.sessions) print(formatSession(s));
-        },
-        { reads: true },
-      ),
+      reading(opts, async (client) => {
+        const res = await client.listSessions({ pageSize: 1000 });
+        if (opts.json) {
+          for (const s of res.sessions) print(toJsonString(SessionSchema, s));
+          return;
+        }
+        if (res.sessions.length === 0) return print("no sessions");
+        for (const s of res.sessions) print(formatSession(s));
+      }),
     );
 
   clientCommand(program, "messages")
@@ -424,30 +409,25 @@ the "ledger serve" that runs the session's prompts to follow them.`,
     .argument("<session>", "session id")
     .option("--json", "print JSON Lines: one message with its parts per line, oldest first")
     .action(async (sessionId: string, opts: ClientOptions & { json?: boolean }) =>
-      withClient(
-        opts,
-        io,
-        async (client) => {
-          let pageToken = "";
-          let count = 0;
-          do {
-            const res = await client.listMessages({ sessionId, pageToken, pageSize: 200 });
-            for (const m of res.messages) print(opts.json ? toJsonString(MessageWithPartsSchema, m) : `${formatMessage(m)}\n`);
-            count += res.messages.length;
-            pageToken = res.nextPageToken;
-          } while (pageToken);
-          if (opts.json) return;
-          const revert = (await client.getSession({ sessionId })).session?.revert;
-          // A revert that hides every message says so itself.
-          if (count === 0 && !revert?.messageId) print("no messages");
-          if (revert?.messageId) {
-            print(
-              `reverted to ${revert.messageId}: it${revert.partId ? ` (from part ${revert.partId})` : ""} and the messages after it are hidden; "ledger unrevert ${sessionId}" shows them again`,
-            );
-          }
-        },
-        { reads: true },
-      ),
+      reading(opts, async (client) => {
+        let pageToken = "";
+        let count = 0;
+        do {
+          const res = await client.listMessages({ sessionId, pageToken, pageSize: 200 });
+          for (const m of res.messages) print(opts.json ? toJsonString(MessageWithPartsSchema, m) : `${formatMessage(m)}\n`);
+          count += res.messages.length;
+          pageToken = res.nextPageToken;
+        } while (pageToken);
+        if (opts.json) return;
+        const revert = (await client.getSession({ sessionId })).session?.revert;
+        // A revert that hides every message says so itself.
+        if (count === 0 && !revert?.messageId) print("no messages");
+        if (revert?.messageId) {
+          print(
+            `reverted to ${revert.messageId}: it${revert.partId ? ` (from part ${revert.partId})` : ""} and the messages after it are hidden; "ledger unrevert ${sessionId}" shows them again`,
+          );
+        }
+      }),
     );
 
   try {

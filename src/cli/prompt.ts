@@ -8,7 +8,7 @@ import { PartInputSchema, type PartInput } from "../../gen/ledger/v1/part_pb.js"
 import { parseModelRef } from "../config/config.js";
 import type { ClientOptions, Ledger } from "./client.js";
 import type { CliIo } from "./io.js";
-import { errorHint, errorKind, formatMessage, terminalSafe } from "./print.js";
+import { finalErrorText, formatMessage, terminalSafe } from "./print.js";
 import { EXIT_ABORTED, EXIT_FAILED, EXIT_OK, PromptRenderer } from "./render.js";
 import { parseResourceOption, resourceDraft } from "./mcp.js";
 import { createSpinner } from "./spinner.js";
@@ -209,9 +209,7 @@ function exitCodeOf(message: MessageWithParts | undefined, io: CliIo): number {
   const kind = message?.message?.kind;
   if (kind?.case !== "assistant" || !kind.value.error) return EXIT_OK;
   const error = kind.value.error;
-  io.stderr.write(terminalSafe(`error: ${errorKind(error)}: ${error.message}\n`));
-  const hint = errorHint(error, kind.value.model);
-  if (hint) io.stderr.write(terminalSafe(`${hint}\n`));
+  io.stderr.write(terminalSafe(finalErrorText(error, kind.value.model)));
   return error.kind.case === "aborted" ? EXIT_ABORTED : EXIT_FAILED;
 }
 

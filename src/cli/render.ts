@@ -3,7 +3,7 @@ import type { SessionEvent, StatusRetry } from "../../gen/ledger/v1/event_pb.js"
 import type { MessageError } from "../../gen/ledger/v1/error_pb.js";
 import type { AssistantMessage } from "../../gen/ledger/v1/message_pb.js";
 import type { Part, ToolPart } from "../../gen/ledger/v1/part_pb.js";
-import { describeInput, errorHint, errorKind, formatTodos, summary, terminalSafe } from "./print.js";
+import { describeInput, finalErrorText, formatTodos, summary, terminalSafe } from "./print.js";
 import type { Spinner } from "./spinner.js";
 
 /** `ledger prompt` exit code: the prompt was answered (or stored with `--no-reply`). */
@@ -128,9 +128,7 @@ export class PromptRenderer {
     this.line(summary(all));
     const error = last.error;
     if (!error) return { exitCode: EXIT_OK };
-    this.output.err(`error: ${errorKind(error)}: ${error.message}\n`);
-    const hint = errorHint(error, last.model);
-    if (hint) this.output.err(`${hint}\n`);
+    this.output.err(finalErrorText(error, last.model));
     return { exitCode: error.kind.case === "aborted" ? EXIT_ABORTED : EXIT_FAILED, error };
   }
 

@@ -28,8 +28,8 @@ export interface ServeOptions {
  * load balancer"); stderr says so at each step. Resolves once it listens.
  * `serve` prints "session-ledger listening on URL" on stdout and, when
  * the page is served, "browser page: URL/" on stderr; `web` prints only the page's address
- * ("URL/") on stdout, and on stderr "browser page: URL/ (open it in a browser; Ctrl-C stops the server)". The page is web/dist (or `LEDGER_WEB_DIR`): when it is missing, `serve`
- * says so on stderr and serves the RPCs alone, `web` fails. Throws what starting throws (a
+ * ("URL/") on stdout, and on stderr "browser page: URL/ (open it in a browser; Ctrl-C stops the
+ * server)". The page is web/dist (or `LEDGER_WEB_DIR`): when it is missing, `serve` says so on stderr and serves the RPCs alone, `web` fails. Throws what starting throws (a
  * busy port, a locked database, a bad config).
  */
 export async function runServe(opts: ServeOptions, io: CliIo, mode: "serve" | "web"): Promise<void> {
