@@ -19,7 +19,7 @@ import { finishAssistant, startAssistant } from "./assistant-message.js";
 import { modelHistory, toPrune } from "./compacted-history.js";
 import { conversationOrder } from "./conversation.js";
 import { historyTarget, toModelMessages } from "./history.js";
-import type { LoopDeps } from "./loop.js";
+import type { LoopDeps } from "./loop-deps.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
 import type { ResolvedModel } from "./providers.js";
 import { runStep } from "./step.js";

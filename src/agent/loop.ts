@@ -16,7 +16,8 @@ import { compactSession, pruneSession } from "./compaction.js";
 import { nextWork, type Work } from "./conversation.js";
 import { historyTarget, toModelMessages } from "./history.js";
 import { toMessageError, type MessageErrorInit } from "./message-error.js";
-import type { ModelResolver, ResolvedModel } from "./providers.js";
+import type { ResolvedModel } from "./providers.js";
+import type { LoopDeps } from "./loop-deps.js";
 import { processStep, StepSnapshot, ToolProgress, type StepResult, type StepSnapshots } from "./processor.js";
 import { askPermission } from "../ledger/permissions.js";
 import { diffRange, snapshotRange } from "../ledger/diff.js";
@@ -28,7 +29,6 @@ import { permissionRules } from "../tools/permission.js";
 import { mcpToolDefinitions } from "../tools/mcp-tools.js";
 import { BUILTIN_TOOLS, createTools } from "../tools/registry.js";
 import type { ToolDefinition } from "../tools/tool-context.js";
-import type { TaskRunner } from "../tools/task.js";
 import { sessionTodoList } from "./todo-list.js";
 import { turnText } from "./summary.js";
 import { stepCost } from "./usage.js";
@@ -43,13 +43,6 @@ export const STEP_LIMIT_FINISH = "step-limit";
 
 /** Steps per user message when the agent sets no `steps` limit. */
 export const DEFAULT_MAX_STEPS = 25;
-
-/** What the loop needs besides the ledger: models, and how to run a subagent task. */
-export interface LoopDeps extends LedgerDeps {
-  models: ModelResolver;
-  /** Runs a subagent in a child session (the task tool); absent inside subagents. */
-  runTask?: (parentSessionId: string) => TaskRunner;
-}
 
 /**
  * Runs a session's agent loop until every user message is answered (OpenCode

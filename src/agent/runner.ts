@@ -13,7 +13,7 @@ import { LockPoolExhaustedError, SessionBusyError, SessionNotFoundError, Shuttin
 import { lastStatusEvents } from "../storage/event-store.js";
 import { getSessionRow, rowToSession, sessionExists as sessionRowExists } from "../storage/session-store.js";
 import type { ToolOutput } from "../tools/tool-context.js";
-import type { LoopDeps } from "./loop.js";
+import type { LoopDeps } from "./loop-deps.js";
 import type { ModelResolver } from "./providers.js";
 import { logger } from "../observe/log.js";
 import { LoopHandedOver } from "./hand-over.js";

@@ -5,7 +5,7 @@ import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import type { JwtConfig } from "../config/auth.js";
 import { hasScope, LOCAL_PRINCIPAL, TOKEN_PRINCIPAL, type Principal } from "../ledger/principal.js";
 import { SESSION_SERVICE_ACCESS } from "./access.js";
-import { ERROR_DOMAIN } from "./errors.js";
+import { ERROR_DOMAIN, unauthenticated } from "./errors.js";
 import { createJwtVerifier } from "./jwt.js";
 
 /** Services callable without a token (load balancers probe health). */
@@ -109,14 +109,4 @@ export function isLoopback(host: string): boolean {
 
 function digest(value: string): Buffer {
   return createHash("sha256").update(value, "utf8").digest();
-}
-
-/**
- * An `UNAUTHENTICATED` error with an ErrorInfo (`reason`, `metadata`) and a `www-authenticate`
- * challenge (RFC 6750) in its metadata; the token itself is never echoed.
- */
-export function unauthenticated(reason: string, message: string, challenge: string, metadata: Record<string, string> = {}): ConnectError {
-  return new ConnectError(message, Code.Unauthenticated, { "www-authenticate": challenge }, [
-    { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason, domain: ERROR_DOMAIN, metadata }) },
-  ]);
 }

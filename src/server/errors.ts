@@ -210,3 +210,13 @@ function withBadRequest(error: ConnectError): ConnectError {
 function log(procedure: string, error: unknown): void {
   logger.error("rpc failed", { procedure, error });
 }
+
+/**
+ * An `UNAUTHENTICATED` error with an ErrorInfo (`reason`, `metadata`) and a `www-authenticate`
+ * challenge (RFC 6750) in its metadata; the token itself is never echoed.
+ */
+export function unauthenticated(reason: string, message: string, challenge: string, metadata: Record<string, string> = {}): ConnectError {
+  return new ConnectError(message, Code.Unauthenticated, { "www-authenticate": challenge }, [
+    { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason, domain: ERROR_DOMAIN, metadata }) },
+  ]);
+}

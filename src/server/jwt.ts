@@ -4,7 +4,7 @@ import { createLocalJWKSet, createRemoteJWKSet, errors, jwtVerify, type JSONWebK
 import { ConfigError } from "../config/config-error.js";
 import { checkJwtKey, type JwtConfig } from "../config/auth.js";
 import { scopesFromClaims, type Principal } from "../ledger/principal.js";
-import { unauthenticated } from "./auth.js";
+import { unauthenticated } from "./errors.js";
 
 /** How long (ms) fetching a remote key set may take before the RPC fails with `UNAVAILABLE`. */
 const JWKS_TIMEOUT_MS = 5000;
