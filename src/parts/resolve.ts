@@ -24,7 +24,7 @@ import { parseFileUrl } from "./file-url.js";
 import { McpBudget, type McpTurn } from "./mcp-budget.js";
 import { findSymbolAt } from "./symbols/index.js";
 import { referenceNote } from "./reference.js";
-import { isImageMime, normalizeImage, sniffImage } from "./image.js";
+import { isImageMime, normalizeImage, sniffImage } from "../files/image.js";
 
 /** Everything draft resolution needs to know about the prompt. */
 export interface ResolveContext {

@@ -9,7 +9,7 @@ import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import type { LedgerDeps } from "../ledger/deps.js";
 import { createMetrics } from "../observe/metrics.js";
-import { METRICS_PATH, metricsHandler } from "../observe/metrics-http.js";
+import { METRICS_PATH, metricsHandler } from "./metrics-http.js";
 import { createRpcObserver } from "../observe/rpc.js";
 import { checkContentType, sendUnsupportedMediaType } from "./content-type.js";
 import { corsHeaders } from "./cors.js";

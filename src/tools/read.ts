@@ -2,7 +2,7 @@ import { basename } from "node:path";
 import { z } from "zod";
 import { DEFAULT_LIMITS } from "../config/limits.js";
 import { READ_DEFAULT_LIMIT, readPath, ReadFailure, type ReadResult } from "../files/read-file.js";
-import { isImageMime, normalizeImage } from "../parts/image.js";
+import { isImageMime, normalizeImage } from "../files/image.js";
 import { resolveToolPath, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
 
 /** Input of {@link readTool}. Follows OpenCode read.ts parameters. */

@@ -8,7 +8,7 @@ import { BUILT_IN_AGENTS } from "../../src/config/agents.js";
 import { DEFAULT_LIMITS } from "../../src/config/limits.js";
 import { InvalidArgumentError, LimitExceededError } from "../../src/errors.js";
 import { parseDataUrl, toDataUrl } from "../../src/parts/data-url.js";
-import { IMAGE_MAX_BYTES, isImageMime, normalizeImage, sniffImage } from "../../src/parts/image.js";
+import { IMAGE_MAX_BYTES, isImageMime, normalizeImage, sniffImage } from "../../src/files/image.js";
 import { resolveDrafts } from "../../src/parts/resolve.js";
 import { rejection } from "../support/errors.js";
 import { settlesWithin } from "../support/wait.js";

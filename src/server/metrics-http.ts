@@ -1,11 +1,11 @@
 import type http from "node:http";
 import type http2 from "node:http2";
 import { performance } from "node:perf_hooks";
-import { logger as defaultLogger, type Logger } from "./log.js";
-import type { LedgerMetrics } from "./metrics.js";
+import { logger as defaultLogger, type Logger } from "../observe/log.js";
+import type { LedgerMetrics } from "../observe/metrics.js";
 import { ConnectError } from "@connectrpc/connect";
 import { hasScope } from "../ledger/principal.js";
-import type { Authenticator } from "../server/auth.js";
+import type { Authenticator } from "./auth.js";
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
 type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
