@@ -1,5 +1,5 @@
 import { realpath, stat, statfs } from "node:fs/promises";
-import { dirname, isAbsolute, relative, resolve } from "node:path";
+import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { InvalidArgumentError, PathNotAllowedError } from "../errors.js";
 
 /** Longest path accepted, in bytes of UTF-8 (Linux `PATH_MAX`). Longer paths are refused as malformed. */
@@ -89,6 +89,30 @@ async function realAncestor(lexical: string): Promise<string> {
       const code = errnoCode(err);
       if ((code !== "ENOENT" && code !== "ENOTDIR") || dir === dirname(dir)) throw err;
       dir = dirname(dir);
+    }
+  }
+}
+
+/**
+ * The canonical spelling of an absolute path: its realpath when it exists, else the realpath of
+ * its deepest existing ancestor joined with the names below it (`/tmp/link/new/a.txt` →
+ * `/tmp/real dir/new/a.txt`). Used where two spellings of one file must be told apart from two
+ * files: permission patterns and the edit tools' file lock.
+ *
+ * @param path - an absolute path, already confined (see {@link confinePath}).
+ * @returns the canonical absolute path.
+ * @throws the fs error when a component cannot be resolved for another reason than ENOENT or
+ *   ENOTDIR (EACCES, ELOOP, ...).
+ */
+export async function canonicalPath(path: string): Promise<string> {
+  const below: string[] = [];
+  for (let at = resolve(path); ; at = dirname(at)) {
+    try {
+      return join(await realpath(at), ...below);
+    } catch (err) {
+      const code = errnoCode(err);
+      if ((code !== "ENOENT" && code !== "ENOTDIR") || at === dirname(at)) throw err;
+      below.unshift(basename(at));
     }
   }
 }

@@ -2,6 +2,7 @@ import { constants } from "node:fs";
 import { lstat, mkdir, open, readFile } from "node:fs/promises";
 import { dirname } from "node:path";
 import { PathNotAllowedError } from "../errors.js";
+import { isBinary } from "./binary.js";
 
 /** Largest file the edit tool reads and rewrites (bytes). */
 export const EDIT_MAX_BYTES = 10 * 1024 * 1024;
@@ -33,11 +34,15 @@ export async function writeConfined(field: string, path: string, content: string
     : constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
   let handle;
   try {
-    handle = await open(path, flags, 0o644);
+    // EEXIST: another writer created the name since the lstat; overwrite it as an existing file
+    // (O_NOFOLLOW still refuses it if that was a symlink).
+    handle = await open(path, flags, 0o644).catch((error: NodeJS.ErrnoException) => {
+      if (error.code !== "EEXIST") throw error;
+      return open(path, constants.O_WRONLY | constants.O_TRUNC | constants.O_NOFOLLOW);
+    });
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === "ELOOP" || code === "EEXIST")
-      throw new PathNotAllowedError(field, path, "is a symbolic link; refusing to write through it");
+    if (code === "ELOOP") throw new PathNotAllowedError(field, path, "is a symbolic link; refusing to write through it");
     throw error;
   }
   try {
@@ -50,9 +55,13 @@ export async function writeConfined(field: string, path: string, content: string
 
 /**
  * Reads a confined existing file as UTF-8 text for the edit tool, without following a symlink
- * at the last component. Returns undefined when it does not exist.
+ * at the last component. Returns undefined when it does not exist. A UTF-8 byte order mark is
+ * kept (as U+FEFF), so writing the text back keeps it.
  * @throws PathNotAllowedError for a symlink or a directory; Error "File is too large to edit
- *   (N bytes, at most 10485760)" over {@link EDIT_MAX_BYTES}.
+ *   (N bytes, at most 10485760)" over {@link EDIT_MAX_BYTES}; Error "Cannot edit
+ *   binary file: <path>" (by extension or content, as the read tool refuses it: `isBinary`) and
+ *   "Cannot edit <path>: it is not UTF-8 text ..." for bytes that are not valid UTF-8 (a
+ *   windows-1252 file), which a rewrite as UTF-8 would corrupt.
  */
 export async function readForEdit(field: string, path: string): Promise<string | undefined> {
   const info = await lstat(path).catch((error: NodeJS.ErrnoException) => {
@@ -63,5 +72,11 @@ export async function readForEdit(field: string, path: string): Promise<string |
   if (info.isSymbolicLink()) throw new PathNotAllowedError(field, path, "is a symbolic link; refusing to edit through it");
   if (info.isDirectory()) throw new PathNotAllowedError(field, path, "is a directory");
   if (info.size > EDIT_MAX_BYTES) throw new Error(`File is too large to edit (${info.size} bytes, at most ${EDIT_MAX_BYTES})`);
-  return readFile(path, { encoding: "utf8", flag: constants.O_RDONLY | constants.O_NOFOLLOW });
+  const bytes = await readFile(path, { flag: constants.O_RDONLY | constants.O_NOFOLLOW });
+  if (isBinary(path, bytes)) throw new Error(`Cannot edit binary file: ${path}`);
+  try {
+    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes);
+  } catch {
+    throw new Error(`Cannot edit ${path}: it is not UTF-8 text (the edit tool writes UTF-8, which would change its other bytes)`);
+  }
 }

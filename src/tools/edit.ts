@@ -1,8 +1,9 @@
 import { createTwoFilesPatch, structuredPatch } from "diff";
 import { distance } from "fastest-levenshtein";
 import { z } from "zod";
+import { withFileLock } from "../files/file-lock.js";
 import { readForEdit, writeConfined } from "../files/write-file.js";
-import { resolveToolPath, ToolInputError, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
+import { resolveToolPath, ToolInputError, type ToolContext, type ToolDefinition, type ToolOutput, type ToolPath } from "./tool-context.js";
 
 /** Input of {@link editTool}. Follows OpenCode edit.ts parameters. */
 export interface EditInput {
@@ -38,7 +39,10 @@ export const editDefinition: ToolDefinition<EditInput> = {
 /**
  * The model's `edit` tool (OpenCode edit.ts, exact matching only: none of its fuzzy replacers):
  * replaces the one occurrence of `oldString` (or every one with `replaceAll`), asks permission
- * `edit` with the relative path as the pattern and the diff in `metadata.diff`, then writes.
+ * `edit` with the relative path as the pattern (and the path through its symlinks resolved, when
+ * that differs) and the diff in `metadata.diff`, then writes. From the read to the write,
+ * permission ask included, it holds the file's lock (`withFileLock`), so edits of one file in a
+ * step apply one after the other, each to the file the previous one wrote.
  *
  * @returns `output` "Edit applied successfully.", `title` the relative path, `metadata`
  *   `{ filePath, diff, additions, deletions, replacements }`.
@@ -47,13 +51,22 @@ export const editDefinition: ToolDefinition<EditInput> = {
  *   including whitespace, indentation, and line endings." plus the closest match (its line and
  *   text); "Found N matches for oldString (lines a, b, ...). Provide more surrounding context to
  *   make the match unique, or set replaceAll."; "File already exists: <path>" for an empty
- *   `oldString` on an existing file. Also PathNotAllowedError / InvalidArgumentError from
+ *   `oldString` on an existing file; "Cannot edit binary file: <path>" and "Cannot edit <path>:
+ *   it is not UTF-8 text ..." from `readForEdit`. Also PathNotAllowedError / InvalidArgumentError from
  *   confinement and the denial or rejection from `ctx.ask`.
  */
 export async function editTool(input: EditInput, ctx: ToolContext): Promise<ToolOutput> {
   ctx.signal?.throwIfAborted();
   if (input.oldString === input.newString) throw new ToolInputError("No changes to apply: oldString and newString are identical.");
-  const { path, title } = await resolveToolPath(ctx, "filePath", input.filePath);
+  const target = await resolveToolPath(ctx, "filePath", input.filePath);
+  return withFileLock(target.canonical, () => {
+    ctx.signal?.throwIfAborted();
+    return applyEdit(input, ctx, target);
+  });
+}
+
+/** The edit itself, under the file's lock: read, replace, ask, write. */
+async function applyEdit(input: EditInput, ctx: ToolContext, { path, title, patterns }: ToolPath): Promise<ToolOutput> {
   const before = await readForEdit("filePath", path);
   let after: string;
   let replacements = 1;
@@ -86,7 +99,7 @@ export async function editTool(input: EditInput, ctx: ToolContext): Promise<Tool
       if (line.startsWith("+")) additions++;
       else if (line.startsWith("-")) deletions++;
     }
-  await ctx.ask?.({ permission: "edit", patterns: [title], metadata: { filePath: path, diff } });
+  await ctx.ask?.({ permission: "edit", patterns, metadata: { filePath: path, diff } });
   ctx.signal?.throwIfAborted();
   await writeConfined("filePath", path, after);
   return { title, output: "Edit applied successfully.", metadata: { filePath: path, diff, additions, deletions, replacements } };

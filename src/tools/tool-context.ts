@@ -1,8 +1,9 @@
+import { realpath } from "node:fs/promises";
 import { isAbsolute, relative, resolve } from "node:path";
 import type { Schema } from "ai";
 import type { z } from "zod";
 import type { Limits } from "../config/limits.js";
-import { checkPathShape, confinePath } from "../files/confine.js";
+import { canonicalPath, checkPathShape, confinePath } from "../files/confine.js";
 
 /** What every model tool gets besides its input: where the session works and what it may touch. */
 export interface ToolContext {
@@ -100,6 +101,15 @@ export interface ToolPath {
   path: string;
   /** The requested path relative to the session directory (`""` for the directory itself). */
   title: string;
+  /** The path with every symlink in it resolved (see `canonicalPath`): the edit tools' lock key. */
+  canonical: string;
+  /**
+   * The patterns a permission ask of this path carries: `title`, and also the canonical path
+   * relative to the session directory's realpath when that differs (`pub/key.txt` through the
+   * link `pub -> secret` is also `secret/key.txt`), so a rule on either spelling applies (the
+   * strictest wins, `decide`).
+   */
+  patterns: string[];
 }
 
 /**
@@ -108,7 +118,8 @@ export interface ToolPath {
  * @param ctx - the tool context; `input` is resolved against `ctx.directory`.
  * @param field - input field named in errors, e.g. `path` or `filePath`.
  * @param input - absolute or relative path; undefined or empty means the session directory.
- * @returns the real path and the title (lexical path relative to `ctx.directory`).
+ * @returns the real path, the title (lexical path relative to `ctx.directory`), the canonical
+ *   path and the permission patterns (see {@link ToolPath}).
  * @throws InvalidArgumentError when `input` contains a NUL or is over 4096 bytes (before or after
  *   joining it to `ctx.directory`).
  * @throws PathNotAllowedError when the path or its symlink target leaves
@@ -119,7 +130,11 @@ export async function resolveToolPath(ctx: ToolContext, field: string, input: st
   if (input !== undefined) checkPathShape(field, input);
   const lexical = resolve(ctx.directory, input ?? ".");
   const path = await confinePath(field, lexical, [ctx.directory, ...ctx.roots]);
-  return { path, title: relative(ctx.directory, lexical) };
+  const title = relative(ctx.directory, lexical);
+  const canonical = await canonicalPath(path);
+  const directory = await realpath(ctx.directory).catch(() => ctx.directory);
+  const real = relative(directory, canonical);
+  return { path, title, canonical, patterns: real === title ? [title] : [title, real] };
 }
 
 /**

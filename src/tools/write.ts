@@ -1,5 +1,6 @@
 import { createTwoFilesPatch } from "diff";
 import { z } from "zod";
+import { withFileLock } from "../files/file-lock.js";
 import { readForEdit, writeConfined } from "../files/write-file.js";
 import { resolveToolPath, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
 
@@ -28,8 +29,9 @@ export const writeDefinition: ToolDefinition<WriteInput> = {
 /**
  * The model's `write` tool (OpenCode write.ts): confines `filePath` (session directory, roots,
  * references; no symlink leading out), asks permission `write` with the relative path as the
- * pattern and a unified diff in `metadata.diff`, then writes the file (never through a symlink
- * at the last component, see `writeConfined`).
+ * pattern (and the path through its symlinks resolved, when that differs) and a unified diff in
+ * `metadata.diff`, then writes the file (never through a symlink at the last component, see
+ * `writeConfined`), holding the file's lock from the read to the write like `edit`.
  *
  * @returns `output` "Wrote file successfully.", `title` the relative path, `metadata`
  *   `{ filePath, exists, diff }` (`exists`: whether the file was there before).
@@ -39,11 +41,14 @@ export const writeDefinition: ToolDefinition<WriteInput> = {
  */
 export async function writeTool(input: WriteInput, ctx: ToolContext): Promise<ToolOutput> {
   ctx.signal?.throwIfAborted();
-  const { path, title } = await resolveToolPath(ctx, "filePath", input.filePath);
-  const before = await readForEdit("filePath", path).catch(() => undefined);
-  const diff = createTwoFilesPatch(title, title, before ?? "", input.content);
-  await ctx.ask?.({ permission: "write", patterns: [title], metadata: { filePath: path, diff } });
-  ctx.signal?.throwIfAborted();
-  const { existed } = await writeConfined("filePath", path, input.content);
-  return { title, output: "Wrote file successfully.", metadata: { filePath: path, exists: existed, diff } };
+  const { path, title, canonical, patterns } = await resolveToolPath(ctx, "filePath", input.filePath);
+  return withFileLock(canonical, async () => {
+    ctx.signal?.throwIfAborted();
+    const before = await readForEdit("filePath", path).catch(() => undefined);
+    const diff = createTwoFilesPatch(title, title, before ?? "", input.content);
+    await ctx.ask?.({ permission: "write", patterns, metadata: { filePath: path, diff } });
+    ctx.signal?.throwIfAborted();
+    const { existed } = await writeConfined("filePath", path, input.content);
+    return { title, output: "Wrote file successfully.", metadata: { filePath: path, exists: existed, diff } };
+  });
 }
