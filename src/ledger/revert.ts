@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import type { Session } from "../../gen/ledger/v1/session_pb.js";
 import { SessionRevertSchema } from "../../gen/ledger/v1/session_pb.js";
 import { MessageNotFoundError, PartNotFoundError } from "../errors.js";
-import { deleteMessages, getMessageRow, listMessageRows } from "../storage/message-store.js";
+import { deleteMessages, getMessageRow, listMessageRows, rowToMessage, updateMessageRow } from "../storage/message-store.js";
 import { deleteParts, getPartRow, listPartRows, rowToPart } from "../storage/part-store.js";
 import { checkSessionStillAllowed } from "./access.js";
 import type { LedgerDeps } from "./deps.js";
@@ -102,6 +102,13 @@ export async function unrevertSession(deps: LedgerDeps, sessionId: string): Prom
  * `part_removed` per part) for each removed message and `part_removed` for each removed part of
  * the kept message, then clears the mark. A revert message or part deleted since is ignored
  * (the message, or all its parts, stay).
+ *
+ * A kept user message that lost assistant messages this way (the revert point sat inside its
+ * answer, or on one of its own parts) is marked `no_reply` (`message_updated`): what is left of
+ * its answer ends there, and the loop, which answers the earliest unanswered user message, must
+ * not take that turn up again before the new prompt (its answer cut after a step that called
+ * tools, or with no step left, would otherwise count as unanswered). OpenCode's loop answers only
+ * the last user message, so there too the cut turn stays as it is.
  */
 export async function applyRevert(w: SessionWrite): Promise<void> {
   const revert = w.session.revert;
@@ -126,6 +133,16 @@ export async function applyRevert(w: SessionWrite): Promise<void> {
       if (part.message_id === messageId) w.emit({ case: "partRemoved", value: { messageId, partId: part.id } });
   }
   w.session.messageCount -= removed.messages.length;
+  const gone = new Set(removed.messages);
+  const cut = new Set(rows.flatMap((r) => (gone.has(r.id) && r.parent_id ? [r.parent_id] : [])));
+  for (const row of rows) {
+    if (gone.has(row.id) || !cut.has(row.id)) continue;
+    const message = rowToMessage(row);
+    if (message.kind.case !== "user" || message.kind.value.noReply) continue;
+    message.kind.value.noReply = true;
+    await updateMessageRow(w.trx, message);
+    w.emit({ case: "messageUpdated", value: { message } });
+  }
 }
 
 /**

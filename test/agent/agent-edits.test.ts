@@ -407,6 +407,82 @@ describe("revert restores files", () => {
   });
 });
 
+describe("a revert inside a turn", () => {
+  /** A turn of two writes and a final text; returns its user message id and its three answers' ids. */
+  async function turnOfTwoWrites(sessionId: string, tag: string): Promise<{ user: string; answers: string[] }> {
+    fake.push(
+      call(`call_${tag}1`, "write", { filePath: `${tag}1.txt`, content: "1\n" }),
+      call(`call_${tag}2`, "write", { filePath: `${tag}2.txt`, content: "2\n" }),
+      say("Turn one done."),
+    );
+    await t.client.prompt({ sessionId, parts: [text("write two files")] });
+    const messages = await untilIdle(sessionId);
+    expect(messages.map((m) => m.message?.kind.case)).toEqual(["user", "assistant", "assistant", "assistant"]);
+    const ids = messages.map((m) => m.message!.kind.value!.id);
+    return { user: ids[0]!, answers: ids.slice(1) };
+  }
+
+  /** The roles and texts the model was sent in the last request. */
+  const lastRequestRoles = () =>
+    (fake.requests.at(-1)!.body.messages as { role: string; content: unknown }[]).map((m) =>
+      m.role === "user" ? `user:${JSON.stringify(m.content)}` : m.role,
+    );
+
+  it("at a later step of the turn: the next prompt is answered at once, the cut turn is not taken up again and its files stay reverted", async () => {
+    const { sessionId, dir } = await newSession("revert-mid-turn", "free");
+    const turn = await turnOfTwoWrites(sessionId, "m");
+    await grpc.revert({ sessionId, messageId: turn.answers[1]! });
+    await expect(stat(path.join(dir, "m2.txt"))).rejects.toThrow(/ENOENT/);
+    expect(await readFile(path.join(dir, "m1.txt"), "utf8")).toBe("1\n");
+
+    const before = fake.requests.length;
+    fake.push(say("Answered the new prompt."));
+    const answer = await t.client.prompt({ sessionId, parts: [text("now something else")] });
+    expect(answer.message?.parts.map((p) => (p.kind.case === "text" ? p.kind.value.text : p.kind.case))).toContain(
+      "Answered the new prompt.",
+    );
+    // One model call, for the new prompt, with the kept step (its tool call and result) before it.
+    expect(fake.requests.length).toBe(before + 1);
+    expect(lastRequestRoles().slice(1)).toEqual(['user:"write two files"', "assistant", "tool", 'user:"now something else"']);
+    const messages = await untilIdle(sessionId);
+    expect(messages.map((m) => [m.message?.kind.case, m.message?.kind.case === "user" ? m.message.kind.value.noReply : undefined])).toEqual(
+      [
+        ["user", true],
+        ["assistant", undefined],
+        ["user", false],
+        ["assistant", undefined],
+      ],
+    );
+    expect(messages[1]!.message!.kind.value!.id).toBe(turn.answers[0]);
+    await expect(stat(path.join(dir, "m2.txt"))).rejects.toThrow(/ENOENT/);
+  });
+
+  it("at the turn's first step: the question stays as context (no_reply, message_updated) and is not answered again", async () => {
+    const { sessionId, dir } = await newSession("revert-first-step", "free");
+    const turn = await turnOfTwoWrites(sessionId, "f");
+    await grpc.revert({ sessionId, messageId: turn.answers[0]! });
+    await expect(stat(path.join(dir, "f1.txt"))).rejects.toThrow(/ENOENT/);
+
+    const before = fake.requests.length;
+    fake.push(say("Fresh."));
+    await t.client.prompt({ sessionId, parts: [text("something new")] });
+    expect(fake.requests.length).toBe(before + 1);
+    expect(lastRequestRoles().slice(1)).toEqual(['user:"write two files"', 'user:"something new"']);
+    const messages = await untilIdle(sessionId);
+    expect(messages.map((m) => m.message?.kind.case)).toEqual(["user", "user", "assistant"]);
+    expect(messages[0]!.message).toMatchObject({ kind: { case: "user", value: { id: turn.user, noReply: true } } });
+    await expect(stat(path.join(dir, "f1.txt"))).rejects.toThrow(/ENOENT/);
+    // The mark came as a message_updated in the prompt's transaction, after the removals.
+    let prompts = 0;
+    const events = await watchUntil(grpc, sessionId, (e) => e.kind.case === "prompted" && ++prompts === 2);
+    const kinds = events.map((e) => e.kind.case);
+    const marked = events.findIndex(
+      (e) => e.kind.case === "messageUpdated" && e.kind.value.message?.kind.case === "user" && e.kind.value.message.kind.value.noReply,
+    );
+    expect(marked).toBeGreaterThan(kinds.lastIndexOf("messageRemoved"));
+  });
+});
+
 describe("the diff of a reverted session", () => {
   it("keeps the turns before the revert point and leaves out the hidden ones", async () => {
     const { sessionId, dir } = await newSession("revert-diff", "free");

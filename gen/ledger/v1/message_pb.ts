@@ -113,7 +113,9 @@ export type UserMessage = Message$1<"ledger.v1.UserMessage"> & {
   tools: { [key: string]: boolean };
 
   /**
-   * Stored without asking the agent loop for an answer; later turns see it as context.
+   * Stored without asking the agent loop for an answer; later turns see it as context. Also set
+   * by the server on a message whose answer a revert cut short (see Revert), so the loop does
+   * not take that turn up again.
    *
    * @generated from field: bool no_reply = 10;
    */
