@@ -1,5 +1,5 @@
 import { clone, create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Kysely, Transaction } from "kysely";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { SessionSchema, type Session } from "../../gen/ledger/v1/session_pb.js";
@@ -138,6 +138,8 @@ export async function writeSessionIn<T>(
   if (!row) throw new SessionNotFoundError(sessionId);
   const session = rowToSession(row);
   const now = new Date();
+  // Set before `fn` runs, so a `session_updated` it emits carries the time this write stores.
+  if (options.touch ?? true) session.timeUpdated = timestampFromDate(now);
   let lastSeq = Number(row.last_seq);
   let lastPosition = Number(row.last_position);
   let events: SessionEvent[] = [];
@@ -199,7 +201,10 @@ export async function writeSessionOnce(
 ): Promise<SessionEvent[] | "stale"> {
   const now = options.now ?? new Date();
   const time = timestampFromDate(now);
-  const planned = kinds.map(({ kind, row }) => ({ event: create(SessionEventSchema, { sessionId, time, kind }), row }));
+  const planned = kinds.map(({ kind, row }) => ({
+    event: create(SessionEventSchema, { sessionId, time, kind: options.touch ? withTimeUpdated(kind, time) : kind }),
+    row,
+  }));
   const cache = sessionCache(deps.db);
   const outcome = await writeSessionStatement(deps.db, {
     sessionId,
@@ -227,6 +232,18 @@ export async function writeSessionOnce(
   deps.bus.publish(events);
   if (events.length > 0) deps.relay?.hint(sessionId, BigInt(outcome.lastSeq), events);
   return events;
+}
+
+/**
+ * A `session_updated` kind carrying a copy of its session with `time_updated` = `time` (the
+ * time the write stores), so the event says what the session is after the write; other kinds
+ * as they are. The caller's session object is not changed (it may be the cached state).
+ */
+function withTimeUpdated(kind: EventKind, time: Timestamp): EventKind {
+  if (kind?.case !== "sessionUpdated" || !kind.value.session) return kind;
+  const session = clone(SessionSchema, create(SessionSchema, kind.value.session));
+  session.timeUpdated = time;
+  return { case: "sessionUpdated", value: { ...kind.value, session } };
 }
 
 /**

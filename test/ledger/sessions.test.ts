@@ -1,5 +1,6 @@
 import { mkdir, symlink } from "node:fs/promises";
 import path from "node:path";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -7,6 +8,7 @@ import { newId } from "../../src/ids.js";
 import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { codeOf as code, connectError, failure } from "../support/errors.js";
 import { startFakeModelLedger, startTestLedger, type TestLedger } from "../support/ledger.js";
+import { watchUntil } from "../support/event-stream.js";
 import { idOf, listPages, storedEvents } from "../support/stored.js";
 import { partText, text } from "../support/prompt.js";
 
@@ -140,6 +142,34 @@ describe("session CRUD", () => {
     // CreateSession takes a blank title as none: the default title.
     for (const title of [" \t", "\u200b"])
       expect((await t.client.createSession({ directory: t.dir, title })).session!.title).toMatch(/^New session - \d{4}-/);
+  });
+
+  it("every session_updated event carries the time_updated its write stored (Prompt, Revert, Unrevert, UpdateSession)", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const prompt = await t.client.prompt({ sessionId, noReply: true, parts: [text("a")] });
+    await t.client.prompt({ sessionId, noReply: true, parts: [text("b")] });
+    const times: string[] = [];
+    const seen = async () => times.push(timestampDate((await t.client.getSession({ sessionId })).session!.timeUpdated!).toISOString());
+    await seen();
+    await t.client.revert({ sessionId, messageId: idOf(prompt.message!) });
+    await seen();
+    await t.client.unrevert({ sessionId });
+    await seen();
+    await t.client.updateSession({ sessionId, title: "renamed" });
+    await seen();
+    const events = await watchUntil(
+      t.client,
+      sessionId,
+      (e) => e.kind.case === "sessionUpdated" && e.kind.value.session?.title === "renamed",
+    );
+    const updates = events.flatMap((e) =>
+      e.kind.case === "sessionUpdated"
+        ? [[timestampDate(e.time!).toISOString(), timestampDate(e.kind.value.session!.timeUpdated!).toISOString()]]
+        : [],
+    );
+    // Each event's session is the session after its write: time_updated is the write's time.
+    for (const [time, timeUpdated] of updates) expect(timeUpdated).toBe(time);
+    expect(updates.map(([, timeUpdated]) => timeUpdated).slice(-4)).toEqual(times);
   });
 
   it("deletes a session with its messages, parts and events", async () => {
