@@ -50,11 +50,26 @@ export function sinceCompaction(conversation: MessageWithParts[]): MessageWithPa
  * user message with the text {@link CONTINUE_TEXT} when the summary cut a turn half-way: when an
  * assistant message follows it, or when it ends the history and `continuing` (the history is
  * sent to go on with a turn whose question is before the compaction). That message is not
- * stored (OpenCode stores one).
+ * stored (OpenCode stores one). A compaction whose summary failed (completed with an error) is
+ * left out with its summary: its question would otherwise reach the model unanswered, right
+ * before the next prompt.
  */
 export function modelHistory(conversation: MessageWithParts[], options: { continuing: boolean }): MessageWithParts[] {
-  const sent = sinceCompaction(conversation);
-  if (sent === conversation) return sent;
+  const failed = new Set<string>();
+  for (const entry of conversation) {
+    const kind = entry.message?.kind;
+    if (kind?.case === "assistant" && kind.value.summary && kind.value.time?.completed && kind.value.error) failed.add(kind.value.parentId);
+  }
+  const kept =
+    failed.size === 0
+      ? conversation
+      : conversation.filter((entry) => {
+          const kind = entry.message?.kind;
+          if (kind?.case === "assistant") return !(kind.value.summary && failed.has(kind.value.parentId));
+          return !(kind?.case === "user" && failed.has(kind.value.id) && isCompaction(entry));
+        });
+  const sent = sinceCompaction(kept);
+  if (sent === kept) return sent;
   const next = sent[2]?.message?.kind.case;
   if (next === "user" || (next === undefined && !options.continuing)) return sent;
   const sessionId = sent[0]?.message?.kind.value?.sessionId ?? "";

@@ -88,6 +88,30 @@ describe("compactions in the conversation", () => {
     expect(sinceCompaction(history.slice(0, 2))).toEqual(history.slice(0, 2));
   });
 
+  it("the model is not sent a compaction whose summary failed: neither its question nor the failed summary", () => {
+    const history = [
+      user("msg_1", [say("q1")]),
+      assistant("msg_2", "msg_1", [say("a1")]),
+      user("msg_3", [compaction]),
+      assistant("msg_4", "msg_3", [], { summary: true, error: true }),
+      user("msg_5", [say("q2")]),
+    ];
+    expect(ids(modelHistory(history, { continuing: false }))).toEqual(["msg_1", "msg_2", "msg_5"]);
+    // After a finished compaction, a later failed one is left out the same way.
+    const later = [
+      ...history.slice(0, 2),
+      user("msg_6", [compaction]),
+      assistant("msg_7", "msg_6", [say("S1")], { summary: true }),
+      ...history.slice(2),
+    ];
+    expect(ids(modelHistory(later, { continuing: false }))).toEqual(["msg_6", "msg_7", "msg_5"]);
+    // A compaction whose summary is still being written is kept (the summary step itself).
+    const running = assistant("msg_4", "msg_3", [], { summary: true });
+    const kind = running.message!.kind;
+    if (kind.case === "assistant") kind.value.time!.completed = undefined;
+    expect(ids(modelHistory([...history.slice(0, 3), running], { continuing: false }))).toEqual(["msg_1", "msg_2", "msg_3", "msg_4"]);
+  });
+
   it("a compaction made half-way through a turn stays among its steps, and the turn goes on with the continuation text", () => {
     // Stored order: the prompt, its first step, a prompt queued meanwhile, the compaction, its summary, the next step.
     const stored = [
