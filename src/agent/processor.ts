@@ -4,6 +4,7 @@ import {
   FilePartSchema,
   PartSchema,
   PatchPartSchema,
+  SnapshotPartSchema,
   ReasoningPartSchema,
   StepFinishPartSchema,
   StepStartPartSchema,
@@ -331,7 +332,9 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
 /**
  * After a step that took a snapshot: it goes on the `step_start` part, the snapshot after the step
  * on its `step_finish` part, and a `patch` part (hash = the snapshot before) lists the files it
- * changed, when it changed any.
+ * changed, when it changed any. A step cut short before its finish (aborted, or a provider error
+ * after a tool ran) has no `step_finish`: the snapshot after it goes on a `snapshot` part instead,
+ * so the turn's diff (`snapshotRange`) still reaches what it changed.
  */
 async function recordPatch(
   target: StepTarget,
@@ -348,6 +351,8 @@ async function recordPatch(
   if (stepFinish?.kind.case === "stepFinish" && changed.after) {
     stepFinish.kind.value.snapshot = changed.after;
     await target.ledger.savePart(stepFinish);
+  } else if (changed.after) {
+    await target.ledger.savePart(newPart({ case: "snapshot", value: create(SnapshotPartSchema, { snapshot: changed.after }) }));
   }
   if (changed.files.length > 0)
     await target.ledger.savePart(newPart({ case: "patch", value: create(PatchPartSchema, { hash: before, files: changed.files }) }));

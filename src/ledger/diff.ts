@@ -9,7 +9,8 @@ import { getSession } from "./sessions.js";
 /**
  * The snapshots that bound the steps of a turn (the answers to the user message `userId`) or,
  * without `userId`, of the whole session: the first non-empty `step_start.snapshot` and the last
- * non-empty `step_finish.snapshot`, in position order. Undefined when there are none.
+ * non-empty `step_finish.snapshot` or `snapshot` part (the one a step cut short before its finish
+ * records), in position order. Undefined when there are none.
  */
 export function snapshotRange(messages: readonly MessageWithParts[], userId?: string): { from: string; to: string } | undefined {
   let from = "";
@@ -19,7 +20,7 @@ export function snapshotRange(messages: readonly MessageWithParts[], userId?: st
     if (message?.case !== "assistant" || (userId !== undefined && message.value.parentId !== userId)) continue;
     for (const part of entry.parts) {
       if (part.kind.case === "stepStart" && part.kind.value.snapshot && !from) from = part.kind.value.snapshot;
-      if (part.kind.case === "stepFinish" && part.kind.value.snapshot) to = part.kind.value.snapshot;
+      if ((part.kind.case === "stepFinish" || part.kind.case === "snapshot") && part.kind.value.snapshot) to = part.kind.value.snapshot;
     }
   }
   return from && to ? { from, to } : undefined;

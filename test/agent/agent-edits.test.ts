@@ -342,6 +342,25 @@ describe("bash", () => {
     void dir;
   });
 
+  it("a step aborted after changing a file: a snapshot part records the tree after it, and GetDiff and the turn's summary show the change", async () => {
+    const { sessionId, dir } = await newSession("bash-abort-diff", "free");
+    await writeFile(path.join(dir, "a.txt"), "before\n");
+    fake.push(call("call_b5", "bash", { command: "echo CHANGED > a.txt; sleep 30" }));
+    await t.client.promptAsync({ sessionId, parts: [text("change and hang")] });
+    await waitFor("the command to change a.txt", async () => (await readFile(path.join(dir, "a.txt"), "utf8")) === "CHANGED\n");
+    await t.client.abort({ sessionId });
+    const messages = await untilIdle(sessionId);
+    expect(kinds(messages[1])).toEqual(["stepStart", "tool", "snapshot", "patch"]);
+    const [start, , snap] = messages[1]!.parts;
+    expect(start!.kind.case === "stepStart" && start!.kind.value.snapshot).toMatch(/^[0-9a-f]{40}$/);
+    expect(snap!.kind.case === "snapshot" && snap!.kind.value.snapshot).toMatch(/^[0-9a-f]{40}$/);
+    const expected = [{ file: "a.txt", before: "before\n", after: "CHANGED\n", additions: 1, deletions: 1 }];
+    expect((await grpc.getDiff({ sessionId })).diffs).toMatchObject(expected);
+    expect((await grpc.getDiff({ sessionId, messageId: messages[0]!.message!.kind.value!.id })).diffs).toMatchObject(expected);
+    const user = messages[0]!.message!.kind;
+    expect(user.case === "user" && user.value.summary?.diffs).toMatchObject(expected);
+  });
+
   it("refuses a denied pattern, asks for an ask pattern", async () => {
     const { sessionId, dir } = await newSession("bash-deny");
     await writeFile(path.join(dir, "precious.txt"), "x");
