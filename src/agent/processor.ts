@@ -257,7 +257,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
         case "tool-error": {
           await settleProgress(event.callId);
           const tool = toolPart(tools, newPart, event.callId, event.tool);
-          const started = tool.value.state?.status.case === "running" ? tool.value.state.status.value.timeStart : timestampNow();
+          const running = tool.value.state?.status.case === "running" ? tool.value.state.status.value : undefined;
+          const started = running ? running.timeStart : timestampNow();
           tool.value.state = create(ToolStateSchema, {
             status:
               event.type === "tool-result"
@@ -267,7 +268,14 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
                   }
                 : {
                     case: "error",
-                    value: { input: asObject(event.input), error: errorText(event.error), timeStart: started, timeEnd: timestampNow() },
+                    // The progress a running call reported (bash: its output so far) stays.
+                    value: {
+                      input: asObject(event.input),
+                      error: errorText(event.error),
+                      metadata: running?.metadata,
+                      timeStart: started,
+                      timeEnd: timestampNow(),
+                    },
                   },
           });
           tools.delete(event.callId);
@@ -315,7 +323,13 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
     for (const tool of tools.values()) {
       const state = tool.value.state?.status;
       const input = state?.value && "input" in state.value ? state.value.input : undefined;
-      tool.value.state = create(ToolStateSchema, { status: { case: "error", value: { input, error: why, timeEnd: timestampNow() } } });
+      const running = state?.case === "running" ? state.value : undefined;
+      tool.value.state = create(ToolStateSchema, {
+        status: {
+          case: "error",
+          value: { input, error: why, metadata: running?.metadata, timeStart: running?.timeStart, timeEnd: timestampNow() },
+        },
+      });
       await ledger.savePart(tool.part);
     }
     // Tools may finish after the provider's finish-step: the files are compared once the step is over.

@@ -345,12 +345,14 @@ describe("bash", () => {
   it("a step aborted after changing a file: a snapshot part records the tree after it, and GetDiff and the turn's summary show the change", async () => {
     const { sessionId, dir } = await newSession("bash-abort-diff", "free");
     await writeFile(path.join(dir, "a.txt"), "before\n");
-    fake.push(call("call_b5", "bash", { command: "echo CHANGED > a.txt; sleep 30" }));
+    fake.push(call("call_b5", "bash", { command: "echo started; echo CHANGED > a.txt; sleep 30" }));
     await t.client.promptAsync({ sessionId, parts: [text("change and hang")] });
     await waitFor("the command to change a.txt", async () => (await readFile(path.join(dir, "a.txt"), "utf8")) === "CHANGED\n");
     await t.client.abort({ sessionId });
     const messages = await untilIdle(sessionId);
     expect(kinds(messages[1])).toEqual(["stepStart", "tool", "snapshot", "patch"]);
+    // The aborted call keeps the output it had printed.
+    expect(tools(messages)[0]?.state?.status).toMatchObject({ case: "error", value: { metadata: { output: "started\n" } } });
     const [start, , snap] = messages[1]!.parts;
     expect(start!.kind.case === "stepStart" && start!.kind.value.snapshot).toMatch(/^[0-9a-f]{40}$/);
     expect(snap!.kind.case === "snapshot" && snap!.kind.value.snapshot).toMatch(/^[0-9a-f]{40}$/);
