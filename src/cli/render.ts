@@ -203,8 +203,10 @@ export class PromptRenderer {
   }
 
   private retry(status: StatusRetry): void {
-    const seconds = status.next ? Math.max(0, Math.ceil((timestampMs(status.next) - Date.now()) / 1000)) : 0;
-    this.notice(`retrying in ${seconds}s (attempt ${status.attempt}): ${firstLine(status.message)}\n`);
+    // Tenths under 10 s: a 200 ms wait read "1s" when rounded up to whole seconds.
+    const ms = status.next ? Math.max(0, timestampMs(status.next) - Date.now()) : 0;
+    const wait = ms < 10_000 ? (ms / 1000).toFixed(1) : String(Math.round(ms / 1000));
+    this.notice(`retrying in ${wait}s (attempt ${status.attempt}): ${firstLine(status.message)}\n`);
     this.output.spinner.set(`retrying (attempt ${status.attempt})`);
   }
 

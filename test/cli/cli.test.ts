@@ -482,8 +482,15 @@ describe("a model server that refuses connections", () => {
       const notices = run.stderr.split("\n").filter((l) => l.startsWith("retrying in "));
       expect(notices.length, run.stderr).toBeGreaterThanOrEqual(2);
       notices.forEach((line, i) =>
-        expect(line).toBe(`retrying in 1s (attempt ${i + 1}): Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}`),
+        expect(line).toBe(
+          `retrying in ${line.slice(12, 15)}s (attempt ${i + 1}): Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}`,
+        ),
       );
+      // The waits as they are (200 ms doubling, cut at max_total_ms), in tenths: the first read "1s"
+      // when rounded up to whole seconds.
+      const waits = notices.map((line) => Number(line.slice(12, 15)));
+      expect(waits[0]).toBeCloseTo(0.2, 0);
+      for (const wait of waits) expect(wait).toBeLessThanOrEqual(2);
       // Then what to check (a trial, 2026-12-04: the error alone, no word of the model server).
       expect(run.stderr).toContain(
         `error: api: Cannot connect to API: connect ECONNREFUSED 127.0.0.1:${port}\n` +
@@ -561,7 +568,7 @@ describe("ledger prompt with a model (streamed)", () => {
       const summary = SUMMARY.exec(run.stdout);
       expect(summary?.slice(1)).toEqual(["2200", "40", "0", "0", "0", "0.0023", "2"]);
       expect(lines.filter(Boolean).at(-1)).toBe(summary?.[0]);
-      expect(run.stderr).toContain("retrying in 0s (attempt 1): ");
+      expect(run.stderr).toContain("retrying in 0.0s (attempt 1): ");
       // The tool really ran: its output went back to the model.
       const second = fake.requests[before + 2]!.body.messages as Array<{ role: string; content: unknown }>;
       expect(second.find((m) => m.role === "tool")?.content).toContain("hello from notes");

@@ -135,7 +135,7 @@ describe("PromptRenderer", () => {
         "",
       ].join("\n"),
     );
-    expect(err).toBe("thinking: let me look\nretrying in 2s (attempt 1): Rate limit\n");
+    expect(err).toBe("thinking: let me look\nretrying in 1.5s (attempt 1): Rate limit\n");
     expect(outcome.exitCode).toBe(EXIT_OK);
   });
 
