@@ -1,7 +1,8 @@
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { PermissionReply, PermissionRequestSchema, type PermissionRequest } from "../../gen/ledger/v1/permission_pb.js";
-import { PermissionAction, PermissionRuleSchema } from "../../gen/ledger/v1/session_pb.js";
+import { PermissionAction, PermissionRuleSchema, type PermissionRule } from "../../gen/ledger/v1/session_pb.js";
+import { evaluate, sessionRules } from "../tools/permission.js";
 import { PermissionNotFoundError, PreconditionError } from "../errors.js";
 import { newId } from "../ids.js";
 import { logger } from "../observe/log.js";
@@ -150,7 +151,9 @@ export async function listPermissions(deps: LedgerDeps, sessionId: string): Prom
 /**
  * The `ReplyPermission` RPC (OpenCode `PermissionNext.reply`), on any replica: in one session
  * write, records the answer, and for ALWAYS appends an allow rule `{permission, pattern}` per
- * pattern of the request to the session's rules (`session_updated`); appends `permission_replied`.
+ * pattern of the request to the session's rules (`session_updated`) and answers ONCE the
+ * session's other pending requests those rules allow; appends `permission_replied` (then one per
+ * request answered that way).
  * The paused call (here or on another replica) wakes on the event and runs (ONCE, ALWAYS) or ends
  * with a tool error (REJECT, with `message` as feedback for the model).
  *
@@ -179,6 +182,14 @@ export async function rejectPendingPermissions(deps: WriterDeps, sessionId: stri
   return pending.length;
 }
 
+/** Whether the allow rules `added` match every pattern of `request` (its tool included; `edit` covers `write` and `patch`). */
+function allows(added: readonly PermissionRule[], request: PermissionRequest): boolean {
+  const rules = [{ permission: "*", pattern: "*", action: "deny" as const }, ...sessionRules(added)];
+  return (request.patterns.length > 0 ? request.patterns : ["*"]).every(
+    (pattern) => evaluate(rules, request.permission, pattern) === "allow",
+  );
+}
+
 /** Records an answer in one session write; `strict` raises the RPC errors, otherwise an answered or missing request is left alone. */
 async function answer(
   deps: WriterDeps,
@@ -205,12 +216,19 @@ async function answer(
           { session_id: sessionId, permission_id: permissionId },
         );
       }
+      const covered: string[] = [];
       if (reply === "always") {
-        for (const pattern of stored.request.patterns.length > 0 ? stored.request.patterns : ["*"])
-          w.session.permission.push(
-            create(PermissionRuleSchema, { permission: stored.request.permission, pattern, action: PermissionAction.ALLOW }),
-          );
+        const added = (stored.request.patterns.length > 0 ? stored.request.patterns : ["*"]).map((pattern) =>
+          create(PermissionRuleSchema, { permission: stored.request.permission, pattern, action: PermissionAction.ALLOW }),
+        );
+        w.session.permission.push(...added);
         w.emit({ case: "sessionUpdated", value: { session: w.session } });
+        // The session's other pending requests that the new rules allow are answered with them
+        // (OpenCode `PermissionNext.reply` "always"): the same command asked twice in one step
+        // runs both times.
+        for (const other of await listPendingPermissions(w.trx, sessionId))
+          if (other.id !== permissionId && allows(added, other) && (await setPermissionReply(w.trx, other.id, "once", "", w.now)))
+            covered.push(other.id);
       }
       w.emit({
         case: "permissionReplied",
@@ -220,6 +238,8 @@ async function answer(
           message,
         },
       });
+      for (const id of covered)
+        w.emit({ case: "permissionReplied", value: { permissionId: id, reply: PermissionReply.ONCE, message: "" } });
     },
     { touch: reply === "always" },
   );

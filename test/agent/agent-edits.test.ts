@@ -190,6 +190,49 @@ describe("permission asks on write", () => {
   });
 });
 
+describe("ALWAYS and the other pending requests", () => {
+  it("answers a second pending request that the new rule allows; one it does not allow stays pending", async () => {
+    const { sessionId } = await newSession("always-pending");
+    fake.push(
+      {
+        kind: "stream",
+        chunks: [
+          { toolCall: { id: "call_p1", name: "bash", arguments: JSON.stringify({ command: "git push nowhere-a" }) } },
+          { toolCall: { id: "call_p2", name: "bash", arguments: JSON.stringify({ command: "git push nowhere-a" }) } },
+          { toolCall: { id: "call_p3", name: "bash", arguments: JSON.stringify({ command: "git push nowhere-b" }) } },
+        ],
+      },
+      say("Pushed."),
+    );
+    await t.client.promptAsync({ sessionId, parts: [text("push thrice")] });
+    await waitFor("three asks", async () => (await grpc.listPermissions({ sessionId })).permissions.length === 3);
+    const pending = (await grpc.listPermissions({ sessionId })).permissions;
+    const byCall = new Map(pending.map((p) => [p.callId, p]));
+    await grpc.replyPermission({ sessionId, permissionId: byCall.get("call_p1")!.id, reply: PermissionReply.ALWAYS });
+    // The identical command was answered with it; the other command still waits.
+    await waitFor("one request left", async () => (await grpc.listPermissions({ sessionId })).permissions.length === 1);
+    expect((await grpc.listPermissions({ sessionId })).permissions.map((p) => p.callId)).toEqual(["call_p3"]);
+    const replies = (
+      await watchUntil(
+        grpc,
+        sessionId,
+        (e) => e.kind.case === "permissionReplied" && e.kind.value.permissionId === byCall.get("call_p2")!.id,
+      )
+    ).flatMap((e) => (e.kind.case === "permissionReplied" ? [[e.kind.value.permissionId, e.kind.value.reply]] : []));
+    expect(replies).toEqual([
+      [byCall.get("call_p1")!.id, PermissionReply.ALWAYS],
+      [byCall.get("call_p2")!.id, PermissionReply.ONCE],
+    ]);
+    await grpc.replyPermission({ sessionId, permissionId: byCall.get("call_p3")!.id, reply: PermissionReply.REJECT });
+    const messages = await untilIdle(sessionId);
+    expect(tools(messages).map((tool) => [tool.callId, state(tool)?.case])).toEqual([
+      ["call_p1", "completed"],
+      ["call_p2", "completed"],
+      ["call_p3", "error"],
+    ]);
+  });
+});
+
 describe("the summary of a turn", () => {
   it("titles it with the prompt's first non-blank line and holds the final answer, cut at 80 and 2,000 characters; no model call", async () => {
     const { sessionId } = await newSession("summary");
