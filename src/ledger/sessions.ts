@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { stat, realpath } from "node:fs/promises";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -126,6 +127,11 @@ export async function getSession(deps: LedgerDeps, sessionId: string): Promise<S
   return store.rowToSession(row);
 }
 
+/** A ListSessions token's `d`: 16 base64url characters of the resolved filter's SHA-256, "" without a filter (a 4096-byte path would not fit the 512-byte token). */
+function directoryDigest(directory: string | undefined): string {
+  return directory === undefined ? "" : createHash("sha256").update(directory).digest("base64url").slice(0, 16);
+}
+
 /** The sessions whose parent is `sessionId`, newest first. Throws `SessionNotFoundError`. */
 export async function listChildren(deps: LedgerDeps, sessionId: string): Promise<Session[]> {
   if (!(await store.sessionExists(deps.db, sessionId))) throw new SessionNotFoundError(sessionId);
@@ -135,8 +141,11 @@ export async function listChildren(deps: LedgerDeps, sessionId: string): Promise
 /**
  * One page of sessions, most recently updated first, optionally of one `directory`
  * (an absolute path, compared resolved), only those `visibleTo` lets the caller see (see
- * `visibilityFor` in access.ts; undefined: all). Throws `InvalidArgumentError` on a bad `page_token`, and
- * on a `directory` that is relative, has a NUL or is over 4096 bytes.
+ * `visibilityFor` in access.ts; undefined: all). Page tokens are `{t: last time_updated, id: last
+ * id, d: the filter's digest}` (tokens issued before `d` existed are taken without the check).
+ * Throws `InvalidArgumentError` on a bad `page_token` or one issued for another `directory`
+ * filter (it would skip or repeat sessions of this one), and on a `directory` that is relative,
+ * has a NUL or is over 4096 bytes.
  */
 export async function listSessions(
   deps: LedgerDeps,
@@ -154,12 +163,19 @@ export async function listSessions(
     );
   }
   const directory = page.directory ? await realpath(page.directory).catch(() => page.directory) : undefined;
+  const filter = directoryDigest(directory);
+  const issuedFor = (token as Record<string, unknown> | undefined)?.d;
+  if (issuedFor !== undefined && issuedFor !== filter)
+    throw new InvalidArgumentError(
+      "page_token",
+      "continues a listing with another directory filter; send the same directory as the call that returned it, or no page_token to start over",
+    );
   const rows = await store.listSessionRows(deps.db, { limit: limit + 1, cursor, directory, visibleTo });
   const pageRows = rows.slice(0, limit);
   const last = pageRows.at(-1);
   return {
     sessions: pageRows.map(store.rowToSession),
-    nextPageToken: rows.length > limit && last ? encodePageToken({ t: last.time_updated.toISOString(), id: last.id }) : "",
+    nextPageToken: rows.length > limit && last ? encodePageToken({ t: last.time_updated.toISOString(), id: last.id, d: filter }) : "",
   };
 }
 

@@ -112,6 +112,20 @@ describe("session CRUD", () => {
     const forged = (cursor: object) => Buffer.from(JSON.stringify(cursor)).toString("base64url");
     expect(await code(t.client.listSessions({ pageToken: forged({ t: "zzz", id: "x" }) }))).toBe(Code.InvalidArgument);
     expect(await code(t.client.listMessages({ sessionId: ids[0]!, pageToken: forged({ p: "abc" }) }))).toBe(Code.InvalidArgument);
+    // A token continues only the listing it came from: another directory filter, or none, is
+    // INVALID_ARGUMENT naming it (a trial, 2026-12-04: it was taken, skipping sessions).
+    const other = path.join(t.dir, "listing-other");
+    await mkdir(other);
+    for (const directory of [other, ""]) {
+      const error = await connectError(t.client.listSessions({ directory, pageSize: 2, pageToken: page1.nextPageToken }));
+      expect([error.code, error.rawMessage]).toEqual([
+        Code.InvalidArgument,
+        "page_token: continues a listing with another directory filter; send the same directory as the call that returned it, or no page_token to start over",
+      ]);
+    }
+    // The same directory spelled otherwise (compared resolved) continues it.
+    const again = await t.client.listSessions({ directory: `${dir}/`, pageSize: 2, pageToken: page1.nextPageToken });
+    expect(again.sessions.map((s) => s.title)).toEqual(["s1"]);
   });
 
   // A trial, 2026-12-02: an empty title erased it, and a request changing nothing moved the
