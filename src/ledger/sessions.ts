@@ -313,15 +313,27 @@ export const FORK_PAGE_ROWS = 100;
 export const TITLE_MAX_CHARS = 1024;
 
 /**
- * A fork's title: `"<title> (fork)"`, the source's title cut (by code points) so the whole stays
- * within {@link TITLE_MAX_CHARS}, so a fork of a fork never holds a title the API would refuse.
+ * A fork's title: `"<title> (fork)"`, the source's title cut so the whole stays within
+ * {@link TITLE_MAX_CHARS} code points, so a fork of a fork never holds a title the API would
+ * refuse. The cut falls between grapheme clusters (`Intl.Segmenter`), so it never splits a
+ * letter from its combining accent or an emoji sequence.
  */
 export function forkTitle(title: string): string {
   const suffix = " (fork)";
-  const chars = Array.from(title);
   const room = TITLE_MAX_CHARS - suffix.length;
-  return `${chars.length > room ? chars.slice(0, room).join("") : title}${suffix}`;
+  if (Array.from(title).length <= room) return `${title}${suffix}`;
+  let kept = "";
+  let used = 0;
+  for (const { segment } of GRAPHEMES.segment(title)) {
+    const size = Array.from(segment).length;
+    if (used + size > room) break;
+    kept += segment;
+    used += size;
+  }
+  return `${kept}${suffix}`;
 }
+
+const GRAPHEMES = new Intl.Segmenter(undefined, { granularity: "grapheme" });
 
 function remapMessage(message: Message, sessionId: string, ids: Map<string, string>): Message {
   const copy = create(MessageSchema, message);

@@ -273,6 +273,12 @@ describe("ForkSession", () => {
       (await t.client.forkSession({ sessionId: (await t.client.createSession({ directory: t.dir, title: "short" })).session!.id })).session!
         .title,
     ).toBe("short (fork)");
+    // The cut falls between letters: "e" + U+0301 pairs lose a whole pair, never the accent alone.
+    const accented = "e\u0301".repeat(512);
+    const cut = (
+      await t.client.forkSession({ sessionId: (await t.client.createSession({ directory: t.dir, title: accented })).session!.id })
+    ).session!.title;
+    expect(cut).toBe(`${"e\u0301".repeat(508)} (fork)`);
   });
 
   it("is one transaction: a copy that fails leaves no fork behind, and the next fork works", async () => {
