@@ -223,7 +223,9 @@ const CODE_OF_STATUS: Readonly<Record<number, Code>> = {
   408: Code.DeadlineExceeded,
   409: Code.Aborted,
   413: Code.ResourceExhausted,
-  // Our 415 answers (an unusable content type) say invalid_argument in their body (server/content-type.ts).
+  // Our 405 and 415 answers (an HTTP method or a content type the procedure does not take) say
+  // invalid_argument in their body (server/content-type.ts).
+  405: Code.InvalidArgument,
   415: Code.InvalidArgument,
   429: Code.ResourceExhausted,
   499: Code.Canceled,

@@ -11,9 +11,9 @@ import type { UniversalHandler } from "@connectrpc/connect/protocol";
  * `unknown`, which tells an operator nothing), and `/metrics` and the log count it so.
  */
 export interface UnsupportedMediaType {
-  /** Always 415 Unsupported Media Type. */
-  status: 415;
-  /** `content-type: application/json` and `accept-post` listing the accepted types. */
+  /** 415 Unsupported Media Type, or 405 Method Not Allowed (see {@link checkMethod}). */
+  status: 415 | 405;
+  /** `content-type: application/json` and `accept-post` listing the accepted types (405: `allow`). */
   headers: Record<string, string>;
   /** The Connect error JSON (code `invalid_argument`). */
   body: string;
@@ -56,6 +56,23 @@ export function checkContentType(
   return {
     status: 415,
     headers: { "content-type": "application/json", "accept-post": [...connect, ...ACCEPTED.grpc].join(", ") },
+    body: JSON.stringify({ code: "invalid_argument", message }),
+  };
+}
+
+/**
+ * Checks the HTTP method of a request to `handler`'s procedure: undefined for one it takes (POST,
+ * and GET for a method that allows Connect GET requests), else HTTP 405 with an `allow` header
+ * and a Connect error body (code `invalid_argument`, like the 415 above: connect-es answers a
+ * bare 405, which the log and `/metrics` count as `unknown`) saying the procedure takes POST.
+ */
+export function checkMethod(handler: UniversalHandler, method: string | undefined): UnsupportedMediaType | undefined {
+  if (method === "POST" || (method !== undefined && handler.allowedMethods.includes(method))) return undefined;
+  const allow = ["POST", ...handler.allowedMethods.filter((m) => m !== "POST")];
+  const message = `HTTP method ${method ?? "(none)"} is not allowed: ${handler.requestPath} takes ${allow.join(" or ")} (Connect, gRPC and gRPC-Web)`;
+  return {
+    status: 405,
+    headers: { "content-type": "application/json", allow: allow.join(", ") },
     body: JSON.stringify({ code: "invalid_argument", message }),
   };
 }

@@ -11,7 +11,7 @@ import type { LedgerDeps } from "../ledger/deps.js";
 import { createMetrics } from "../observe/metrics.js";
 import { METRICS_PATH, metricsHandler } from "./metrics-http.js";
 import { createRpcObserver } from "../observe/rpc.js";
-import { checkContentType, sendUnsupportedMediaType } from "./content-type.js";
+import { checkContentType, checkMethod, sendUnsupportedMediaType } from "./content-type.js";
 import { corsHeaders } from "./cors.js";
 import { authInterceptor, createAuthenticator, isLoopback } from "./auth.js";
 import { createDrain } from "./drain.js";
@@ -78,7 +78,7 @@ export interface ServerOptions {
  * `limits.request_bytes` (`RESOURCE_EXHAUSTED` beyond; an undecodable message is
  * `INVALID_ARGUMENT`, see `withProtocolErrors`). A POST to a procedure with a content type
  * no protocol accepts gets 415 with a Connect error body naming the expected types (see
- * `checkContentType`).
+ * `checkContentType`), and another HTTP method than it takes 405 with one (`checkMethod`).
  *
  * Observability (src/observe): every response carries `x-request-id` (the client's, or a new
  * ULID); every RPC is logged as one JSON line on stderr and counted in `deps.metrics` (a fresh
@@ -159,7 +159,8 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
     if (!procedure && options.web?.serve(req, res, path)) return;
     observer.track(req, res, requestId);
     // connect-es answers an unsupported content type with a bare 415; say what to send instead.
-    const unsupported = procedure && checkContentType(procedure, req.method, req.headers["content-type"]);
+    const unsupported =
+      procedure && (checkMethod(procedure, req.method) ?? checkContentType(procedure, req.method, req.headers["content-type"]));
     if (unsupported) {
       sendUnsupportedMediaType(res, unsupported);
       return;

@@ -303,6 +303,22 @@ describe("an in-process ledger", () => {
     ).toBe(200);
   });
 
+  it("a GET or PUT of a procedure: 405 with allow: POST and a Connect error saying so, logged and counted as invalid_argument", async () => {
+    for (const [i, method] of ["GET", "PUT"].entries()) {
+      const res = await fetch(`${t.ledger.url}${SERVICE}/ListSessions`, { method, headers: { "x-request-id": `req-405-${i}` } });
+      expect(res.status).toBe(405);
+      expect(res.headers.get("allow")).toBe("POST");
+      expect(await res.json()).toEqual({
+        code: "invalid_argument",
+        message: `HTTP method ${method} is not allowed: ${SERVICE}/ListSessions takes POST (Connect, gRPC and gRPC-Web)`,
+      });
+      const line = await waitFor("the 405's log line", () => rpcLines(`req-405-${i}`)[0], 5000);
+      expect(line).toMatchObject({ procedure: `${SERVICE}/ListSessions`, code: "invalid_argument", http_status: 405 });
+    }
+    const samples = parseExposition(await (await fetch(`${t.ledger.url}/metrics`)).text());
+    expect(sample(samples, "ledger_rpc_requests_total", { procedure: `${SERVICE}/ListSessions`, code: "invalid_argument" })).toBe(2);
+  });
+
   it("serves GET /metrics: RPC counters and latencies, loop steps and tokens, DB pool, process metrics", async () => {
     const { session } = await t.client.createSession({ directory: t.dir });
     // Answered by the scripted model: one step, finish stop, 8 input / 5 output / 2 cache-read / 1 reasoning tokens.
