@@ -57,7 +57,18 @@ export const BINARY_CONTROL_RATIO = 0.3;
  * @returns true when the file is binary. Never throws.
  */
 export function isBinary(path: string, head: Uint8Array): boolean {
-  if (BINARY_EXTENSIONS.has(extname(path).toLowerCase())) return true;
+  return BINARY_EXTENSIONS.has(extname(path).toLowerCase()) || isBinaryContent(head);
+}
+
+/**
+ * The content half of {@link isBinary}, for a file whose bytes alone decide (the edit tool: a
+ * text file named `model.obj` is text): a NUL byte, or more than 30% control bytes, in the first
+ * 4096 bytes; a UTF-16 byte-order mark means text.
+ *
+ * @param head - the first bytes of the file (any length; bytes past 4096 are ignored).
+ * @returns true when the bytes are binary. Never throws.
+ */
+export function isBinaryContent(head: Uint8Array): boolean {
   const sample = head.subarray(0, BINARY_SAMPLE_BYTES);
   if (sample.length === 0) return false;
   const bom = detectBom(sample);

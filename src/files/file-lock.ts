@@ -11,19 +11,36 @@ const queues = new Map<string, Promise<void>>();
  * one file share it. It does not lock against other processes or replicas.
  *
  * @param path - the lock's key: the file's canonical absolute path.
- * @param fn - the work; its result or error is passed on, and the lock is released either way.
+ * @param fn - the work; it runs only once the lock is held.
+ * @param signal - while waiting for the lock, an abort gives up the place in the queue at once
+ *   (the holders after it keep their order) and rejects with the signal's reason; `fn` never runs.
+ * @returns what `fn` returned; the lock is released whether `fn` resolved or threw.
+ * @throws what `fn` throws, or the signal's reason when it aborted before the lock was held.
  */
-export async function withFileLock<T>(path: string, fn: () => Promise<T>): Promise<T> {
+export async function withFileLock<T>(path: string, fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
   const before = queues.get(path) ?? Promise.resolve();
   let release!: () => void;
   const mine = new Promise<void>((done) => (release = done));
   const tail = before.then(() => mine);
   queues.set(path, tail);
-  await before;
   try {
+    await (signal ? untilAborted(before, signal) : before);
     return await fn();
   } finally {
     release();
     if (queues.get(path) === tail) queues.delete(path);
   }
+}
+
+/** `turn`, or a rejection with `signal.reason` as soon as `signal` aborts (at once if it has). */
+function untilAborted(turn: Promise<void>, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<void>((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    signal.addEventListener("abort", abort, { once: true });
+    void turn.then(() => {
+      signal.removeEventListener("abort", abort);
+      resolve();
+    });
+  });
 }

@@ -182,9 +182,13 @@ export async function rejectPendingPermissions(deps: WriterDeps, sessionId: stri
   return pending.length;
 }
 
-/** Whether the allow rules `added` match every pattern of `request` (its tool included; `edit` covers `write` and `patch`). */
-function allows(added: readonly PermissionRule[], request: PermissionRequest): boolean {
-  const rules = [{ permission: "*", pattern: "*", action: "deny" as const }, ...sessionRules(added)];
+/**
+ * Whether the session's rules `approved` (its `tools` map and ALWAYS answers) allow every pattern
+ * of `request` by a rule that matches it (no match is not allowed here; `edit` covers `write`
+ * and `patch`), as OpenCode weighs its approved rules when an ALWAYS answer comes.
+ */
+function allows(approved: readonly PermissionRule[], request: PermissionRequest): boolean {
+  const rules = [{ permission: "*", pattern: "*", action: "deny" as const }, ...sessionRules(approved)];
   return (request.patterns.length > 0 ? request.patterns : ["*"]).every(
     (pattern) => evaluate(rules, request.permission, pattern) === "allow",
   );
@@ -223,11 +227,15 @@ async function answer(
         );
         w.session.permission.push(...added);
         w.emit({ case: "sessionUpdated", value: { session: w.session } });
-        // The session's other pending requests that the new rules allow are answered with them
+        // The session's other pending requests that its rules now allow are answered with them
         // (OpenCode `PermissionNext.reply` "always"): the same command asked twice in one step
         // runs both times.
         for (const other of await listPendingPermissions(w.trx, sessionId))
-          if (other.id !== permissionId && allows(added, other) && (await setPermissionReply(w.trx, other.id, "once", "", w.now)))
+          if (
+            other.id !== permissionId &&
+            allows(w.session.permission, other) &&
+            (await setPermissionReply(w.trx, other.id, "once", "", w.now))
+          )
             covered.push(other.id);
       }
       w.emit({

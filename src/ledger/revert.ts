@@ -107,7 +107,9 @@ export async function unrevertSession(deps: LedgerDeps, sessionId: string): Prom
  * answer, or on one of its own parts) is marked `no_reply` (`message_updated`): what is left of
  * its answer ends there, and the loop, which answers the earliest unanswered user message, must
  * not take that turn up again before the new prompt (its answer cut after a step that called
- * tools, or with no step left, would otherwise count as unanswered). OpenCode's loop answers only
+ * tools, or with no step left, would otherwise count as unanswered). Its `summary` keeps its
+ * title and loses its `body` and `diffs`, which told of the removed steps (GetDiff gives the
+ * turn's diff from what is left). OpenCode's loop answers only
  * the last user message, so there too the cut turn stays as it is.
  */
 export async function applyRevert(w: SessionWrite): Promise<void> {
@@ -140,6 +142,11 @@ export async function applyRevert(w: SessionWrite): Promise<void> {
     const message = rowToMessage(row);
     if (message.kind.case !== "user" || message.kind.value.noReply) continue;
     message.kind.value.noReply = true;
+    // Its summary spoke of the removed steps: the final answer and the files they changed.
+    if (message.kind.value.summary) {
+      message.kind.value.summary.body = "";
+      message.kind.value.summary.diffs = [];
+    }
     await updateMessageRow(w.trx, message);
     w.emit({ case: "messageUpdated", value: { message } });
   }

@@ -330,7 +330,8 @@ export function forkTitle(title: string): string {
     kept += segment;
     used += size;
   }
-  return `${kept}${suffix}`;
+  // One cluster longer than the room (stacked combining marks): cut it by code points.
+  return `${kept || Array.from(title).slice(0, room).join("")}${suffix}`;
 }
 
 const GRAPHEMES = new Intl.Segmenter(undefined, { granularity: "grapheme" });

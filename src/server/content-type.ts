@@ -3,14 +3,15 @@ import type http2 from "node:http2";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 
 /**
- * What the server answers a request whose content type no protocol accepts: HTTP 415 (as
+ * What the server answers a request to a procedure that no protocol accepts: HTTP 405 for an HTTP
+ * method the procedure does not take ({@link checkMethod}), and for a content type: HTTP 415 (as
  * connect-es does, and the Connect and gRPC protocols ask) with a Connect error body
  * `{"code":"invalid_argument","message":...}` saying what to send, where connect-es sends an
  * empty body. The request is the client's mistake, so its code is `invalid_argument`: a Connect
  * client reads the code from the body (without one, the protocols' HTTP → code tables make a 415
  * `unknown`, which tells an operator nothing), and `/metrics` and the log count it so.
  */
-export interface UnsupportedMediaType {
+export interface RejectedRequest {
   /** 415 Unsupported Media Type, or 405 Method Not Allowed (see {@link checkMethod}). */
   status: 415 | 405;
   /** `content-type: application/json` and `accept-post` listing the accepted types (405: `allow`). */
@@ -45,7 +46,7 @@ export function checkContentType(
   handler: UniversalHandler,
   method: string | undefined,
   contentType: string | undefined,
-): UnsupportedMediaType | undefined {
+): RejectedRequest | undefined {
   if (method !== "POST" || handler.supportedContentType(contentType ?? "")) return undefined;
   const unary = handler.method.methodKind === "unary";
   const connect = unary ? ACCEPTED.unary : ACCEPTED.streaming;
@@ -65,8 +66,12 @@ export function checkContentType(
  * and GET for a method that allows Connect GET requests), else HTTP 405 with an `allow` header
  * and a Connect error body (code `invalid_argument`, like the 415 above: connect-es answers a
  * bare 405, which the log and `/metrics` count as `unknown`) saying the procedure takes POST.
+ *
+ * @param handler - the procedure's handler (its `allowedMethods`, its `requestPath` for the message).
+ * @param method - the request's HTTP method, e.g. `GET`.
+ * @returns undefined when the method is taken, else the 405 answer (send it with `sendRejection`).
  */
-export function checkMethod(handler: UniversalHandler, method: string | undefined): UnsupportedMediaType | undefined {
+export function checkMethod(handler: UniversalHandler, method: string | undefined): RejectedRequest | undefined {
   if (method === "POST" || (method !== undefined && handler.allowedMethods.includes(method))) return undefined;
   const allow = ["POST", ...handler.allowedMethods.filter((m) => m !== "POST")];
   const message = `HTTP method ${method ?? "(none)"} is not allowed: ${handler.requestPath} takes ${allow.join(" or ")} (Connect, gRPC and gRPC-Web)`;
@@ -78,7 +83,7 @@ export function checkMethod(handler: UniversalHandler, method: string | undefine
 }
 
 /** Writes `answer` to `res`. */
-export function sendUnsupportedMediaType(res: http.ServerResponse | http2.Http2ServerResponse, answer: UnsupportedMediaType): void {
+export function sendRejection(res: http.ServerResponse | http2.Http2ServerResponse, answer: RejectedRequest): void {
   res.writeHead(answer.status, { ...answer.headers, "content-length": String(Buffer.byteLength(answer.body)) });
   res.end(answer.body);
 }

@@ -11,7 +11,7 @@ import type { LedgerDeps } from "../ledger/deps.js";
 import { createMetrics } from "../observe/metrics.js";
 import { METRICS_PATH, metricsHandler } from "./metrics-http.js";
 import { createRpcObserver } from "../observe/rpc.js";
-import { checkContentType, checkMethod, sendUnsupportedMediaType } from "./content-type.js";
+import { checkContentType, checkMethod, sendRejection } from "./content-type.js";
 import { corsHeaders } from "./cors.js";
 import { authInterceptor, createAuthenticator, isLoopback } from "./auth.js";
 import { createDrain } from "./drain.js";
@@ -162,7 +162,7 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
     const unsupported =
       procedure && (checkMethod(procedure, req.method) ?? checkContentType(procedure, req.method, req.headers["content-type"]));
     if (unsupported) {
-      sendUnsupportedMediaType(res, unsupported);
+      sendRejection(res, unsupported);
       return;
     }
     // An HTTP/2 stream whose client left while a write waited for `drain` must still end.

@@ -59,10 +59,7 @@ export async function editTool(input: EditInput, ctx: ToolContext): Promise<Tool
   ctx.signal?.throwIfAborted();
   if (input.oldString === input.newString) throw new ToolInputError("No changes to apply: oldString and newString are identical.");
   const target = await resolveToolPath(ctx, "filePath", input.filePath);
-  return withFileLock(target.canonical, () => {
-    ctx.signal?.throwIfAborted();
-    return applyEdit(input, ctx, target);
-  });
+  return withFileLock(target.canonical, () => applyEdit(input, ctx, target), ctx.signal);
 }
 
 /** The edit itself, under the file's lock: read, replace, ask, write. */

@@ -1,7 +1,7 @@
 import { createTwoFilesPatch } from "diff";
 import { z } from "zod";
 import { withFileLock } from "../files/file-lock.js";
-import { readForEdit, writeConfined } from "../files/write-file.js";
+import { readForDiff, writeConfined } from "../files/write-file.js";
 import { resolveToolPath, type ToolContext, type ToolDefinition, type ToolOutput } from "./tool-context.js";
 
 /** Input of {@link writeTool}. Follows OpenCode write.ts parameters. */
@@ -42,13 +42,16 @@ export const writeDefinition: ToolDefinition<WriteInput> = {
 export async function writeTool(input: WriteInput, ctx: ToolContext): Promise<ToolOutput> {
   ctx.signal?.throwIfAborted();
   const { path, title, canonical, patterns } = await resolveToolPath(ctx, "filePath", input.filePath);
-  return withFileLock(canonical, async () => {
-    ctx.signal?.throwIfAborted();
-    const before = await readForEdit("filePath", path).catch(() => undefined);
-    const diff = createTwoFilesPatch(title, title, before ?? "", input.content);
-    await ctx.ask?.({ permission: "write", patterns, metadata: { filePath: path, diff } });
-    ctx.signal?.throwIfAborted();
-    const { existed } = await writeConfined("filePath", path, input.content);
-    return { title, output: "Wrote file successfully.", metadata: { filePath: path, exists: existed, diff } };
-  });
+  return withFileLock(
+    canonical,
+    async () => {
+      const before = await readForDiff(path);
+      const diff = createTwoFilesPatch(title, title, before ?? "", input.content);
+      await ctx.ask?.({ permission: "write", patterns, metadata: { filePath: path, diff } });
+      ctx.signal?.throwIfAborted();
+      const { existed } = await writeConfined("filePath", path, input.content);
+      return { title, output: "Wrote file successfully.", metadata: { filePath: path, exists: existed, diff } };
+    },
+    ctx.signal,
+  );
 }

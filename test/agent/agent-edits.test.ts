@@ -519,6 +519,10 @@ describe("a revert inside a turn", () => {
     );
     expect(messages[1]!.message!.kind.value!.id).toBe(turn.answers[0]);
     await expect(stat(path.join(dir, "m2.txt"))).rejects.toThrow(/ENOENT/);
+    // The cut turn's summary no longer speaks of the removed steps (their answer, m2.txt).
+    expect(messages[0]!.message).toMatchObject({
+      kind: { case: "user", value: { summary: { title: "write two files", body: "", diffs: [] } } },
+    });
   });
 
   it("at the turn's first step: the question stays as context (no_reply, message_updated) and is not answered again", async () => {

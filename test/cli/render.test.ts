@@ -1,6 +1,6 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampNow } from "@bufbuild/protobuf/wkt";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished, vi } from "vitest";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import type { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
 import type { PartSchema } from "../../gen/ledger/v1/part_pb.js";
@@ -75,6 +75,10 @@ describe("PromptRenderer", () => {
   });
 
   it("prints the session line, text once (deltas or snapshots, in either order), tool lines and the summary", () => {
+    // The retry's wait is rendered against the clock: frozen, so it reads 1.5s however slow the run.
+    const now = Date.now();
+    const clock = vi.spyOn(Date, "now").mockReturnValue(now);
+    onTestFinished(() => clock.mockRestore());
     const { out, err, outcome } = render([
       event({ case: "messageUpdated", value: { message: { kind: { case: "user", value: { id: USER, sessionId: SES } } } } }),
       part("prt_u1", USER, { case: "text", value: { text: "what is in notes.txt?" } }),
@@ -112,7 +116,7 @@ describe("PromptRenderer", () => {
       assistant(A1, { input: 100n, output: 10n, cost: 0.001 }),
       event({
         case: "sessionStatus",
-        value: { status: { case: "retry", value: { attempt: 1, message: "Rate limit", next: timestampFromMs(Date.now() + 1500) } } },
+        value: { status: { case: "retry", value: { attempt: 1, message: "Rate limit", next: timestampFromMs(now + 1500) } } },
       }),
       assistant(A2),
       part("prt_x", A2, { case: "text", value: { text: "" } }),

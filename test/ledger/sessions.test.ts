@@ -279,6 +279,12 @@ describe("ForkSession", () => {
       await t.client.forkSession({ sessionId: (await t.client.createSession({ directory: t.dir, title: accented })).session!.id })
     ).session!.title;
     expect(cut).toBe(`${"e\u0301".repeat(508)} (fork)`);
+    // One cluster longer than the room (a letter with 1,023 combining marks): cut by code points.
+    const stacked = `e${"\u0301".repeat(1023)}`;
+    const zalgo = (
+      await t.client.forkSession({ sessionId: (await t.client.createSession({ directory: t.dir, title: stacked })).session!.id })
+    ).session!.title;
+    expect(zalgo).toBe(`${Array.from(stacked).slice(0, 1017).join("")} (fork)`);
   });
 
   it("is one transaction: a copy that fails leaves no fork behind, and the next fork works", async () => {

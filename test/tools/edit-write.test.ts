@@ -1,6 +1,8 @@
+import { execFileSync } from "node:child_process";
 import { mkdir, readFile, symlink } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { writeConfined } from "../../src/files/write-file.js";
 import { editTool } from "../../src/tools/edit.js";
 import { decide, type Rule } from "../../src/tools/permission.js";
 import type { ToolAsk, ToolContext } from "../../src/tools/tool-context.js";
@@ -59,6 +61,31 @@ describe("edit and write on one file in one step", () => {
     expect(await readFile(path, "utf8")).toBe("ALPHA\nBETA\n");
   });
 
+  it("a call waiting for the file's lock gives up at once on abort; the calls after it keep their order", async () => {
+    const path = await t.write("queue.txt", "a\nb\nc\n");
+    const { ctx, asks } = askingContext();
+    const holder = editTool({ filePath: "queue.txt", oldString: "a", newString: "A" }, ctx);
+    await asked(asks, 1);
+    const controller = new AbortController();
+    const waiting = editTool({ filePath: "queue.txt", oldString: "b", newString: "B" }, { ...ctx, signal: controller.signal });
+    const after = editTool({ filePath: "queue.txt", oldString: "c", newString: "C" }, ctx);
+    const settled = waiting.then(
+      () => "resolved",
+      (error: unknown) => (error instanceof Error ? error.message : String(error)),
+    );
+    controller.abort(new Error("the session was aborted"));
+    // Rejected while the holder still waits for its answer, without asking anything.
+    expect(await settled).toBe("the session was aborted");
+    expect(asks).toHaveLength(1);
+    asks[0]!.allow();
+    await holder;
+    await asked(asks, 2);
+    expect(asks[1]!.request.metadata).toMatchObject({ diff: expect.stringContaining("+C") });
+    asks[1]!.allow();
+    await after;
+    expect(await readFile(path, "utf8")).toBe("A\nb\nC\n");
+  });
+
   it("two writes creating one new file at once both succeed; the file holds the later one's content", async () => {
     const results = await Promise.all([
       writeTool({ filePath: "new/one.txt", content: "first\n" }, t.ctx),
@@ -104,6 +131,39 @@ describe("permission patterns through a symlink", () => {
   });
 });
 
+describe("writeConfined", () => {
+  it("two writers creating one name at once (no lock): both succeed, the second overwrites and says the file existed", async () => {
+    const path = join(t.session, "racy", "new.txt");
+    const results = await Promise.all([writeConfined("filePath", path, "one\n"), writeConfined("filePath", path, "two\n")]);
+    expect(results.map((r) => r.existed).sort()).toEqual([false, true]);
+    expect(["one\n", "two\n"]).toContain(await readFile(path, "utf8"));
+  });
+
+  it("refuses a FIFO at the name without blocking", async () => {
+    const path = join(t.session, "pipe");
+    execFileSync("mkfifo", [path]);
+    await expect(writeConfined("filePath", path, "x")).rejects.toThrow("is not a regular file");
+  });
+});
+
+describe("the write tool's permission diff", () => {
+  it("shows a replaced binary file as a note, never as a new file", async () => {
+    await t.write("old.bin", Buffer.from([0, 1, 2, 3, 0]));
+    await t.write("text.dat", "hello\n");
+    const { ctx, asks } = askingContext();
+    const binary = writeTool({ filePath: "old.bin", content: "new\n" }, ctx);
+    await asked(asks, 1);
+    expect(asks[0]!.request.metadata?.diff).toContain("-(a binary or non-UTF-8 file of 5 bytes)\n+new");
+    asks[0]!.allow();
+    expect((await binary).metadata?.exists).toBe(true);
+    const text = writeTool({ filePath: "text.dat", content: "bye\n" }, ctx);
+    await asked(asks, 2);
+    expect(asks[1]!.request.metadata?.diff).toContain("-hello\n+bye");
+    asks[1]!.allow();
+    await text;
+  });
+});
+
 describe("edit refuses what it would corrupt", () => {
   it("a binary file and a windows-1252 file are refused and left byte for byte; a UTF-8 BOM is kept", async () => {
     const binary = Buffer.from([0x41, 0x00, 0x01, 0x02, 0x41, 0x00, 0xff, 0xfe, 0x41]);
@@ -112,6 +172,15 @@ describe("edit refuses what it would corrupt", () => {
       `Cannot edit binary file: ${bin}`,
     );
     expect(await readFile(bin)).toEqual(binary);
+
+    // By content, whatever the name: NUL bytes in a .txt are refused, a text model.obj is edited.
+    const nul = await t.write("nul.txt", Buffer.from("A\0B\0", "latin1"));
+    await expect(editTool({ filePath: "nul.txt", oldString: "A", newString: "B" }, t.ctx)).rejects.toThrow(
+      `Cannot edit binary file: ${nul}`,
+    );
+    const obj = await t.write("model.obj", "v 0 0 0\n");
+    await editTool({ filePath: "model.obj", oldString: "v 0", newString: "v 1" }, t.ctx);
+    expect(await readFile(obj, "utf8")).toBe("v 1 0 0\n");
 
     const latin = Buffer.from("caf\xe9 hello\n", "latin1");
     const lat = await t.write("latin1.txt", latin);
