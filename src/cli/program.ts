@@ -14,7 +14,7 @@ import { processIo, type CliIo } from "./io.js";
 import { listResources, listServers, parseResourceOption } from "./mcp.js";
 import { answerWhileRunning } from "./permissions.js";
 import { formatDiff, formatMessage, formatSession, formatTodos, shellOutput, terminalSafe } from "./print.js";
-import { checkFiles, runPrompt, type PromptOptions } from "./prompt.js";
+import { abort, checkFiles, onInterrupt, runPrompt, type PromptOptions } from "./prompt.js";
 import type { ServeOptions } from "./serve.js";
 import {
   pendingPermissions,
@@ -222,24 +222,33 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .option("--agent <name>", "agent whose bash permission applies", "build")
     .option("--json", "print the assistant message as one line of JSON")
     .option("--yes", "allow a permission request once without asking (otherwise asked on a terminal, rejected elsewhere)")
-    .addHelpText("after", "\nPrints the command's output; the exit code is the command's (1 when the call failed).")
+    .addHelpText(
+      "after",
+      `\nPrints the command's output; the exit code is the command's (1 when the call failed). Ctrl-C aborts the command and waits for it to end (exit ${EXIT_ABORTED}); a second Ctrl-C quits at once.`,
+    )
     .action(async (sessionId: string, command: string, opts: ClientOptions & { json?: boolean; agent: string; yes?: boolean }) => {
       exitCode = await withClient(opts, io, async (client) => {
         // The agent's bash rules may ask: answer like `ledger prompt` while the command runs.
         const watching = new AbortController();
+        // Ctrl-C aborts the command (the Abort RPC kills its process group) and waits for its end,
+        // as `ledger prompt` does; a second one exits at once.
+        let interrupted = false;
+        const say = (text: string) => void io.stderr.write(terminalSafe(text));
+        const interrupt = onInterrupt(io, () => {
+          interrupted = true;
+          void abort(client, sessionId, say);
+        });
         const policy = {
           yes: opts.yes === true,
           interactive: process.stdin.isTTY === true && io.stderr.isTTY === true,
           command: "shell" as const,
+          onInterrupt: interrupt.interrupt,
         };
-        const answering = answerWhileRunning(
-          client,
-          sessionId,
-          policy,
-          watching.signal,
-          (text) => void io.stderr.write(terminalSafe(text)),
-        );
-        const { message } = await client.shell({ sessionId, agent: opts.agent, command }).finally(() => watching.abort());
+        const answering = answerWhileRunning(client, sessionId, policy, watching.signal, say);
+        const { message } = await client.shell({ sessionId, agent: opts.agent, command }).finally(() => {
+          watching.abort();
+          interrupt.dispose();
+        });
         await answering;
         if (opts.json) {
           print(toJsonString(MessageWithPartsSchema, message!));
@@ -252,11 +261,12 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
           const { output, notes } = shellOutput(state.value.output, state.value.metadata);
           if (output) io.stdout.write(terminalSafe(output.endsWith("\n") ? output : `${output}\n`));
           for (const note of notes) io.stderr.write(terminalSafe(`note: ${note}\n`));
+          if (interrupted) return EXIT_ABORTED;
           const exit = state.value.metadata?.exit;
           return typeof exit === "number" ? exit : 1;
         }
         io.stderr.write(terminalSafe(`error: ${state?.case === "error" ? state.value.error : "the command did not run"}\n`));
-        return 1;
+        return interrupted ? EXIT_ABORTED : 1;
       });
     });
 

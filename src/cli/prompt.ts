@@ -176,8 +176,11 @@ async function streamPrompt(
   return gaveUp && outcome.exitCode === EXIT_FAILED ? EXIT_ABORTED : outcome.exitCode;
 }
 
-/** Sends Abort for the session, reporting through `say` (stderr). Resolves whether a loop was aborted (false on failure). */
-async function abort(client: Ledger, sessionId: string, say: (text: string) => void): Promise<boolean> {
+/**
+ * Sends Abort for the session (`ledger prompt` and `ledger shell` at Ctrl-C), reporting through
+ * `say` (stderr). Resolves whether a loop or command was aborted (false on failure, reported).
+ */
+export async function abort(client: Ledger, sessionId: string, say: (text: string) => void): Promise<boolean> {
   say("interrupted: aborting the run (press Ctrl-C again to quit now)\n");
   try {
     const res = await client.abort({ sessionId });
@@ -193,8 +196,9 @@ async function abort(client: Ledger, sessionId: string, say: (text: string) => v
  * Handles SIGINT while a run is going: the first calls `first`, the second exits with
  * {@link EXIT_ABORTED}. `interrupt()` does the same for a Ctrl-C that readline took while a
  * permission question was open (the terminal is in raw mode then: no signal is raised).
+ * `dispose()` stops listening.
  */
-function onInterrupt(io: CliIo, first: () => void): { dispose(): void; interrupt(): void } {
+export function onInterrupt(io: CliIo, first: () => void): { dispose(): void; interrupt(): void } {
   let count = 0;
   const interrupt = () => {
     if (++count > 1) return io.exit(EXIT_ABORTED);

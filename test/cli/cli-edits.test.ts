@@ -1,9 +1,10 @@
-import { spawn } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { mkdir, readFile, stat } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { FakeOpenAI, ScriptedReply } from "../support/openai-server.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
+import { waitFor } from "../support/wait.js";
 
 // The CLI side of agent edits (issue 15) against a running server (--url): permission requests
 // without a terminal (rejected with a note, or allowed once with --yes), `ledger diff`, `ledger shell`.
@@ -85,6 +86,42 @@ describe("ledger prompt, diff and shell with permission asks", () => {
     CLI_TIMEOUT,
   );
 });
+
+describe("ledger shell and Ctrl-C", () => {
+  it(
+    "aborts the command (no process of it is left), prints what it wrote and exits 130",
+    async () => {
+      const dir = path.join(t.dir, "shell-interrupt");
+      await mkdir(dir);
+      const sessionId = (await t.client.createSession({ directory: dir })).session!.id;
+      const marker = `ledger-shell-sigint-${Date.now()}`;
+      const child = spawn(process.execPath, [BIN, "shell", sessionId, `echo started; sleep 61 # ${marker}`, "--url", t.ledger.url], {
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.setEncoding("utf8").on("data", (c: string) => (stdout += c));
+      child.stderr.setEncoding("utf8").on("data", (c: string) => (stderr += c));
+      const closed = new Promise<number | null>((resolve) => child.once("close", resolve));
+      // Two: this CLI (its arguments hold the marker) and the server's /bin/sh running the command.
+      await waitFor("the command to run", async () => (await pgrep(marker)).length >= 2);
+      child.kill("SIGINT");
+      expect(await closed, stderr).toBe(130);
+      expect(stderr).toContain("interrupted: aborting the run");
+      expect(stdout).toContain("started\n");
+      expect(await pgrep(marker)).toEqual([]);
+      expect((await t.client.getStatus({})).statuses[sessionId]).toBeUndefined();
+    },
+    CLI_TIMEOUT,
+  );
+});
+
+/** Pids of processes whose command line holds `marker` (this test process excluded). */
+function pgrep(marker: string): Promise<string[]> {
+  return new Promise((resolve) =>
+    execFile("pgrep", ["-f", marker], (_error, out) => resolve(out.split("\n").filter((l) => l.trim() && Number(l) !== process.pid))),
+  );
+}
 
 describe("stored text on a terminal", () => {
   it(
