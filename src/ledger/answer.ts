@@ -38,6 +38,18 @@ export async function isAnswered(deps: Pick<LedgerDeps, "db">, sessionId: string
   return answer?.case === "assistant" && endsAnswer(answer.value);
 }
 
+/**
+ * True for the first event of the loop's work on another prompt after the answer to `userId`:
+ * the `message_updated` of an assistant message answering another user message (the first step
+ * of a prompt queued behind it). A compaction the turn set off (its summary, `summary` set) is
+ * still this prompt's work, as is the summary written on its user message.
+ */
+function beginsOtherWork(event: SessionEvent, userId: string): boolean {
+  if (event.kind.case !== "messageUpdated") return false;
+  const message = event.kind.value.message?.kind;
+  return message?.case === "assistant" && message.value.parentId !== userId && !message.value.summary;
+}
+
 /** True for the `message_updated` of a completed assistant message that ends the answer to `userId`. */
 export function isFinalAnswer(event: SessionEvent, userId: string): boolean {
   if (event.kind.case !== "messageUpdated") return false;
@@ -85,7 +97,10 @@ export async function startAnswer(
 }
 
 /**
- * Follows the session from `after` until the final answer to `userId` and the next `idle`.
+ * Follows the session from `after` until the final answer to `userId` and the next `idle`, or,
+ * when the loop goes on to answer a prompt queued behind it, until the first event of that answer
+ * (not yielded): the caller waits for its own answer (and a compaction it set off), not for the
+ * prompts queued after it.
  * `ran` resolves when this process's loop run ended: if the message is still unanswered then
  * (e.g. aborted before its first step), nothing will answer it and this throws
  * `PreconditionError` NOT_ANSWERED. When `signal` fires first (deadline, client gone), throws
@@ -124,6 +139,7 @@ export async function* untilAnswered(
   let last = after;
   try {
     for await (const event of followSession(deps, sessionId, after, feedSignal, { caps })) {
+      if (answered && beginsOtherWork(event, userId)) return;
       yield event;
       // A live part_delta carries the seq of the snapshot it extends, which may be behind the cursor.
       if (event.seq > last) last = event.seq;
@@ -136,7 +152,8 @@ export async function* untilAnswered(
   } finally {
     clearTimeout(grace);
   }
-  if (signal?.aborted) throw runContinues(sessionId, userId, last, signal.reason);
+  // Answered: the call has what it waited for, whatever came of the wait for `idle`.
+  if (signal?.aborted && !answered) throw runContinues(sessionId, userId, last, signal.reason);
   if (!answered && stop.signal.aborted) {
     if (notStarted) {
       // The run's error is shared by every prompt waiting on it: each gets its own, naming its message.

@@ -42,7 +42,8 @@ export async function prompt(
  * The `PromptStream` RPC: stores the prompt and yields the events of its transaction (the user
  * message and each part, with their `seq`) first, then every event of the run as it happens
  * (`session_status`, `message_updated`, `part_updated`, `part_delta`...), ending after the final
- * assistant message answering it and the `idle` status. A client that goes away (`signal`)
+ * assistant message answering it and the `idle` status, or before the first event of the loop's
+ * next work when prompts are queued behind it (see `untilAnswered`). A client that goes away (`signal`)
  * stops only its stream, never the run; it re-attaches with `WatchSession(after_seq)`. On a
  * replayed `message_id` it yields the original events and ends if the message was answered.
  * Ends after a `session_deleted` event when the session is deleted before the answer is complete.

@@ -138,6 +138,55 @@ describe("a client deadline while the prompt is prepared, before it is stored", 
   );
 });
 
+describe("a prompt queued behind another", () => {
+  const idOf = (res: { message?: { message?: { kind: { value?: { id: string } } } } }) => res.message!.message!.kind.value!.id;
+  const parentOf = (e: SessionEvent) =>
+    e.kind.case === "messageUpdated" && e.kind.value.message?.kind.case === "assistant"
+      ? e.kind.value.message.kind.value.parentId
+      : undefined;
+
+  it("Prompt and PromptStream end with their own answer, not when the prompts queued after them are answered (a trial, 2026-12-04)", async () => {
+    const sessionId = await newSession();
+    // A runs 1.2 s; B and D answer at once; C never ends until aborted.
+    t.fake.push(SLOW, { kind: "stream", chunks: [{ text: "B done" }] }, { kind: "stream", chunks: [{ text: "C starts" }, { hang: true }] });
+    await t.client.promptAsync({ sessionId, parts: [text("A")] });
+    const b = t.client.prompt({ sessionId, parts: [text("B")] });
+    await waitFor("B to be stored", async () => (await t.client.listMessages({ sessionId })).messages.length >= 2);
+    const c = await t.client.promptAsync({ sessionId, parts: [text("C")] });
+    const answer = await b;
+    expect(answer.message?.parts.flatMap((p) => (p.kind.case === "text" ? [p.kind.value.text] : []))).toEqual(["B done"]);
+    // C still runs (it never ends until aborted): B's call did not wait for it.
+    expect((await t.client.getStatus({})).statuses[sessionId]).toBeDefined();
+    await stopRun(sessionId);
+
+    // The same with PromptStream: its events end with its answer, none of E's run is in it.
+    t.fake.push(SLOW, { kind: "stream", chunks: [{ text: "D done" }] }, { kind: "stream", chunks: [{ text: "E starts" }, { hang: true }] });
+    await t.client.promptAsync({ sessionId, parts: [text("first")] });
+    const events: SessionEvent[] = [];
+    const stream = (async () => {
+      for await (const res of t.client.promptStream({ sessionId, parts: [text("D")] })) events.push(res.event!);
+    })();
+    await waitFor("D to be stored", async () => events.some((e) => e.kind.case === "prompted"));
+    const e = await t.client.promptAsync({ sessionId, parts: [text("E")] });
+    await stream;
+    const d = events.find((ev) => ev.kind.case === "prompted")!;
+    const dId = d.kind.case === "prompted" ? d.kind.value.messageId : "";
+    const parents = new Set(events.map(parentOf).filter((p) => p !== undefined));
+    expect([...parents]).toContain(dId);
+    expect(parents.has(idOf(e))).toBe(false);
+    expect(events.at(-1)!.kind.case).not.toBe("partDelta");
+    await stopRun(sessionId);
+    void c;
+  });
+
+  /** Aborts the session's run, waits for idle, and drops a scripted reply the abort left unused. */
+  async function stopRun(sessionId: string): Promise<void> {
+    await t.client.abort({ sessionId });
+    await waitFor("idle", async () => (await t.client.getStatus({})).statuses[sessionId] === undefined);
+    t.fake.reset();
+  }
+});
+
 describe("a client deadline while waiting for the model", () => {
   it("Prompt (connect-timeout-ms): DEADLINE_EXCEEDED with ErrorInfo.metadata.message_id, not a half-finished answer; the run completes and WatchSession follows it", async () => {
     const sessionId = await newSession();
