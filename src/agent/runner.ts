@@ -203,8 +203,13 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         done: new Promise<void>((resolve) => (settle = resolve)),
       };
       running.set(sessionId, entry);
-      // Watched while it runs, like a loop: the NATS relay then delivers this session's abort requests here.
-      const unsubscribe = deps.bus.subscribe(sessionId, () => {});
+      // Watched while it runs, like a loop: the NATS relay then delivers this session's abort
+      // requests here, and a deletion (here or on another replica) aborts it as it aborts a loop.
+      const unsubscribe = deps.bus.subscribe(sessionId, (item) => {
+        if (!isDeletion(item)) return;
+        entry.deleted = true;
+        entry.controller.abort();
+      });
       try {
         await recoverSession(deps, sessionId);
         return await fn(entry.controller.signal);

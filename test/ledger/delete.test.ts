@@ -1,3 +1,4 @@
+import { execFile } from "node:child_process";
 import { Code } from "@connectrpc/connect";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
@@ -98,6 +99,22 @@ describe("DeleteSession while the loop runs in this process", () => {
     expect(errors).toEqual([]);
   });
 
+  it("a running Shell is aborted like a loop: its command is killed and the call answers NOT_FOUND at once (a trial, 2026-12-04: it ran to its end)", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const marker = `ledger-delete-shell-${Date.now()}`;
+    const started = Date.now();
+    const shell = code(t.client.shell({ sessionId, agent: "build", command: `sleep 30 # ${marker}` }));
+    await waitFor("the command to run", async () => (await pgrep(marker)).length > 0);
+    await t.client.deleteSession({ sessionId });
+    expect(await shell).toBe(Code.NotFound);
+    expect(Date.now() - started).toBeLessThan(10_000);
+    await waitFor("the command's processes to be gone", async () => (await pgrep(marker)).length === 0, 5000);
+    await waitFor("the run to stop", () => !t.ledger.deps.replier!.isRunning(sessionId));
+    for (const table of ["session", "message", "part", "session_event"] as const) expect(await rowsOf(table, sessionId), table).toEqual([]);
+    await sleep(200);
+    expect(errors).toEqual([]);
+  });
+
   it("deleting a parent stops its subagent's loop and ends the child's watchers too", async () => {
     const parentId = (await t.client.createSession({ directory: t.dir })).session!.id;
     const before = t.fake.requests.length;
@@ -179,3 +196,10 @@ describe("DeleteSession while the loop runs in this process", () => {
     expect(events.map((e) => e.kind.case)).toEqual(["sessionDeleted"]);
   });
 });
+
+/** Pids of processes whose command line holds `marker` (this test process excluded). */
+function pgrep(marker: string): Promise<string[]> {
+  return new Promise((resolve) =>
+    execFile("pgrep", ["-f", marker], (_error, out) => resolve(out.split("\n").filter((l) => l.trim() && Number(l) !== process.pid))),
+  );
+}
