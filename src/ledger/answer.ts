@@ -204,3 +204,41 @@ function runContinues(sessionId: string, userId: string, lastSeq: bigint, reason
 
 /** After this process's run ends, how long (ms) its last events get to reach a reader. */
 const RUN_END_GRACE_MS = 200;
+
+/**
+ * Waits for `work` (a Shell command, a Summarize run) for a call that can stop waiting: when
+ * `signal` fires first (the client's deadline, a cancel), throws `StoppedWaitingError`
+ * RUN_CONTINUES (DEADLINE_EXCEEDED on a deadline, as for a prompt) saying `what` goes on and how
+ * to follow it: `WatchSession(session_id, after_seq = afterSeq)`, metadata `session_id` and
+ * `after_seq`. The work itself is not stopped (`Abort` does that), and its later failure is not
+ * reported to anyone but its own events.
+ *
+ * @param afterSeq - the session's last seq before the work started: its events come after it.
+ */
+export async function untilDone<T>(
+  work: Promise<T>,
+  signal: AbortSignal | undefined,
+  what: { sessionId: string; afterSeq: bigint; name: string },
+): Promise<T> {
+  if (!signal) return work;
+  work.catch(() => {});
+  let stop!: () => void;
+  const stopped = new Promise<never>((_, reject) => {
+    stop = () =>
+      reject(
+        new StoppedWaitingError(
+          "RUN_CONTINUES",
+          `the call ended before the ${what.name} finished (its deadline passed or it was cancelled); it goes on (Abort stops it): follow it with WatchSession(session_id=${what.sessionId}, after_seq=${what.afterSeq}) or read the result later with ListMessages`,
+          { session_id: what.sessionId, after_seq: String(what.afterSeq) },
+          { cause: signal.reason },
+        ),
+      );
+    if (signal.aborted) stop();
+    else signal.addEventListener("abort", stop, { once: true });
+  });
+  try {
+    return await Promise.race([work, stopped]);
+  } finally {
+    signal.removeEventListener("abort", stop);
+  }
+}

@@ -22,6 +22,8 @@ import { sessionLedger } from "./session-ledger.js";
 import { getSession } from "./sessions.js";
 import { applyRevert } from "./revert.js";
 import { writeSession } from "./writer.js";
+import { getSessionRow } from "../storage/session-store.js";
+import { untilDone } from "./answer.js";
 import { checkCommandsAllowed, checkSessionStillAllowed } from "./access.js";
 import { isBlank } from "./blank.js";
 
@@ -47,9 +49,11 @@ const OUTPUT_INTERVAL_MS = 100;
  *   `session_id`) for a session outside `session_directories`, PreconditionError SESSION_DIRECTORY_MISSING
  *   (FAILED_PRECONDITION) when its directory no longer exists (`checkSessionStillAllowed`); AgentNotFoundError (NOT_FOUND, field `agent`);
  *   SessionBusyError (FAILED_PRECONDITION) while a loop runs the session;
- *   PreconditionError NO_RUNNER when the server has no runner.
+ *   PreconditionError NO_RUNNER when the server has no runner; StoppedWaitingError RUN_CONTINUES
+ *   (DEADLINE_EXCEEDED on the client's deadline, CANCELED on a cancel) when `signal` fires before
+ *   the command ends: the command goes on (`untilDone`).
  */
-export async function runShell(deps: LedgerDeps, request: ShellRequest): Promise<MessageWithParts> {
+export async function runShell(deps: LedgerDeps, request: ShellRequest, signal?: AbortSignal): Promise<MessageWithParts> {
   // No shell command holds a NUL (the command line is a C string): refused before anything is stored.
   if (request.command.includes("\0"))
     throw new InvalidArgumentError("command", "contains a NUL character (U+0000), which no shell command can hold");
@@ -64,7 +68,8 @@ export async function runShell(deps: LedgerDeps, request: ShellRequest): Promise
   const model: ModelRef | undefined =
     request.model ?? session.model ?? (deps.config.model && { $typeName: "ledger.v1.ModelRef", ...deps.config.model });
   const sessionId = session.id;
-  return replier.exclusive(sessionId, async (signal) => {
+  const afterSeq = BigInt((await getSessionRow(deps.db, sessionId))?.last_seq ?? 0);
+  const work = replier.exclusive(sessionId, async (signal) => {
     const ledger = sessionLedger(deps, sessionId);
     // A pending revert is carried out first, as a prompt does (OpenCode `shell` calls
     // `SessionRevert.cleanup`): the command's messages must not land past the revert point.
@@ -192,6 +197,7 @@ export async function runShell(deps: LedgerDeps, request: ShellRequest): Promise
       await ledger.setStatus({ case: "idle", value: {} });
     }
   });
+  return untilDone(work, signal, { sessionId, afterSeq, name: "shell command" });
 }
 
 /**

@@ -6,6 +6,8 @@ import { PreconditionError } from "../errors.js";
 import type { LedgerDeps } from "./deps.js";
 import { resolveAgent, resolveModel } from "./selection.js";
 import { getSession } from "./sessions.js";
+import { getSessionRow } from "../storage/session-store.js";
+import { untilDone } from "./answer.js";
 
 /**
  * The `Summarize` RPC (OpenCode `session.summarize` → `SessionCompaction.create`): compacts the
@@ -19,9 +21,11 @@ import { getSession } from "./sessions.js";
  * @throws SessionNotFoundError (NOT_FOUND); AgentNotFoundError (NOT_FOUND) when the session's
  *   agent is no longer configured; InvalidArgumentError (INVALID_ARGUMENT) for a malformed
  *   `model`; SessionBusyError (FAILED_PRECONDITION, SESSION_BUSY) while a loop or Shell runs the
- *   session on any replica; PreconditionError NO_MODEL_PROVIDER when no model provider is configured.
+ *   session on any replica; PreconditionError NO_MODEL_PROVIDER when no model provider is configured;
+ *   StoppedWaitingError RUN_CONTINUES (DEADLINE_EXCEEDED on the client's deadline) when `signal`
+ *   fires before the summary is written: it goes on (`untilDone`).
  */
-export async function summarizeSession(deps: LedgerDeps, request: SummarizeRequest): Promise<MessageWithParts> {
+export async function summarizeSession(deps: LedgerDeps, request: SummarizeRequest, signal?: AbortSignal): Promise<MessageWithParts> {
   const session = await getSession(deps, request.sessionId);
   const agent = resolveAgent(deps.config, undefined, session.agent);
   const model = resolveModel(deps.config, agent, request.model, session.model);
@@ -34,5 +38,7 @@ export async function summarizeSession(deps: LedgerDeps, request: SummarizeReque
         session_id: session.id,
       },
     );
-  return replier.summarize(session.id, { model: create(ModelRefSchema, model), agent: agent.name });
+  const afterSeq = BigInt((await getSessionRow(deps.db, session.id))?.last_seq ?? 0);
+  const work = replier.summarize(session.id, { model: create(ModelRefSchema, model), agent: agent.name });
+  return untilDone(work, signal, { sessionId: session.id, afterSeq, name: "summary" });
 }

@@ -130,14 +130,14 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
     async getDiff(req) {
       return { diffs: await getDiff(deps, req.sessionId, req.messageId) };
     },
-    async shell(req) {
-      return { message: await runShell(deps, req) };
+    async shell(req, ctx) {
+      return { message: await runShell(deps, req, ctx.signal) };
     },
     async getTodo(req) {
       return { todos: await getTodos(deps, req.sessionId) };
     },
-    async summarize(req) {
-      return { message: await summarizeSession(deps, req) };
+    async summarize(req, ctx) {
+      return { message: await summarizeSession(deps, req, ctx.signal) };
     },
     async listMcpServers(req, ctx) {
       const servers = await listMcpServers(deps, ctx.values.get(principalKey), { connect: req.connect }, ctx.signal);

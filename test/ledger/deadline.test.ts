@@ -138,6 +138,48 @@ describe("a client deadline while the prompt is prepared, before it is stored", 
   );
 });
 
+describe("a client deadline on Shell and Summarize", () => {
+  /** Checks a RUN_CONTINUES deadline error of Shell or Summarize and returns its after_seq. */
+  function goesOn(status: number, error: ConnectError, sessionId: string, name: string): bigint {
+    expect(status).toBe(504);
+    expect(error.code).toBe(Code.DeadlineExceeded);
+    const [info] = error.findDetails(ErrorInfoSchema);
+    expect(info?.reason).toBe("RUN_CONTINUES");
+    expect(info?.metadata.session_id).toBe(sessionId);
+    expect(error.rawMessage).toContain(`the call ended before the ${name} finished (its deadline passed or it was cancelled); it goes on`);
+    return BigInt(info!.metadata.after_seq!);
+  }
+
+  it("Shell: DEADLINE_EXCEEDED (RUN_CONTINUES) instead of a late success; the command finishes and its events follow after_seq (a trial, 2026-12-04)", async () => {
+    const sessionId = await newSession();
+    const { status, error } = await rawUnary("Shell", { sessionId, agent: "build", command: "sleep 1; echo done" }, 300);
+    const afterSeq = goesOn(status, error, sessionId, "shell command");
+    const done = await waitFor("the command to finish", async () => {
+      const last = (await t.client.listMessages({ sessionId })).messages.at(-1);
+      const tool = last?.parts[0]?.kind;
+      return tool?.case === "tool" && tool.value.state?.status.case === "completed" ? tool.value.state.status.value : undefined;
+    });
+    expect(done.output).toContain("done");
+    const events: SessionEvent[] = [];
+    for await (const res of t.client.watchSession({ sessionId, afterSeq })) {
+      events.push(res.event!);
+      if (res.event!.kind.case === "sessionStatus" && res.event!.kind.value.status.case === "idle") break;
+    }
+    expect(events[0]!.seq).toBe(afterSeq + 1n);
+    expect(events.filter((e) => e.kind.case === "messageUpdated").length).toBeGreaterThanOrEqual(2);
+  });
+
+  it("Summarize: DEADLINE_EXCEEDED (RUN_CONTINUES); the summary is still written", async () => {
+    const sessionId = await newSession();
+    t.fake.push({ kind: "stream", chunks: [{ text: "hi" }] });
+    await t.client.prompt({ sessionId, parts: [text("hello")] });
+    t.fake.push(SLOW);
+    const { status, error } = await rawUnary("Summarize", { sessionId }, 300);
+    goesOn(status, error, sessionId, "summary");
+    expect(await finalText(sessionId)).toBe("one two three four five six");
+  });
+});
+
 describe("a prompt queued behind another", () => {
   const idOf = (res: { message?: { message?: { kind: { value?: { id: string } } } } }) => res.message!.message!.kind.value!.id;
   const parentOf = (e: SessionEvent) =>
