@@ -378,12 +378,13 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
 One line per event: "#SEQ  KIND  what it holds" (a message's header, a part's line as "ledger
 messages" prints it, a status, an error, ...); text deltas are not shown (the part's next
 snapshot is). Ends when the session is deleted, or at Ctrl-C. Without --url a server of the
-command's own replays the stored events, and nothing new can happen there: pass the --url of
-the "ledger serve" that runs the session's prompts to follow them.`,
+command's own replays the stored events and the command ends after the last one (nothing new
+can happen there): pass the --url of the "ledger serve" that runs the session's prompts to
+follow them live.`,
     )
     .action(async (sessionId: string, opts: ClientOptions & { after?: bigint; json?: boolean }) => {
       const { runWatch } = await import("./watch.js");
-      exitCode = await reading(opts, (client) => runWatch(client, sessionId, opts, io, print));
+      exitCode = await reading(opts, (client) => runWatch(client, sessionId, { ...opts, storedOnly: !opts.url }, io, print));
     });
 
   clientCommand(program, "fork")

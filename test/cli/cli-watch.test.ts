@@ -3,6 +3,9 @@
  * events after --after, follows live ones, and ends when the session is deleted or at Ctrl-C;
  * fork copies a session, whole or before a message. A trial (2026-12-03) found neither command.
  */
+import { mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli, startCli } from "../support/cli.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
@@ -93,6 +96,30 @@ describe("ledger watch", () => {
         .split("\n")
         .map((line) => (JSON.parse(line) as { seq: string }).seq),
     ).toEqual(seqs.slice(seqs.indexOf(middle) + 1));
+  });
+
+  it("without --url: the stored events, then exit 0 (nothing new can happen; a trial, 2026-12-04: it waited forever holding the database)", async () => {
+    const db = path.join(await mkdtemp(path.join(os.tmpdir(), "ledger-watch-db-")), "db");
+    try {
+      const local = (...args: string[]) => runCli([...args, "--db", db], { cwd: t.dir, env });
+      const stored = await local("prompt", "--no-reply", "kept");
+      expect(stored.code, stored.stderr).toBe(0);
+      const sessionId = /^session (ses_\w+)$/m.exec(stored.stdout)![1]!;
+      const run = await local("watch", sessionId, "--json");
+      expect(run).toMatchObject({ code: 0, stderr: "" });
+      const seqs = run.stdout
+        .trimEnd()
+        .split("\n")
+        .map((line) => Number((JSON.parse(line) as { seq: string }).seq));
+      expect(seqs).toEqual(seqs.map((_, i) => i + 1));
+      // From the last seq: nothing to print, exit 0; past it: the error, and no "go on" advice.
+      expect(await local("watch", sessionId, "--after", String(seqs.at(-1)))).toMatchObject({ code: 0, stdout: "", stderr: "" });
+      const ahead = await local("watch", sessionId, "--after", "999");
+      expect(ahead).toMatchObject({ code: 1, stdout: "" });
+      expect(ahead.stderr).toBe(`error: OutOfRange: --after 999 is ahead of the session's log (last seq ${seqs.at(-1)})\n`);
+    } finally {
+      await rm(path.dirname(db), { recursive: true, force: true });
+    }
   });
 
   it("an unknown session is NotFound; a bad --after is a usage error", async () => {
