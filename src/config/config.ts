@@ -182,6 +182,17 @@ export interface CommandConfig {
  */
 export const CONFIG_FILE_NAMES = ["ledger.json", "ledger.jsonc", "opencode.json", "opencode.jsonc"];
 
+/** The text of config file `file`; `ConfigError` naming it for a directory (EISDIR) or one that cannot be read (EACCES, ...). */
+function readConfigFile(file: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EISDIR") throw new ConfigError(`config file ${file} is a directory: give the path of a ledger.json file`);
+    throw new ConfigError(`config file ${file} cannot be read (${code ?? String(error)})`);
+  }
+}
+
 /**
  * Loads configuration: `explicitPath` (from `--config`), else `LEDGER_CONFIG`, else the first of
  * `CONFIG_FILE_NAMES` (ledger.json, ledger.jsonc, opencode.json, opencode.jsonc) in `cwd`, else
@@ -190,8 +201,8 @@ export const CONFIG_FILE_NAMES = ["ledger.json", "ledger.jsonc", "opencode.json"
  * in any string are replaced (`substituteVariables`). The OpenCode keys this service ignores
  * become one entry of `warnings`; an unknown key is an error, or with `lenient` (`--lenient-config`,
  * or `LEDGER_LENIENT_CONFIG=1`) a warning. Throws `ConfigError` naming the file and the offending
- * key when the file is missing (explicit path), not JSONC (naming the line and column), names an
- * unreadable `{file:}`, has an unknown key, or fails the schema.
+ * key when the file is missing (explicit path), is a directory or unreadable, not JSONC (naming
+ * the line and column), names an unreadable `{file:}`, has an unknown key, or fails the schema.
  */
 export function loadConfig(
   options: { explicitPath?: string; cwd?: string; env?: NodeJS.ProcessEnv; lenient?: boolean } = {},
@@ -204,7 +215,7 @@ export function loadConfig(
   let config: LedgerConfig | undefined;
   if (!file) config = buildConfig(configFileSchema.parse({}), undefined, cwd, env);
   else if (existsSync(file)) {
-    const read = readConfigText(readFileSync(file, "utf8"), file, { env, lenient });
+    const read = readConfigText(readConfigFile(file), file, { env, lenient });
     config = buildConfig(read.config, file, path.dirname(file), env);
     config.warnings = [...read.warnings, ...config.warnings];
   }

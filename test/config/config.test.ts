@@ -110,6 +110,20 @@ describe("parseConfigText", () => {
     expect(parseConfigText('{ "roots": ["a",], /* c */ }', "ledger.json").roots).toEqual(["a"]);
   });
 
+  it("a config path that is a directory is a ConfigError naming it, not a raw EISDIR (a trial, 2026-12-04)", async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), "ledger-config-dir-"));
+    try {
+      for (const options of [{ explicitPath: dir }, { env: { LEDGER_CONFIG: dir } }]) {
+        expect(() => loadConfig({ cwd: dir, env: {}, ...options })).toThrow(ConfigError);
+        expect(() => loadConfig({ cwd: dir, env: {}, ...options })).toThrow(
+          `config file ${dir} is a directory: give the path of a ledger.json file`,
+        );
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it("lineAndColumn counts lines and columns from 1", () => {
     expect(lineAndColumn("abc", 0)).toEqual({ line: 1, column: 1 });
     expect(lineAndColumn("ab\ncd\nef", 7)).toEqual({ line: 3, column: 2 });
