@@ -64,19 +64,29 @@ const UNREACHABLE = new Set(["ECONNREFUSED", "ENOTFOUND", "EHOSTUNREACH", "ENETU
 /**
  * `error` with what the user can do about `--url` when the server there could not be reached as a
  * ledger: nothing listening (UNAVAILABLE, ECONNREFUSED and the like), a TLS client talking to the
- * plaintext port (EPROTO), or no ledger service at that address (HTTP 404: a path, another
- * server). Other errors (the server's own answers) are returned as they are.
+ * plaintext port (EPROTO: then UNAVAILABLE with only the hint), or no ledger service at that
+ * address (an HTTP status without a Connect error: a path, another server). Other errors (the
+ * server's own answers) are returned as they are.
  */
 export function explainUrlError(error: unknown, url: string): unknown {
   if (!(error instanceof ConnectError) || error.details.length > 0) return error;
   const cause = (error.cause as { code?: unknown } | undefined)?.code;
   let hint: string | undefined;
   if (cause === "EPROTO" || cause === "ERR_SSL_WRONG_VERSION_NUMBER")
-    hint = `--url ${url}: "ledger serve" speaks plain HTTP; use http://, or https:// only for a TLS proxy in front of it`;
-  else if (error.code === Code.Unimplemented && /^HTTP 404\b/.test(error.rawMessage))
+    // The TLS library's own text (a trial, 2026-12-04: "write EPROTO 802C...:SSL routines:...") tells a user nothing more.
+    return new ConnectError(
+      `--url ${url}: "ledger serve" speaks plain HTTP; use http://, or https:// only for a TLS proxy in front of it`,
+      Code.Unavailable,
+      error.metadata,
+      undefined,
+      error.cause,
+    );
+  // Another server: its 404 (as "HTTP 404", or a JSON body Connect reads as an empty error), or
+  // any other HTTP status without a Connect error body (a trial, 2026-12-04: "Unknown: HTTP 501").
+  else if (/^HTTP \d{3}\b/.test(error.rawMessage) || (error.code === Code.Unimplemented && error.rawMessage === ""))
     hint = `--url ${url}: no ledger service there (or one too old for this command); give the server's base URL, as "ledger serve" prints it (listening on http://host:port)`;
   else if (error.code === Code.Unavailable && typeof cause === "string" && UNREACHABLE.has(cause))
     hint = `--url ${url}: is "ledger serve" running there?`;
   if (!hint) return error;
-  return new ConnectError(`${error.rawMessage} (${hint})`, error.code, error.metadata, undefined, error.cause);
+  return new ConnectError(error.rawMessage ? `${error.rawMessage} (${hint})` : hint, error.code, error.metadata, undefined, error.cause);
 }
