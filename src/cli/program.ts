@@ -60,11 +60,14 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     .version(packageVersion(), "-V, --version", "print the version")
     .showHelpAfterError("(ledger <command> --help shows the usage)");
 
-  // --db names the database of the command's own server; with --url there is none.
+  // --db and --config are the command's own server's; with --url there is none (a trial,
+  // 2026-12-04: "mcp --url U --config F" listed the server's MCP servers, not F's, without a word).
   program.hook("preAction", (_program, command) => {
-    const opts = command.opts<{ url?: string; db?: string }>();
+    const opts = command.opts<{ url?: string; db?: string; config?: string }>();
     if (opts.url !== undefined && opts.db !== undefined)
       command.error("error: --url and --db: with --url the server at that address uses its own database; pass one of them");
+    if (opts.url !== undefined && opts.config !== undefined)
+      command.error("error: --url and --config: with --url the server at that address uses its own configuration; pass one of them");
   });
 
   program

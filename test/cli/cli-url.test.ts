@@ -110,5 +110,16 @@ describe("--url against a running ledger", () => {
       });
     }
     expect((await t.client.listSessions({})).sessions).toHaveLength(1);
+    // --config too: it was read by nobody.
+    for (const args of [["sessions"], ["mcp"]]) {
+      const run = await runCli([...args, "--url", t.ledger.url, "--config", "ledger.json"], { cwd: t.dir, env });
+      expect(run).toMatchObject({
+        code: 1,
+        stdout: "",
+        stderr:
+          "error: --url and --config: with --url the server at that address uses its own configuration; pass one of them\n" +
+          "(ledger <command> --help shows the usage)\n",
+      });
+    }
   });
 });
