@@ -63,18 +63,19 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
   for (const ref of opts.resource ?? []) files.push(await resourceDraft(client, parseResourceOption(ref)));
   let noReply = !opts.reply;
   const listing = !noReply && !opts.model ? await client.listModels({}) : undefined;
+  // Written once the message is stored (a trial, 2026-12-04: it said "stored" before a refusal).
+  let storedNote: string | undefined;
   if (listing && listing.models.length === 0) {
     noReply = true;
     // A default model whose provider is missing is named: the config's warning said it, and
     // "no model is configured" would contradict it.
     const named = listing.defaultModel;
-    io.stderr.write(
+    storedNote =
       (named
         ? `note: the default model ${named.providerId}/${named.modelId} has no provider (no provider.${named.providerId}.models.${named.modelId} in ledger.json), so the message is stored without a reply.\n`
         : "note: no model is configured, so the message is stored without a reply.\n") +
-        '      To get answers, add a provider to ledger.json, e.g. {"model": "local/qwen", "provider": {"local": {"npm": "@ai-sdk/openai-compatible",\n' +
-        '      "options": {"baseURL": "http://127.0.0.1:11434/v1"}, "models": {"qwen": {}}}}} (see README "Configuration").\n',
-    );
+      '      To get answers, add a provider to ledger.json, e.g. {"model": "local/qwen", "provider": {"local": {"npm": "@ai-sdk/openai-compatible",\n' +
+      '      "options": {"baseURL": "http://127.0.0.1:11434/v1"}, "models": {"qwen": {}}}}} (see README "Configuration").\n';
   }
   const sessionId = opts.session ?? (await client.createSession({ directory: path.resolve(io.cwd, opts.dir ?? ".") })).session!.id;
   const request: Request = {
@@ -94,6 +95,7 @@ export async function runPrompt(client: Ledger, text: string, opts: PromptOption
 
   if (noReply) {
     const res = await client.prompt(request).catch(forget);
+    if (storedNote) io.stderr.write(storedNote);
     if (opts.json) print(toJsonString(MessageWithPartsSchema, res.message!));
     else print(`session ${sessionId}\n${formatMessage(res.message!)}`);
     return EXIT_OK;

@@ -209,6 +209,12 @@ describe("ledger prompt / messages / sessions", () => {
       expect(defaultOnly.stderr).not.toContain("no model is configured");
       expect(parsePromptOutput(defaultOnly.stdout).parts.map((p) => p.rest)).toEqual(["hi"]);
 
+      // Nothing stored (an unknown --session): no note saying it was (a trial, 2026-12-04).
+      const unknown = await ledger("prompt", "hi", "--session", "ses_01JD000000000000000000000A", ...dbArgs());
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toMatch(/^error: NotFound: /);
+      expect(unknown.stderr).not.toContain("note:");
+
       // With --model but no provider the server refuses to answer: the CLI says it in its own
       // terms (a trial: "send no_reply", an API field, where the flag is --no-reply).
       const named = await ledger("prompt", "--session", printed.sessionId!, "--model", "local/qwen", "again", ...dbArgs());
