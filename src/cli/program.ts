@@ -113,7 +113,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
   program
     .command("token")
     .description("mint a JSON Web Token with the server's shared secret (LEDGER_JWT_SECRET), for development and tests")
-    .requiredOption("--sub <subject>", "who the token is for (its sub claim)")
+    .addOption(new Option("--sub <subject>", "who the token is for (its sub claim)").makeOptionMandatory().argParser(parseSubject))
     .option("--tenant <tenant>", "the tenant (written to auth.jwt.tenant_claim)")
     .option("--scope <scopes>", "ledger:read, ledger:write, ledger:admin (default: read and write)")
     .option("--expires <duration>", 'lifetime, e.g. "30m", "1h", "7d"', "1h")
@@ -472,6 +472,12 @@ function packageVersion(): string {
 
 function collect(value: string, previous: string[]): string[] {
   return [...previous, value];
+}
+
+/** `--sub`: a subject the server accepts (a non-blank string: the server refuses an empty `sub` claim). */
+function parseSubject(value: string): string {
+  if (value.trim() === "") throw new InvalidArgumentError("expected who the token is for, e.g. alice; got an empty subject");
+  return value;
 }
 
 /** `--after`: an event seq, a whole number from 0. */

@@ -108,6 +108,15 @@ describe("ledger token", () => {
       });
     expect(await expires("1x")).toMatchObject({ code: 1, stdout: "", stderr: `${lifetime} "1x" (Invalid time period format)\n` });
     expect(await expires("367d")).toMatchObject({ code: 1, stdout: "", stderr: `${lifetime} "367d"\n` });
+    // An empty subject minted a token every server refuses (a trial, 2026-12-04): a usage error.
+    for (const blank of ["", "  "])
+      expect(
+        await runCli(["token", "--sub", blank, "--tenant", "acme", "--config", configFile()], place({ LEDGER_JWT_SECRET: SECRET })),
+      ).toMatchObject({
+        code: 1,
+        stdout: "",
+        stderr: `error: option '--sub <subject>' argument '${blank}' is invalid. expected who the token is for, e.g. alice; got an empty subject\n(ledger <command> --help shows the usage)\n`,
+      });
     expect(await expires("366d")).toMatchObject({ code: 0 });
     await writeFile(configFile(), JSON.stringify({ auth: { jwt: { secret: "{env:LEDGER_JWT_SECRET}" } } }));
     const unset = await runCli(["token", "--sub", "x", "--config", configFile()], place());
