@@ -1,3 +1,5 @@
+import { Code, type ConnectError } from "@connectrpc/connect";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { createTwoFilesPatch } from "diff";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
@@ -321,4 +323,21 @@ export function formatEvent(event: SessionEvent): string | undefined {
     default:
       return head;
   }
+}
+
+/**
+ * What to do next, in the CLI's terms, for an error whose message speaks the API's (a trial,
+ * 2026-12-04): a token the server wants (`UNAUTHENTICATED` without `LEDGER_TOKEN` set), or a run
+ * that goes on after the call ended (`RUN_CONTINUES`, `DRAINING`: `ledger watch --after`).
+ * Undefined when there is nothing to add.
+ */
+export function callErrorHint(error: ConnectError, env: NodeJS.ProcessEnv): string | undefined {
+  if (error.code === Code.Unauthenticated && !env.LEDGER_TOKEN)
+    return "the server wants a token: set LEDGER_TOKEN to its auth.token (or to a JWT, e.g. from ledger token --sub NAME)";
+  const info = error.findDetails(ErrorInfoSchema)[0];
+  const session = info?.metadata.session_id;
+  const after = info?.metadata.after_seq;
+  if ((info?.reason === "RUN_CONTINUES" || info?.reason === "DRAINING") && session && after)
+    return `follow the run with: ledger watch ${session} --after ${after} --url <the ledger serve that runs it>`;
+  return undefined;
 }

@@ -13,7 +13,7 @@ import { withClient, type ClientOptions, type Ledger } from "./client.js";
 import { processIo, type CliIo } from "./io.js";
 import { listResources, listServers, parseResourceOption } from "./mcp.js";
 import { answerWhileRunning } from "./permissions.js";
-import { formatDiff, formatMessage, formatSession, formatTodos, shellOutput, terminalSafe } from "./print.js";
+import { callErrorHint, formatDiff, formatMessage, formatSession, formatTodos, shellOutput, terminalSafe } from "./print.js";
 import { abort, checkFiles, onInterrupt, runPrompt, type PromptOptions } from "./prompt.js";
 import type { ServeOptions } from "./serve.js";
 import {
@@ -44,6 +44,8 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
   const fail = (error: unknown): number => {
     if (error instanceof ConnectError) {
       io.stderr.write(terminalSafe(`error: ${Code[error.code]}: ${cliMessage(error)}\n`));
+      const hint = callErrorHint(error, io.env);
+      if (hint) io.stderr.write(terminalSafe(`hint: ${hint}\n`));
     } else {
       io.stderr.write(terminalSafe(`error: ${error instanceof Error ? error.message : String(error)}\n`));
     }

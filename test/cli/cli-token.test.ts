@@ -69,6 +69,10 @@ describe("ledger token", () => {
     const anonymous = await runCli(["sessions", "--url", t.ledger.url], place());
     expect(anonymous.code).toBe(1);
     expect(anonymous.stderr).toMatch(/^error: Unauthenticated: authorization: a bearer token is required/);
+    // In the CLI's terms: the API's "header authorization: Bearer" says nothing of LEDGER_TOKEN.
+    expect(anonymous.stderr).toContain(
+      "\nhint: the server wants a token: set LEDGER_TOKEN to its auth.token (or to a JWT, e.g. from ledger token --sub NAME)\n",
+    );
   });
 
   it("says what is missing without a secret, and refuses an unknown scope", async () => {

@@ -1,9 +1,11 @@
 import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
+import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { MessageWithPartsSchema } from "../../gen/ledger/v1/message_pb.js";
 import { MessageErrorSchema } from "../../gen/ledger/v1/error_pb.js";
 import { ModelRefSchema } from "../../gen/ledger/v1/model_pb.js";
-import { errorHint, formatMessage, terminalSafe } from "../../src/cli/print.js";
+import { callErrorHint, errorHint, formatMessage, terminalSafe } from "../../src/cli/print.js";
 
 // `ledger messages` output for the part kinds the end-to-end test does not produce.
 
@@ -117,5 +119,23 @@ describe("errorHint", () => {
     expect(errorHint(api("Cannot connect to API: ECONNREFUSED", 503), model)).toBeUndefined();
     expect(errorHint(api("Bad Request", 400), model)).toBeUndefined();
     expect(errorHint(create(MessageErrorSchema, { message: "ECONNREFUSED", kind: { case: "unknown", value: {} } }), model)).toBeUndefined();
+  });
+});
+
+describe("callErrorHint", () => {
+  const withInfo = (code: Code, reason: string, metadata: Record<string, string>) =>
+    new ConnectError("m", code, undefined, [{ desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason, metadata }) }]);
+
+  it("says what to do in the CLI's terms: LEDGER_TOKEN for a token, ledger watch --after for a run that goes on", () => {
+    expect(callErrorHint(new ConnectError("a bearer token is required", Code.Unauthenticated), {})).toBe(
+      "the server wants a token: set LEDGER_TOKEN to its auth.token (or to a JWT, e.g. from ledger token --sub NAME)",
+    );
+    // With LEDGER_TOKEN set the server's own message (invalid, expired) is the whole story.
+    expect(callErrorHint(new ConnectError("bad token", Code.Unauthenticated), { LEDGER_TOKEN: "x".repeat(16) })).toBeUndefined();
+    for (const reason of ["RUN_CONTINUES", "DRAINING"])
+      expect(callErrorHint(withInfo(Code.Unavailable, reason, { session_id: "ses_1", after_seq: "13" }), {})).toBe(
+        "follow the run with: ledger watch ses_1 --after 13 --url <the ledger serve that runs it>",
+      );
+    expect(callErrorHint(withInfo(Code.NotFound, "SESSION_NOT_FOUND", { session_id: "ses_1" }), {})).toBeUndefined();
   });
 });
