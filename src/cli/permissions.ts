@@ -208,7 +208,9 @@ export async function answerWhileRunning(
       if ((await client.listPermissions({ sessionId })).permissions.some((p) => p.id === request.id)) asker.asked(request);
     }
   } catch (error) {
-    if (!signal.aborted) err(`warning: could not follow permission requests: ${error instanceof Error ? error.message : String(error)}\n`);
+    // An unknown session: the command's own call says so (a trial, 2026-12-04: this warning came first, then the error).
+    if (!signal.aborted && ConnectError.from(error).code !== Code.NotFound)
+      err(`warning: could not follow permission requests: ${error instanceof Error ? error.message : String(error)}\n`);
   } finally {
     await asker.close();
   }

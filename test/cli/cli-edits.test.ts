@@ -82,6 +82,10 @@ describe("ledger prompt, diff and shell with permission asks", () => {
       const listed = await ledger("messages", sessionId);
       expect(listed.stdout).toContain("ledger shell is not interactive (pass --yes to allow once)");
       expect(listed.stdout).not.toContain("undefined");
+      // An unknown session: the error alone (a trial, 2026-12-04: a "could not follow permission requests" warning came first).
+      const unknown = await ledger("shell", "ses_01JD000000000000000000000A", "echo hi");
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toMatch(/^error: NotFound: [^\n]*\n$/);
     },
     CLI_TIMEOUT,
   );
