@@ -28,7 +28,11 @@ export async function withFileLock<T>(path: string, fn: () => Promise<T>, signal
     return await fn();
   } finally {
     release();
-    if (queues.get(path) === tail) queues.delete(path);
+    // Forgotten once the whole queue up to here is done: a caller that gave up while an earlier
+    // holder still runs must not drop the queue (the next caller would not wait for that holder).
+    void tail.then(() => {
+      if (queues.get(path) === tail) queues.delete(path);
+    });
   }
 }
 
