@@ -21,12 +21,18 @@ import { untilDone } from "./answer.js";
  * @throws SessionNotFoundError (NOT_FOUND); AgentNotFoundError (NOT_FOUND) when the session's
  *   agent is no longer configured; InvalidArgumentError (INVALID_ARGUMENT) for a malformed
  *   `model`; SessionBusyError (FAILED_PRECONDITION, SESSION_BUSY) while a loop or Shell runs the
- *   session on any replica; PreconditionError NO_MODEL_PROVIDER when no model provider is configured;
+ *   session on any replica; PreconditionError NO_MODEL_PROVIDER when no model provider is configured,
+ *   NOTHING_TO_SUMMARIZE (FAILED_PRECONDITION) for a session without messages;
  *   StoppedWaitingError RUN_CONTINUES (DEADLINE_EXCEEDED on the client's deadline) when `signal`
  *   fires before the summary is written: it goes on (`untilDone`).
  */
 export async function summarizeSession(deps: LedgerDeps, request: SummarizeRequest, signal?: AbortSignal): Promise<MessageWithParts> {
   const session = await getSession(deps, request.sessionId);
+  // A summary of nothing would still cost a model call and store a summary (a trial, 2026-12-04).
+  if (session.messageCount === 0)
+    throw new PreconditionError("NOTHING_TO_SUMMARIZE", `session_id: session ${session.id} has no messages to summarize`, {
+      session_id: session.id,
+    });
   const agent = resolveAgent(deps.config, undefined, session.agent);
   const model = resolveModel(deps.config, agent, request.model, session.model);
   const replier = deps.replier;

@@ -286,6 +286,18 @@ describe("Summarize", () => {
     await t.client.abort({ sessionId });
     expect(await failure(t.client.summarize({ sessionId: "ses_00000000000000000000000000" }))).toMatchObject({ code: Code.NotFound });
   });
+
+  it("is refused for a session without messages (FAILED_PRECONDITION, NOTHING_TO_SUMMARIZE): no model call, nothing stored", async () => {
+    const sessionId = await newSession();
+    const before = t.fake.requests.length;
+    expect(await failure(t.client.summarize({ sessionId }))).toEqual({
+      code: Code.FailedPrecondition,
+      reason: "NOTHING_TO_SUMMARIZE",
+      field: undefined,
+    });
+    expect(t.fake.requests.length).toBe(before);
+    expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
+  });
 });
 
 describe("revert past a compaction", () => {
