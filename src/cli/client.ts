@@ -82,8 +82,9 @@ export function explainUrlError(error: unknown, url: string): unknown {
       error.cause,
     );
   // Another server: its 404 (as "HTTP 404", or a JSON body Connect reads as an empty error), or
-  // any other HTTP status without a Connect error body (a trial, 2026-12-04: "Unknown: HTTP 501").
-  else if (/^HTTP \d{3}\b/.test(error.rawMessage) || (error.code === Code.Unimplemented && error.rawMessage === ""))
+  // a 405, 415 or 501 without a Connect error body (a trial, 2026-12-04: "Unknown: HTTP 501").
+  // (Not a 401, 403, 429 or 5xx: a ledger, or a proxy in front of one, answers those itself.)
+  else if (/^HTTP (404|405|415|501)\b/.test(error.rawMessage) || (error.code === Code.Unimplemented && error.rawMessage === ""))
     hint = `--url ${url}: no ledger service there (or one too old for this command); give the server's base URL, as "ledger serve" prints it (listening on http://host:port)`;
   else if (error.code === Code.Unavailable && typeof cause === "string" && UNREACHABLE.has(cause))
     hint = `--url ${url}: is "ledger serve" running there?`;

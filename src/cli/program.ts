@@ -237,12 +237,10 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
         const watching = new AbortController();
         // Ctrl-C aborts the command (the Abort RPC kills its process group) and waits for its end,
         // as `ledger prompt` does; a second one exits at once.
-        let interrupted = false;
+        // Whether a Ctrl-C aborted the command (false when none was running yet: it then runs on).
+        let aborting: Promise<boolean> | undefined;
         const say = (text: string) => void io.stderr.write(terminalSafe(text));
-        const interrupt = onInterrupt(io, () => {
-          interrupted = true;
-          void abort(client, sessionId, say);
-        });
+        const interrupt = onInterrupt(io, () => void (aborting ??= abort(client, sessionId, say)));
         const policy = {
           yes: opts.yes === true,
           interactive: process.stdin.isTTY === true && io.stderr.isTTY === true,
@@ -266,12 +264,12 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
           const { output, notes } = shellOutput(state.value.output, state.value.metadata);
           if (output) io.stdout.write(terminalSafe(output.endsWith("\n") ? output : `${output}\n`));
           for (const note of notes) io.stderr.write(terminalSafe(`note: ${note}\n`));
-          if (interrupted) return EXIT_ABORTED;
+          if (aborting && (await aborting)) return EXIT_ABORTED;
           const exit = state.value.metadata?.exit;
           return typeof exit === "number" ? exit : 1;
         }
         io.stderr.write(terminalSafe(`error: ${state?.case === "error" ? state.value.error : "the command did not run"}\n`));
-        return interrupted ? EXIT_ABORTED : 1;
+        return aborting && (await aborting) ? EXIT_ABORTED : 1;
       });
     });
 
@@ -383,13 +381,15 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
 One line per event: "#SEQ  KIND  what it holds" (a message's header, a part's line as "ledger
 messages" prints it, a status, an error, ...); text deltas are not shown (the part's next
 snapshot is). Ends when the session is deleted, or at Ctrl-C. Without --url a server of the
-command's own replays the stored events and the command ends after the last one (nothing new
-can happen there): pass the --url of the "ledger serve" that runs the session's prompts to
-follow them live.`,
+command's own replays the stored events, and on the embedded database the command ends after
+the last one (nothing new can happen there): pass the --url of the "ledger serve" that runs the
+session's prompts to follow them live.`,
     )
     .action(async (sessionId: string, opts: ClientOptions & { after?: bigint; json?: boolean }) => {
       const { runWatch } = await import("./watch.js");
-      exitCode = await reading(opts, (client) => runWatch(client, sessionId, { ...opts, storedOnly: !opts.url }, io, print));
+      exitCode = await reading(opts, (client) =>
+        runWatch(client, sessionId, { ...opts, storedOnly: !opts.url && !io.env.DATABASE_URL }, io, print),
+      );
     });
 
   clientCommand(program, "fork")

@@ -152,8 +152,7 @@ export async function* untilAnswered(
   } finally {
     clearTimeout(grace);
   }
-  // Answered: the call has what it waited for, whatever came of the wait for `idle`.
-  if (signal?.aborted && !answered) throw runContinues(sessionId, userId, last, signal.reason);
+  if (signal?.aborted) throw runContinues(sessionId, userId, last, signal.reason);
   if (!answered && stop.signal.aborted) {
     if (notStarted) {
       // The run's error is shared by every prompt waiting on it: each gets its own, naming its message.
@@ -214,6 +213,7 @@ const RUN_END_GRACE_MS = 200;
  * reported to anyone but its own events.
  *
  * @param afterSeq - the session's last seq before the work started: its events come after it.
+ * @returns what `work` resolved to; throws what `work` threw when it settles first.
  */
 export async function untilDone<T>(
   work: Promise<T>,
