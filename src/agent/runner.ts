@@ -184,7 +184,12 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
       await deps.relay.requestAbort(sessionId);
       return runningSomewhere(deps, sessionId);
     },
-    isRunning: (sessionId) => running.has(sessionId),
+    // A run that stopped looking for work (it wrote its idle) is only releasing the lock: a client
+    // that calls right after its Prompt returned (UpdatePart, Revert) must not find it busy.
+    isRunning: (sessionId) => {
+      const entry = running.get(sessionId);
+      return entry !== undefined && !entry.finishing;
+    },
     async exclusive(sessionId, fn) {
       if (closed) throw new ShuttingDownError(sessionId, false);
       const current = running.get(sessionId);

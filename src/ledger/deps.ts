@@ -54,7 +54,7 @@ export interface Replier {
    * log shows a running loop. False when none runs.
    */
   abort(sessionId: string): Promise<boolean>;
-  /** Whether a loop runs for the session in this process. */
+  /** Whether a loop runs for the session in this process (one that has ended its work and only releases the session's lock does not count). */
   isRunning(sessionId: string): boolean;
   /**
    * Runs `fn` holding the session's loop lock as a loop would (Shell): no loop runs meanwhile on
