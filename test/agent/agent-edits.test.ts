@@ -13,6 +13,7 @@ import type { FakeOpenAI, ScriptedReply } from "../support/openai-server.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 import { waitFor } from "../support/wait.js";
+import { pgrep } from "../support/pgrep.js";
 
 // Agent edits end to end (issue 15): the real service, @ai-sdk/openai-compatible against the
 // local SSE server, a second client (gRPC) watching and answering permission requests.
@@ -636,11 +637,3 @@ describe("Shell", () => {
     });
   });
 });
-
-/** Pids of processes whose command line contains `marker`. */
-async function pgrep(marker: string): Promise<string[]> {
-  const { execFile } = await import("node:child_process");
-  return new Promise((resolve) =>
-    execFile("pgrep", ["-f", marker], (_error, stdout) => resolve(stdout.split("\n").filter((l) => l.trim() && Number(l) !== process.pid))),
-  );
-}

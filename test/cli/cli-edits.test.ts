@@ -1,10 +1,11 @@
-import { execFile, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdir, readFile, stat } from "node:fs/promises";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { FakeOpenAI, ScriptedReply } from "../support/openai-server.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { waitFor } from "../support/wait.js";
+import { pgrep } from "../support/pgrep.js";
 
 // The CLI side of agent edits (issue 15) against a running server (--url): permission requests
 // without a terminal (rejected with a note, or allowed once with --yes), `ledger diff`, `ledger shell`.
@@ -119,13 +120,6 @@ describe("ledger shell and Ctrl-C", () => {
     CLI_TIMEOUT,
   );
 });
-
-/** Pids of processes whose command line holds `marker` (this test process excluded). */
-function pgrep(marker: string): Promise<string[]> {
-  return new Promise((resolve) =>
-    execFile("pgrep", ["-f", marker], (_error, out) => resolve(out.split("\n").filter((l) => l.trim() && Number(l) !== process.pid))),
-  );
-}
 
 describe("stored text on a terminal", () => {
   it(

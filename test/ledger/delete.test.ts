@@ -1,4 +1,3 @@
-import { execFile } from "node:child_process";
 import { Code } from "@connectrpc/connect";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
@@ -9,6 +8,7 @@ import { collectEvents } from "../support/event-stream.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 import { sleep, waitFor } from "../support/wait.js";
+import { pgrep } from "../support/pgrep.js";
 
 // DeleteSession while the session's agent loop runs in this process: the loop is aborted before
 // the row goes (its model request is cancelled, it writes nothing after), watchers end with
@@ -196,10 +196,3 @@ describe("DeleteSession while the loop runs in this process", () => {
     expect(events.map((e) => e.kind.case)).toEqual(["sessionDeleted"]);
   });
 });
-
-/** Pids of processes whose command line holds `marker` (this test process excluded). */
-function pgrep(marker: string): Promise<string[]> {
-  return new Promise((resolve) =>
-    execFile("pgrep", ["-f", marker], (_error, out) => resolve(out.split("\n").filter((l) => l.trim() && Number(l) !== process.pid))),
-  );
-}
