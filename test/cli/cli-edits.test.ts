@@ -27,13 +27,21 @@ afterAll(async () => {
   await t?.close();
 });
 
-function ledger(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+/** Spawns `ledger <args> --url <the test server>`; `done` resolves with its exit code and output once it closes. */
+function spawnLedger(args: string[]) {
   const child = spawn(process.execPath, [BIN, ...args, "--url", t.ledger.url], { stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
   child.stdout.setEncoding("utf8").on("data", (c: string) => (stdout += c));
   child.stderr.setEncoding("utf8").on("data", (c: string) => (stderr += c));
-  return new Promise((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
+  const done = new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) =>
+    child.once("close", (code) => resolve({ code, stdout, stderr })),
+  );
+  return { child, done };
+}
+
+function ledger(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return spawnLedger(args).done;
 }
 
 const write = (file: string, content: string): ScriptedReply => ({
@@ -100,18 +108,12 @@ describe("ledger shell and Ctrl-C", () => {
       await mkdir(dir);
       const sessionId = (await t.client.createSession({ directory: dir })).session!.id;
       const marker = `ledger-shell-sigint-${Date.now()}`;
-      const child = spawn(process.execPath, [BIN, "shell", sessionId, `echo started; sleep 61 # ${marker}`, "--url", t.ledger.url], {
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      let stdout = "";
-      let stderr = "";
-      child.stdout.setEncoding("utf8").on("data", (c: string) => (stdout += c));
-      child.stderr.setEncoding("utf8").on("data", (c: string) => (stderr += c));
-      const closed = new Promise<number | null>((resolve) => child.once("close", resolve));
+      const { child, done } = spawnLedger(["shell", sessionId, `echo started; sleep 61 # ${marker}`]);
       // Two: this CLI (its arguments hold the marker) and the server's /bin/sh running the command.
       await waitFor("the command to run", async () => (await pgrep(marker)).length >= 2);
       child.kill("SIGINT");
-      expect(await closed, stderr).toBe(130);
+      const { code, stdout, stderr } = await done;
+      expect(code, stderr).toBe(130);
       expect(stderr).toContain("interrupted: aborting the run");
       expect(stdout).toContain("started\n");
       expect(await pgrep(marker)).toEqual([]);
