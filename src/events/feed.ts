@@ -260,6 +260,16 @@ function shared(event: SessionEvent): SessionEvent {
   return event;
 }
 
+/**
+ * Whether `event` is the copy of a stored event that the feeds of this process share (a replayed
+ * event of at least {@link SHARED_EVENT_BYTES} of stored JSON, see `shared`): the same object for
+ * as long as some feed holds it, so what is derived from it (src/server/shared-frames.ts: its
+ * serialized response) can be shared too.
+ */
+export function isSharedEvent(event: SessionEvent): boolean {
+  return held.get(event.sessionId)?.get(event.seq)?.deref() === event;
+}
+
 /** A `session_deleted` event for a session found missing: only its id is known. */
 function deleted(sessionId: string, last: bigint): SessionEvent {
   return create(SessionEventSchema, {

@@ -4,6 +4,9 @@ import { AgentSchema, ModelSchema } from "../../gen/ledger/v1/model_pb.js";
 import { PartSchema } from "../../gen/ledger/v1/part_pb.js";
 import {
   PromptRequestSchema,
+  PromptStreamResponseSchema,
+  ResumeSessionResponseSchema,
+  WatchSessionResponseSchema,
   type PromptAsyncRequest,
   type PromptRequest,
   type PromptStreamRequest,
@@ -28,6 +31,7 @@ import * as sessions from "../ledger/sessions.js";
 import { filterVisible, ownershipFor, policyOf, visibilityFor } from "../ledger/access.js";
 import { listMcpResources, listMcpServers } from "../ledger/mcp.js";
 import { principalKey } from "./auth.js";
+import { eventResponse } from "./shared-frames.js";
 import { mcpResourceMessage, mcpResourceTemplateMessage, mcpServerMessage } from "./mcp-messages.js";
 
 /**
@@ -65,7 +69,8 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
       return { message: await prompt(deps, req, ctx.signal) };
     },
     async *promptStream(req, ctx) {
-      for await (const event of promptStream(deps, asPromptRequest(req), ctx.signal)) yield { event };
+      for await (const event of promptStream(deps, asPromptRequest(req), ctx.signal))
+        yield eventResponse(ctx, PromptStreamResponseSchema, event);
     },
     async command(req, ctx) {
       return { message: await runCommand(deps, req, ctx.signal) };
@@ -80,10 +85,12 @@ export function createLedgerHandlers(deps: LedgerDeps): ServiceImpl<typeof Sessi
       return { message: await getMessage(deps, req.sessionId, req.messageId) };
     },
     async *watchSession(req, ctx) {
-      for await (const event of watchSession(deps, req.sessionId, req.afterSeq, ctx.signal)) yield { event };
+      for await (const event of watchSession(deps, req.sessionId, req.afterSeq, ctx.signal))
+        yield eventResponse(ctx, WatchSessionResponseSchema, event);
     },
     async *resumeSession(req, ctx) {
-      for await (const event of resumeSession(deps, req.sessionId, ctx.signal)) yield { event };
+      for await (const event of resumeSession(deps, req.sessionId, ctx.signal))
+        yield eventResponse(ctx, ResumeSessionResponseSchema, event);
     },
     async abort(req) {
       return { aborted: await abortSession(deps, req.sessionId) };

@@ -19,6 +19,7 @@ import { errorInterceptor } from "./errors.js";
 import { failPendingWritesOnClose } from "./pending-writes.js";
 import { withProtocolErrors } from "./protocol-errors.js";
 import { createRoutes } from "./routes.js";
+import { shareEventFrames } from "./shared-frames.js";
 import type { WebPage } from "./web-page.js";
 import { specGrpcMessages } from "./grpc-message.js";
 
@@ -105,6 +106,7 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
       {
         routes: (router) => {
           routes(router);
+          shareEventFrames(router);
           for (const h of router.handlers) handlers.set(h.requestPath, h);
           observer.setProcedures(handlers.keys());
         },
