@@ -24,8 +24,8 @@ import { WriteSlots, type ReleaseSlot } from "./write-slots.js";
  * `JSON.parse` within seconds whether the clients read or not. With 1 MiB pages a page still held two of these events, hence 256
  * KiB. Events are taken off the page as they are yielded, and connect-node writes each one and
  * waits for `drain` before asking for the next, so the next page is read only as fast as the
- * client reads: a watcher holds one page and the message being written (which connect-node
- * keeps twice: its serialized bytes and its gRPC frame; the event is shared, see `shared`).
+ * client reads: a watcher holds one page and the message being written (the event is shared,
+ * see `shared`; so are its serialized bytes in a binary codec, src/server/shared-frames.ts).
  * Large events are written in one of the process's `LARGE_WRITES_AT_ONCE` slots.
  */
 export const REPLAY_PAGE: PageLimits = { rows: 500, bytes: 256 << 10 };
@@ -182,6 +182,8 @@ export const SHARED_EVENT_BYTES = 64 << 10;
  * at once. Measured (docs/streams-and-replicas.md "Replay with bounded memory"): 32 replays of 80
  * stored 1 MB prompts, all reading, took RSS up by 192 MB, about 6 MB per stream writing. With
  * 4, 8 readers replay as fast as without slots (16 s against 18 s here: the CPU is the bound).
+ * Since binary streams share each event's serialized bytes (src/server/shared-frames.ts), a slot
+ * mostly bounds the large pages read at once and the JSON streams' writes (2 slots: the same peaks).
  */
 export const LARGE_WRITES_AT_ONCE = 4;
 
@@ -247,8 +249,9 @@ function heldAfter(sessionId: string, afterSeq: bigint): Map<bigint, SessionEven
  * event object to every subscriber), so N watchers replaying the same large events hold each
  * once, not N times. Measured (docs/streams-and-replicas.md "Replay with bounded memory"): 32
  * `WatchSession` streams stalled on the same 1 MB event added 75–84 MB to the server's RSS, each
- * keeping its own decoded copy; shared, +53 MB: what is left is connect-node's two copies per
- * stream (the serialized message and its gRPC frame).
+ * keeping its own decoded copy; shared, +53 MB: what was left was connect-node's two copies per
+ * stream (the serialized message and its gRPC frame), which src/server/shared-frames.ts removes
+ * for binary codecs (+7 to +12 MB, 2026-12-04).
  */
 function shared(event: SessionEvent): SessionEvent {
   let events = held.get(event.sessionId);

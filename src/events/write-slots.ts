@@ -12,7 +12,9 @@ export type ReleaseSlot = () => void;
  * Why (docs/streams-and-replicas.md "Replay with bounded memory"): a stream writing a 1 MB event
  * has, at that moment, protobuf-es's writer buffer (sized for 3 bytes per character: 4 MiB),
  * the serialized message and its gRPC frame, about 6 MB; 32 streams replaying at once took the
- * server's RSS up by 192 MB. Slots are handed out first come, first served (p-limit's queue).
+ * server's RSS up by 192 MB. (A stream in a binary codec now writes the event's shared serialized
+ * bytes, src/server/shared-frames.ts; a JSON stream still costs that much.) Slots are handed out
+ * first come, first served (p-limit's queue).
  */
 export class WriteSlots {
   private readonly limit: LimitFunction;

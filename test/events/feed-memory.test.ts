@@ -23,31 +23,15 @@ const PROMPTS = 80;
 const TEXT_CHARS = 1_000_000;
 const HEAP_MB = 384;
 /**
- * The issue's bound on RSS growth (peak during a scenario minus the settled RSS before it), MB.
- * Measured 2026-12-02 with pages that skip held events and 4 large-write slots
- * (`FEED_MEMORY_REPORT=1`, in this file's order on one server, five runs): Postgres 8 stalled +6
- * to +20, 32 stalled +36 to +61, 8 reading +2 to +22, 32 with 8 reading +10 to +77, 32 all
- * reading +20; PGlite +2 to +8, +35 to +56, +0 to +17, +6 to +28, +10.
+ * The issue's bound on RSS growth (peak during a scenario minus the settled RSS before it), MB,
+ * for every case. Measured 2026-12-04 with large events serialized once per process and written
+ * to every binary stream without a copy (src/server/shared-frames.ts; `FEED_MEMORY_REPORT=1`, in
+ * this file's order on one server, both engines at once, four runs): Postgres 8 stalled +6 to
+ * +11, 32 stalled +7 to +12, 8 reading +29 to +50, 32 with 8 reading +27 to +42; PGlite +2, +9
+ * to +10, +21 to +32, +12 to +39. Before (2026-12-02): 32 stalled up to +61, 32 with 8 reading up
+ * to +127, which is why those cases had 64 MB more allowed.
  */
 const GROWTH_MB = 64;
-
-/**
- * What a case with 32 streams may add on top, MB: what connect-node and protobuf-es's write path
- * holds beyond the goal. Heap snapshots: a stream blocked on a 1 MB event holds two 0.95 MB buffers
- * (the serialized message, kept by connect-node's serialize and envelope steps, and the gRPC frame
- * that copies it), a reader keeps those two of its last message while it waits for a slot or a
- * page, and a writer adds protobuf-es's 4 MiB buffer. A full collection forced after every large
- * write lowered the peaks by 0 to 15 MB: most of it is held (61 MB alive after a full collection in
- * the middle of the 32-with-8-reading case), the rest garbage of writes in flight. Each case alone
- * on the server that stored the log (2026-12-02, Postgres): 32 stalled +44, 8 reading +59, 32 with
- * 8 reading +127 (24 stalled streams hold 48 MB of it); on a process started after the log was
- * stored (`FEED_MEMORY_FRESH=1`) +40, +89, +111, +150. In this file's order the later cases reuse
- * what the earlier ones grew, and stay within the goal in most runs (one +77).
- * docs/streams-and-replicas.md "Replay with bounded memory" has the figures, and what changing
- * those two libraries would change (measured: in order every case within 64 MB; a cold process's
- * reading cases still +100 and +137).
- */
-const WRITE_PATH_MB = 64;
 
 /**
  * Readers among the 32 watchers of the last scenario; the others read nothing. 32 readers (the
@@ -114,7 +98,7 @@ describe(`WatchSession{after_seq: 0} on ${PROMPTS} stored prompts of ${TEXT_CHAR
       async () => {
         const result = await scenario(watchers, 0);
         expect({ alive: result.alive, canceled: result.canceled }).toEqual({ alive: true, canceled: watchers });
-        expect(result.growthMb).toBeLessThanOrEqual(bound(watchers));
+        expect(result.growthMb).toBeLessThanOrEqual(bound());
       },
       READ_MS,
     );
@@ -137,7 +121,7 @@ describe(`WatchSession{after_seq: 0} on ${PROMPTS} stored prompts of ${TEXT_CHAR
           expect(watch.seqs).toEqual(range(1, Number(lastSeq)));
           expect(watch.fullTexts).toBe(PROMPTS);
         }
-        expect(result.growthMb).toBeLessThanOrEqual(bound(watchers));
+        expect(result.growthMb).toBeLessThanOrEqual(bound());
       },
       READ_MS,
     );
@@ -165,19 +149,19 @@ describe(`ForkSession of the same ${PROMPTS} prompts, server heap ${HEAP_MB} MB`
       // log of its copies (the session's, 1 + 80 × (message + part) + session_updated) without a gap.
       expect((await server.grpc.getSession({ sessionId: fork.id })).session!.messageCount).toBe(PROMPTS);
       expect(await logEnd(fork.id)).toBe(BigInt(1 + PROMPTS * 2 + 1));
-      expect(growthMb).toBeLessThanOrEqual(bound(0));
+      expect(growthMb).toBeLessThanOrEqual(bound());
     },
     READ_MS,
   );
 });
 
 /**
- * The RSS growth a case with `watchers` streams may reach, MB; none on a process started for the
- * case (`FEED_MEMORY_FRESH=1`, a measurement: see WRITE_PATH_MB), which only reports.
+ * The RSS growth a case may reach, MB: GROWTH_MB; none on a process started for the case
+ * (`FEED_MEMORY_FRESH=1`, a measurement: a cold process grows its heap to a replay's working set,
+ * docs/streams-and-replicas.md "Replay with bounded memory"), which only reports.
  */
-function bound(watchers: number): number {
-  if (process.env.FEED_MEMORY_FRESH) return Infinity;
-  return GROWTH_MB + (watchers > 8 ? WRITE_PATH_MB : 0);
+function bound(): number {
+  return process.env.FEED_MEMORY_FRESH ? Infinity : GROWTH_MB;
 }
 
 interface Outcome {
@@ -214,7 +198,7 @@ async function scenario(watchers: number, readers: number): Promise<Outcome> {
     const peak = memory(server.pid).peakMb;
     const growthMb = Math.round((peak - before) * 10) / 10;
     report(
-      `${TEST_ENGINE}: ${watchers} watchers, ${readers} reading: RSS ${before.toFixed(0)} MB before, peak ${peak.toFixed(0)} MB (+${growthMb} MB)${(await v8?.stop()) ?? ""}${bound(watchers) === Infinity ? " (FEED_MEMORY_FRESH: reported, not asserted)" : ""}`,
+      `${TEST_ENGINE}: ${watchers} watchers, ${readers} reading: RSS ${before.toFixed(0)} MB before, peak ${peak.toFixed(0)} MB (+${growthMb} MB)${(await v8?.stop()) ?? ""}${bound() === Infinity ? " (FEED_MEMORY_FRESH: reported, not asserted)" : ""}`,
     );
     for (const w of watches) w.close();
     await alive(
