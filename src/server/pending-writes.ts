@@ -16,7 +16,8 @@ type WriteCallback = (error?: Error | null) => void;
  * stays suspended at `yield` with its replay page, the message being written and its
  * serialized copies (about 3 MB for a 1 MB event), for the life of the process; measured here,
  * 40 cancelled `WatchSession` streams were never logged as ended. With the write failed,
- * connect-node throws the error into the handler (its `finally` blocks run) and, the code being
+ * connect-node throws the error into the handler (its `finally` blocks run; src/server/shared-frames.ts
+ * passes that `throw` through) and, the code being
  * `ABORTED` (its code for a client that went away), logs nothing; the RPC is logged `canceled`.
  * HTTP/1.1 needs none of this: Node fails writes on a destroyed socket itself.
  */

@@ -123,6 +123,9 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
         contextValues: (req) => observer.contextValues(req),
         // A backstop only: withProtocolErrors refuses a message over the limit before connect-es reads it.
         readMaxBytes: requestBytes,
+        // connect-es's default, pinned: the placeholders of shared frames (22 bytes,
+        // src/server/shared-frames.ts) must go out uncompressed to be replaced.
+        compressMinBytes: 1024,
         shutdownSignal: shutdown.signal,
       },
       requestBytes,

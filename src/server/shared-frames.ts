@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
-import { createContextKey, createContextValues, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, createContextValues, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/connect/protocol";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import {
@@ -47,6 +47,8 @@ const BINARY_TYPES = new Set([
 
 /** The unknown field that carries a placeholder's token: the highest field number protobuf allows. */
 const TOKEN_FIELD = 536_870_911;
+/** Frame flags of a trailer or end-stream frame (gRPC-Web 0x80, Connect 0x02): not a message. */
+const TRAILER_FLAGS = 0x80 | 0x02;
 /** Bytes of a placeholder's token: 8 random ones per process, then a counter. */
 const TOKEN_BYTES = 16;
 /** A placeholder message: its field's tag (5 bytes), the token's length (1 byte) and the token. */
@@ -122,19 +124,44 @@ export function eventResponse<S extends EventResponseSchema>(ctx: HandlerContext
   return placeholder as MessageInitShape<S>;
 }
 
-/** `body` with each placeholder frame replaced by a header and the serialized response it stands for. */
-async function* substitute(body: AsyncIterable<Uint8Array>, placed: Placed): AsyncIterable<Uint8Array> {
-  for await (const chunk of body) {
-    const bytes = chunk.byteLength === PLACEHOLDER_FRAME_BYTES ? take(chunk, placed) : undefined;
-    if (!bytes) {
-      yield chunk;
-      continue;
-    }
-    const header = new Uint8Array(5);
-    new DataView(header.buffer).setUint32(1, bytes.byteLength);
-    yield header;
-    yield bytes;
-  }
+/**
+ * `body` with each placeholder frame replaced by a header and the serialized response it stands
+ * for. `throw` and `return` go to `body` itself, so connect-node's handling of a failed write
+ * (it throws the error into the body) reaches the handler as before. A data frame that passes
+ * while a placeholder of this call is outstanding means the placeholder was not framed as
+ * expected (compressed: `compressMinBytes` under its 22 bytes, or its unknown field dropped): the
+ * stream fails with `INTERNAL` rather than send an empty message.
+ */
+function substitute(body: AsyncIterable<Uint8Array>, placed: Placed): AsyncIterable<Uint8Array> {
+  const inner = body[Symbol.asyncIterator]();
+  let shared: Uint8Array | undefined;
+  const iterator: AsyncIterator<Uint8Array> = {
+    async next() {
+      if (shared) {
+        const value = shared;
+        shared = undefined;
+        return { done: false, value };
+      }
+      const result = await inner.next();
+      if (result.done) return result;
+      const chunk = result.value;
+      const bytes = chunk.byteLength === PLACEHOLDER_FRAME_BYTES ? take(chunk, placed) : undefined;
+      if (!bytes) {
+        if (placed.size > 0 && (chunk[0]! & TRAILER_FLAGS) === 0) {
+          placed.clear();
+          throw new ConnectError("a shared event frame was not written as expected; resume with WatchSession", Code.Internal);
+        }
+        return result;
+      }
+      shared = bytes;
+      const header = new Uint8Array(5);
+      new DataView(header.buffer).setUint32(1, bytes.byteLength);
+      return { done: false, value: header };
+    },
+    return: (value?: unknown) => inner.return?.(value) ?? Promise.resolve({ done: true, value: undefined }),
+    throw: (error?: unknown) => inner.throw?.(error) ?? Promise.reject(error),
+  };
+  return { [Symbol.asyncIterator]: () => iterator };
 }
 
 /** The serialized response `frame` stands for, if it is an uncompressed placeholder this call placed (removed from `placed`). */
