@@ -236,6 +236,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
     },
     summarize: (sessionId, request) =>
       replier.exclusive(sessionId, async (signal) => {
+        request.enter?.();
         const { compactSession } = await import("./compaction.js");
         const session = await getSessionRow(deps.db, sessionId);
         // A pending revert is carried out first, as a prompt or Shell does: the summary must not land past it.
@@ -243,7 +244,7 @@ export function createRunner(deps: LedgerDeps, models: ModelResolver, locks: Ses
         const ledger = sessionLedger(deps, sessionId);
         await ledger.setStatus({ case: "busy", value: {} });
         try {
-          return await compactSession(loopDeps, ledger, sessionId, { ...request, auto: false, signal });
+          return await compactSession(loopDeps, ledger, sessionId, { model: request.model, agent: request.agent, auto: false, signal });
         } finally {
           await ledger.setStatus({ case: "idle", value: {} });
         }

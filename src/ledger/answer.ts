@@ -205,12 +205,45 @@ function runContinues(sessionId: string, userId: string, lastSeq: bigint, reason
 const RUN_END_GRACE_MS = 200;
 
 /**
+ * Whether the work `untilDone` waits for has begun. `enter()` is called by the work once it holds
+ * the session's lock, before it stores anything: it throws `StoppedWaitingError` NOT_STORED when
+ * `signal` already fired (the call's deadline passed while the work waited to start), so a call
+ * that ended before its work began leaves nothing behind and is never told "it goes on".
+ */
+export interface StartGate {
+  readonly started: boolean;
+  enter(): void;
+}
+
+/** A `StartGate` for the work `what.name` of `what.sessionId` on a call with `signal`. */
+export function startGate(signal: AbortSignal | undefined, what: { sessionId: string; name: string }): StartGate {
+  let started = false;
+  return {
+    get started() {
+      return started;
+    },
+    enter() {
+      if (signal?.aborted)
+        throw new StoppedWaitingError(
+          "NOT_STORED",
+          `the call ended before the ${what.name} started (its deadline passed or it was cancelled); nothing was run or stored: send it again`,
+          { session_id: what.sessionId },
+          { cause: signal.reason },
+        );
+      started = true;
+    },
+  };
+}
+
+/**
  * Waits for `work` (a Shell command, a Summarize run) for a call that can stop waiting: when
  * `signal` fires first (the client's deadline, a cancel), throws `StoppedWaitingError`
  * RUN_CONTINUES (DEADLINE_EXCEEDED on a deadline, as for a prompt) saying `what` goes on and how
  * to follow it: `WatchSession(session_id, after_seq = afterSeq)`, metadata `session_id` and
  * `after_seq`. The work itself is not stopped (`Abort` does that), and its later failure is not
- * reported to anyone but its own events.
+ * reported to anyone but its own events. When `gate` says the work has not started yet, the call
+ * waits for it to settle instead: it cannot start any more (`StartGate.enter` throws NOT_STORED),
+ * or it fails on its own first (SESSION_BUSY).
  *
  * @param afterSeq - the session's last seq before the work started: its events come after it.
  * @returns what `work` resolved to; throws what `work` threw when it settles first.
@@ -219,12 +252,14 @@ export async function untilDone<T>(
   work: Promise<T>,
   signal: AbortSignal | undefined,
   what: { sessionId: string; afterSeq: bigint; name: string },
+  gate?: StartGate,
 ): Promise<T> {
   if (!signal) return work;
   work.catch(() => {});
   let stop!: () => void;
   const stopped = new Promise<never>((_, reject) => {
-    stop = () =>
+    stop = () => {
+      if (gate && !gate.started) return;
       reject(
         new StoppedWaitingError(
           "RUN_CONTINUES",
@@ -233,6 +268,7 @@ export async function untilDone<T>(
           { cause: signal.reason },
         ),
       );
+    };
     if (signal.aborted) stop();
     else signal.addEventListener("abort", stop, { once: true });
   });

@@ -71,8 +71,10 @@ export interface Replier {
    * summary (`compactSession` in src/agent/compaction.ts) written by `request.model`; `abort`
    * aborts the summary's step. Returns the summary message with its parts. Throws
    * `SessionBusyError` (FAILED_PRECONDITION) when a loop or another `exclusive` holds the session.
+   * `request.enter`, when given, is called first once the lock is held, and may throw to refuse to
+   * start (`StartGate.enter` in src/ledger/answer.ts: the call already ended); nothing is stored then.
    */
-  summarize(sessionId: string, request: { model: ModelRef; agent: string }): Promise<MessageWithParts>;
+  summarize(sessionId: string, request: { model: ModelRef; agent: string; enter?: () => void }): Promise<MessageWithParts>;
   /** Cancels every running loop and waits for them (their answers end with an `aborted` error). */
   stopAll(): Promise<void>;
   /**

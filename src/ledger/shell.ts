@@ -23,7 +23,7 @@ import { getSession } from "./sessions.js";
 import { applyRevert } from "./revert.js";
 import { writeSession } from "./writer.js";
 import { getSessionRow } from "../storage/session-store.js";
-import { untilDone } from "./answer.js";
+import { startGate, untilDone } from "./answer.js";
 import { checkCommandsAllowed, checkSessionStillAllowed } from "./access.js";
 import { isBlank } from "./blank.js";
 
@@ -51,7 +51,8 @@ const OUTPUT_INTERVAL_MS = 100;
  *   SessionBusyError (FAILED_PRECONDITION) while a loop runs the session;
  *   PreconditionError NO_RUNNER when the server has no runner; StoppedWaitingError RUN_CONTINUES
  *   (DEADLINE_EXCEEDED on the client's deadline, CANCELED on a cancel) when `signal` fires before
- *   the command ends: the command goes on (`untilDone`).
+ *   the command ends: the command goes on (`untilDone`); StoppedWaitingError NOT_STORED when it fires
+ *   before the command started (it waited for the session's lock): nothing was run or stored.
  */
 export async function runShell(deps: LedgerDeps, request: ShellRequest, signal?: AbortSignal): Promise<MessageWithParts> {
   // No shell command holds a NUL (the command line is a C string): refused before anything is stored.
@@ -69,7 +70,9 @@ export async function runShell(deps: LedgerDeps, request: ShellRequest, signal?:
     request.model ?? session.model ?? (deps.config.model && { $typeName: "ledger.v1.ModelRef", ...deps.config.model });
   const sessionId = session.id;
   const afterSeq = BigInt((await getSessionRow(deps.db, sessionId))?.last_seq ?? 0);
+  const gate = startGate(signal, { sessionId, name: "shell command" });
   const work = replier.exclusive(sessionId, async (signal) => {
+    gate.enter();
     const ledger = sessionLedger(deps, sessionId);
     // A pending revert is carried out first, as a prompt does (OpenCode `shell` calls
     // `SessionRevert.cleanup`): the command's messages must not land past the revert point.
@@ -197,7 +200,7 @@ export async function runShell(deps: LedgerDeps, request: ShellRequest, signal?:
       await ledger.setStatus({ case: "idle", value: {} });
     }
   });
-  return untilDone(work, signal, { sessionId, afterSeq, name: "shell command" });
+  return untilDone(work, signal, { sessionId, afterSeq, name: "shell command" }, gate);
 }
 
 /**

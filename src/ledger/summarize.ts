@@ -7,7 +7,7 @@ import type { LedgerDeps } from "./deps.js";
 import { resolveAgent, resolveModel } from "./selection.js";
 import { getSession } from "./sessions.js";
 import { getSessionRow } from "../storage/session-store.js";
-import { untilDone } from "./answer.js";
+import { startGate, untilDone } from "./answer.js";
 
 /**
  * The `Summarize` RPC (OpenCode `session.summarize` → `SessionCompaction.create`): compacts the
@@ -24,7 +24,8 @@ import { untilDone } from "./answer.js";
  *   session on any replica; PreconditionError NO_MODEL_PROVIDER when no model provider is configured,
  *   NOTHING_TO_SUMMARIZE (FAILED_PRECONDITION) for a session without messages;
  *   StoppedWaitingError RUN_CONTINUES (DEADLINE_EXCEEDED on the client's deadline) when `signal`
- *   fires before the summary is written: it goes on (`untilDone`).
+ *   fires before the summary is written: it goes on (`untilDone`); NOT_STORED when it fires before
+ *   the summary started: nothing was stored.
  */
 export async function summarizeSession(deps: LedgerDeps, request: SummarizeRequest, signal?: AbortSignal): Promise<MessageWithParts> {
   const session = await getSession(deps, request.sessionId);
@@ -45,6 +46,7 @@ export async function summarizeSession(deps: LedgerDeps, request: SummarizeReque
       },
     );
   const afterSeq = BigInt((await getSessionRow(deps.db, session.id))?.last_seq ?? 0);
-  const work = replier.summarize(session.id, { model: create(ModelRefSchema, model), agent: agent.name });
-  return untilDone(work, signal, { sessionId: session.id, afterSeq, name: "summary" });
+  const gate = startGate(signal, { sessionId: session.id, name: "summary" });
+  const work = replier.summarize(session.id, { model: create(ModelRefSchema, model), agent: agent.name, enter: gate.enter });
+  return untilDone(work, signal, { sessionId: session.id, afterSeq, name: "summary" }, gate);
 }

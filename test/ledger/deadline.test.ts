@@ -1,15 +1,20 @@
+import { existsSync } from "node:fs";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { ServiceError } from "@grpc/grpc-js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { encodeEnvelope } from "@connectrpc/connect/protocol";
 import { endStreamFlag, endStreamFromJson, errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { ShellRequestSchema, SummarizeRequestSchema } from "../../gen/ledger/v1/service_pb.js";
+import { StoppedWaitingError } from "../../src/errors.js";
 import { newId } from "../../src/ids.js";
+import { runShell } from "../../src/ledger/shell.js";
+import { summarizeSession } from "../../src/ledger/summarize.js";
 import { grpcLedgerClient, type GrpcLedger } from "../support/grpc-js.js";
 import { startFakeModelLedger, type FakeModelLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
@@ -177,6 +182,42 @@ describe("a client deadline on Shell and Summarize", () => {
     const { status, error } = await rawUnary("Summarize", { sessionId }, 300);
     goesOn(status, error, sessionId, "summary");
     expect(await finalText(sessionId)).toBe("one two three four five six");
+  });
+});
+
+describe("a call whose deadline passed before its Shell or Summarize started", () => {
+  // The review of 2026-12-04: the deadline passed while the work waited for the session's lock,
+  // the call answered "it goes on" (RUN_CONTINUES), and then the command ran (or failed busy) anyway.
+  const expired = () => AbortSignal.abort(new ConnectError("the deadline passed", Code.DeadlineExceeded));
+
+  it("Shell: NOT_STORED, the command never runs and nothing is stored", async () => {
+    const sessionId = await newSession();
+    const marker = path.join(t.dir, `ran-${sessionId}`);
+    const error = await runShell(
+      t.ledger.deps,
+      create(ShellRequestSchema, { sessionId, agent: "build", command: `touch ${JSON.stringify(marker)}` }),
+      expired(),
+    ).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StoppedWaitingError);
+    expect(error).toMatchObject({ reason: "NOT_STORED", metadata: { session_id: sessionId } });
+    expect((error as Error).message).toContain("the call ended before the shell command started");
+    await sleep(300);
+    expect(existsSync(marker)).toBe(false);
+    expect((await t.client.listMessages({ sessionId })).messages).toEqual([]);
+    // The session is free again: a Shell with time to spare runs.
+    const ran = await runShell(t.ledger.deps, create(ShellRequestSchema, { sessionId, agent: "build", command: "echo ok" }));
+    expect(ran.parts[0]?.kind.case).toBe("tool");
+  });
+
+  it("Summarize: NOT_STORED, no summary is written", async () => {
+    const sessionId = await newSession();
+    t.fake.push({ kind: "stream", chunks: [{ text: "hi" }] });
+    await t.client.prompt({ sessionId, parts: [text("hello")] });
+    const before = (await t.client.listMessages({ sessionId })).messages.map((m) => m.message!.kind.value!.id);
+    const error = await summarizeSession(t.ledger.deps, create(SummarizeRequestSchema, { sessionId }), expired()).catch((e: unknown) => e);
+    expect(error).toMatchObject({ reason: "NOT_STORED", metadata: { session_id: sessionId } });
+    await sleep(300);
+    expect((await t.client.listMessages({ sessionId })).messages.map((m) => m.message!.kind.value!.id)).toEqual(before);
   });
 });
 
