@@ -34,7 +34,8 @@ export function specGrpcMessages(
   req: http2.Http2ServerRequest | http.IncomingMessage,
   res: http2.Http2ServerResponse | http.ServerResponse,
 ): void {
-  const type = req.headers["content-type"] ?? "";
+  // Media types are case-insensitive (RFC 9110), and connect-es accepts any case.
+  const type = (req.headers["content-type"] ?? "").toLowerCase();
   if (req.httpVersionMajor !== 2 || !type.startsWith("application/grpc") || type.startsWith("application/grpc-web")) return;
   const fix = (headers: unknown) => {
     if (headers === null || typeof headers !== "object" || Array.isArray(headers)) return;

@@ -234,3 +234,38 @@ describe("an undecodable binary request message is INVALID_ARGUMENT on every pro
     }
   });
 });
+
+// A review, 2026-12-04: the spec's grpc-message encoding was applied only to a lower-case
+// content type; `application/GRPC+Proto` (media types are case-insensitive) kept connect-es's.
+describe("grpc-message is encoded as the gRPC spec says whatever the content type's case", () => {
+  it("GetSession of a bad id over h2c: `:`, `,` and `(` go as they are", async () => {
+    const badId = new TextEncoder().encode("bad");
+    const body = envelope(Uint8Array.of(0x0a, badId.length, ...badId));
+    for (const type of ["application/grpc", "application/GRPC+Proto"]) {
+      const session = http2.connect(t.ledger.url);
+      try {
+        const raw = await new Promise<string>((resolve, reject) => {
+          const req = session.request({
+            ":method": "POST",
+            ":path": "/ledger.v1.SessionService/GetSession",
+            "content-type": type,
+            te: "trailers",
+          });
+          let message = "";
+          const read = (h: http2.IncomingHttpHeaders) => (message = String(h["grpc-message"] ?? message));
+          req.on("response", read);
+          req.on("trailers", read);
+          req.on("end", () => resolve(message));
+          req.on("error", reject);
+          req.resume();
+          req.end(body);
+        });
+        expect(raw, type).toMatch(
+          /^session_id: must be ses_ followed by 26 Crockford base32 characters \(0-9 and A-Z without I, L, O, U\)/,
+        );
+      } finally {
+        session.close();
+      }
+    }
+  });
+});
