@@ -446,6 +446,13 @@ session's prompts to follow them live.`,
       }),
     );
 
+  // commander answers "help <unknown>" with the general help alone (exit 1): say what was wrong.
+  const [first, asked] = argv;
+  if (first === "help" && asked !== undefined && !program.commands.some((c) => c.name() === asked || c.aliases().includes(asked))) {
+    io.stderr.write(terminalSafe(`error: unknown command '${asked}'\n(ledger --help lists the commands)\n`));
+    io.exit(1);
+    return 1;
+  }
   try {
     await program.parseAsync(argv, { from: "user" });
     return exitCode;

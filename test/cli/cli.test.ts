@@ -244,6 +244,23 @@ describe("ledger --version", () => {
   );
 });
 
+describe("ledger help <command>", () => {
+  // A review, 2026-12-03: "ledger help bogus" printed the general help alone (exit 1).
+  it(
+    "prints a command's usage, and for an unknown command says so (exit 1)",
+    async () => {
+      const known = await ledger("help", "shell");
+      expectOk(known);
+      expect(known.stdout).toMatch(/^Usage: ledger shell \[options\] <session> <command>\n/);
+      const unknown = await ledger("help", "bogus");
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toBe("error: unknown command 'bogus'\n(ledger --help lists the commands)\n");
+      expect(unknown.stdout).toBe("");
+    },
+    CLI_TIMEOUT,
+  );
+});
+
 describe("ledger.json syntax errors", () => {
   it(
     "name the file, line and column; exit 1",
