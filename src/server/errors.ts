@@ -195,16 +195,33 @@ function quotaDetails(error: QuotaExceededError) {
   return [{ desc: QuotaFailureSchema, value: failure }, ...(retry ? [{ desc: RetryInfoSchema, value: retry }] : [])];
 }
 
+/**
+ * A protovalidate refusal in the ledger's shape: the message names each field and says what is
+ * expected (`field: message`, joined by "; "; "must not be empty" for protovalidate's "must be at
+ * least 1 characters"), without protovalidate's `[rule id]` suffixes,
+ * which a person does not read: the first rule is `ErrorInfo.metadata.rule`, and every violation
+ * a `BadRequest` field violation. Any other error is returned unchanged.
+ */
 function withBadRequest(error: ConnectError): ConnectError {
   if (error.code !== Code.InvalidArgument || !(error.cause instanceof ValidationError)) return error;
-  const fieldViolations = error.cause.violations.map((v) => ({ field: pathToString(v.field), description: v.message }));
+  const fieldViolations = error.cause.violations.map((v) => ({
+    field: pathToString(v.field),
+    description: v.ruleId === "string.min_len" && v.message === "must be at least 1 characters" ? "must not be empty" : v.message,
+  }));
   const metadata = { field: fieldViolations[0]?.field ?? "", rule: error.cause.violations[0]?.ruleId ?? "" };
-  error.details.push({
-    desc: ErrorInfoSchema,
-    value: create(ErrorInfoSchema, { reason: "INVALID_ARGUMENT", domain: ERROR_DOMAIN, metadata }),
-  });
-  error.details.push({ desc: BadRequestSchema, value: create(BadRequestSchema, { fieldViolations }) });
-  return error;
+  const message = fieldViolations.map((v) => (v.field ? `${v.field}: ${v.description}` : v.description)).join("; ");
+  return new ConnectError(
+    message || error.rawMessage,
+    error.code,
+    error.metadata,
+    [
+      // @connectrpc/validate's own: `buf.validate.Violations`.
+      ...error.details.filter((d) => "desc" in d),
+      { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: "INVALID_ARGUMENT", domain: ERROR_DOMAIN, metadata }) },
+      { desc: BadRequestSchema, value: create(BadRequestSchema, { fieldViolations }) },
+    ],
+    error.cause,
+  );
 }
 
 function log(procedure: string, error: unknown): void {

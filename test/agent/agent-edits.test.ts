@@ -154,8 +154,7 @@ describe("permission asks on write", () => {
     });
     await expect(grpc.replyPermission({ sessionId, permissionId: request.id, reply: PermissionReply.UNSPECIFIED })).rejects.toMatchObject({
       code: 3,
-      rawMessage:
-        "reply: must be PERMISSION_REPLY_ONCE, PERMISSION_REPLY_ALWAYS or PERMISSION_REPLY_REJECT (in JSON, the full enum name) [reply.defined]",
+      rawMessage: "reply: must be PERMISSION_REPLY_ONCE, PERMISSION_REPLY_ALWAYS or PERMISSION_REPLY_REJECT (in JSON, the full enum name)",
     });
     // Over Connect JSON, a short name ("ONCE") is an unknown enum name: read as 0, the same answer.
     const json = await fetch(`${t.ledger.url}/ledger.v1.SessionService/ReplyPermission`, {
@@ -165,7 +164,7 @@ describe("permission asks on write", () => {
     });
     expect(json.status).toBe(400);
     expect(((await json.json()) as { message: string }).message).toBe(
-      "reply: must be PERMISSION_REPLY_ONCE, PERMISSION_REPLY_ALWAYS or PERMISSION_REPLY_REJECT (in JSON, the full enum name) [reply.defined]",
+      "reply: must be PERMISSION_REPLY_ONCE, PERMISSION_REPLY_ALWAYS or PERMISSION_REPLY_REJECT (in JSON, the full enum name)",
     );
   });
 

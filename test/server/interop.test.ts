@@ -211,7 +211,7 @@ describe("one prompt, three client stacks", () => {
         const [bin] = error!.metadata.get("grpc-status-details-bin");
         return [error!.code, error!.details, fromBinary(StatusSchema, new Uint8Array(bin as Buffer)).message];
       };
-      const badId = "session_id: must be ses_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U) [id.session]";
+      const badId = "session_id: must be ses_ followed by 26 Crockford base32 characters (0-9 and A-Z without I, L, O, U)";
       expect(await details("getSession", { sessionId: "bad" })).toEqual([grpc.status.INVALID_ARGUMENT, badId, badId]);
       const missing = path.join(t.dir, "naïve 100% ; a=b");
       const notDir = `directory: ${missing} is not an existing directory on the server`;

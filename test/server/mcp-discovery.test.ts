@@ -213,11 +213,7 @@ describe("ListMcpResources", () => {
       Code.InvalidArgument,
       "page_token: is not a page token issued by this service",
     );
-    await expectConnectError(
-      t.client.listMcpResources({ server: "" }),
-      Code.InvalidArgument,
-      "server: must be at least 1 characters [string.min_len]",
-    );
+    await expectConnectError(t.client.listMcpResources({ server: "" }), Code.InvalidArgument, "server: must not be empty");
   });
 });
 
