@@ -142,6 +142,13 @@ export async function* followSession(
       }
       if (item.kind.case === "partDelta") {
         if (item.seq > last) yield* catchUp();
+        // The snapshot it extends was not yielded (the feed is stopping: the catch-up returned
+        // early): neither is the delta, which a reader could not apply, and whose seq would look
+        // delivered (a trial, 2026-12-04: a drained stream's after_seq skipped that snapshot).
+        if (item.seq > last) {
+          if (signal?.aborted) return;
+          continue;
+        }
         if (item.seq >= (snapshots.get(item.kind.value.partId) ?? 0n)) yield item;
         continue;
       }

@@ -141,8 +141,8 @@ export async function* untilAnswered(
     for await (const event of followSession(deps, sessionId, after, feedSignal, { caps })) {
       if (answered && beginsOtherWork(event, userId)) return;
       yield event;
-      // A live part_delta carries the seq of the snapshot it extends, which may be behind the cursor.
-      if (event.seq > last) last = event.seq;
+      // A live part_delta carries the seq of the snapshot it extends: never a cursor of its own.
+      if (event.kind.case !== "partDelta" && event.seq > last) last = event.seq;
       if (isFinalAnswer(event, userId)) answered = true;
       if (answered && event.kind.case === "sessionStatus" && event.kind.value.status.case === "idle") return;
     }

@@ -33,8 +33,8 @@ export async function* watchSession(
   for await (const event of followSession(deps, sessionId, afterSeq, signal, { checkBounds, caps: bufferCaps(deps.config.limits) })) {
     yield event;
     if (event.kind.case === "sessionDeleted") return;
-    // A live part_delta carries the seq of the snapshot it extends, which may be behind the cursor.
-    if (event.seq > last) last = event.seq;
+    // A live part_delta carries the seq of the snapshot it extends: never a cursor of its own.
+    if (event.kind.case !== "partDelta" && event.seq > last) last = event.seq;
   }
   if (signal?.aborted) {
     throw new StoppedWaitingError(

@@ -1,7 +1,10 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
+import { SessionEventSchema, type SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { followSession, SHARED_EVENT_BYTES } from "../../src/events/feed.js";
+import { watchSession } from "../../src/ledger/watch.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
 import { lastSeq } from "../support/stored.js";
@@ -80,5 +83,39 @@ describe("followSession and its signal", () => {
       if (seqs.length === 3) stop.abort();
     }
     expect(seqs).toEqual([1n, 2n, 3n]);
+  });
+});
+
+// A trial, 2026-12-04: a live part_delta whose snapshot had not been yielded yet came out of a
+// feed that was stopping (its catch-up returns at once), and WatchSession's cursor took the
+// delta's seq: a drained stream's after_seq skipped the snapshot the client never got.
+describe("a live part_delta ahead of the feed when its signal fires", () => {
+  it("is not yielded, and WatchSession's after_seq stays at the last event it sent", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    await t.client.prompt({ sessionId, noReply: true, parts: [text("stored")] });
+    const end = BigInt(await lastSeq(t.ledger.database.db, sessionId));
+    const stop = new AbortController();
+    const feed = watchSession(t.ledger.deps, sessionId, 0n, stop.signal);
+    const seen: SessionEvent[] = [];
+    for (let i = 0n; i < end; i++) seen.push((await feed.next()).value as SessionEvent);
+    const next = feed.next();
+    // The snapshot at end + 1 is not stored (as if its commit were still on its way); its delta is published, then the stream stops.
+    const delta = create(SessionEventSchema, {
+      sessionId,
+      seq: end + 1n,
+      kind: {
+        case: "partDelta",
+        value: { messageId: "msg_01M8N3PWC98KEGMQ42T22BSJ1B", partId: "prt_01M8N3PWC98KEGMQ42T22BSJ1B", field: "text", delta: "x" },
+      },
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    t.ledger.deps.bus.publish([delta]);
+    stop.abort(new ConnectError("draining", Code.Unavailable));
+    const outcome = await next.then(
+      (result) => ({ yielded: result.value as SessionEvent | undefined }),
+      (error: unknown) => ({ error }),
+    );
+    expect(seen.map((e) => e.seq)).toEqual(Array.from({ length: Number(end) }, (_, i) => BigInt(i + 1)));
+    expect(outcome).toMatchObject({ error: { reason: "WATCH_INTERRUPTED", metadata: { after_seq: String(end) } } });
   });
 });
