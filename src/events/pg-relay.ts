@@ -30,6 +30,8 @@ const MAX_PAYLOAD_BYTES = 7000;
 export const MAX_HINT_EVENTS_BYTES = MAX_PAYLOAD_BYTES - 200;
 /** Longest delta text (code points) sent in one piece; longer ones are split. */
 const MAX_DELTA_CHARS = 1500;
+/** Most bytes of a piece's JSON string text (escapes included), so one delta's payload stays under MAX_PAYLOAD_BYTES. */
+const MAX_DELTA_JSON_BYTES = 6000;
 /** Deltas are sent in batches at most this often (ms): never one NOTIFY per token. */
 const DELTA_FLUSH_MS = 15;
 
@@ -159,8 +161,13 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
         while (outbox.length > 0) {
           const batch = outbox;
           outbox = [];
-          // Lost on failure: the other replicas' periodic check reads what the hints announced.
-          await notifyMany(db, batch).catch(() => {});
+          // Lost on failure (said once per batch): the other replicas' periodic check reads what the hints announced.
+          await notifyMany(db, batch).catch((error: unknown) =>
+            logger.warn("relay: a batch of notifications was not sent; other replicas catch up from the table", {
+              notifications: batch.length,
+              error,
+            }),
+          );
         }
       } finally {
         sending = undefined;
@@ -199,7 +206,7 @@ export async function startPgRelay(options: { url: string; db: Kysely<DB>; bus: 
       if (event.kind.case !== "partDelta") return;
       const d = event.kind.value;
       let offset = d.offset;
-      for (const piece of split(d.delta, MAX_DELTA_CHARS)) {
+      for (const piece of split(d.delta, MAX_DELTA_CHARS, MAX_DELTA_JSON_BYTES)) {
         queue.push({
           sessionId: event.sessionId,
           item: JSON.stringify([event.sessionId, String(event.seq), d.messageId, d.partId, d.field, piece.text, String(offset)]),

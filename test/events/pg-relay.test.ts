@@ -59,6 +59,22 @@ describe.skipIf(TEST_ENGINE !== "postgres")("Postgres relay: sending", () => {
       `${EVENTS_CHANNEL} ses_A|17`,
     ]);
   });
+
+  // A trial, 2026-12-04: 1,400 control characters (6 bytes each in JSON) made a payload Postgres
+  // refused, and the whole batch (deltas, hints) was lost without a word.
+  it("splits a delta of control characters so each payload fits; the hint sent with them arrives too", async () => {
+    got.length = 0;
+    const text = "\u0001".repeat(1400) + "é".repeat(1400);
+    relay.delta(delta(20n, text));
+    relay.hint("ses_A", 21n);
+    await waitFor("the hint", () => got.some((g) => g.includes("ses_A|21")), 5_000);
+    const pieces = got
+      .filter((g) => g.startsWith(DELTAS_CHANNEL))
+      .flatMap((g) => JSON.parse(g.slice(DELTAS_CHANNEL.length + 1)) as string[][]);
+    expect(pieces.map((p) => p[5]).join("")).toBe(text);
+    expect(pieces.map((p) => p[6])).toEqual(pieces.map((_, i) => String(pieces.slice(0, i).reduce((n, p) => n + [...p[5]!].length, 0))));
+    expect(got.at(-1)).toBe(`${EVENTS_CHANNEL} ses_A|21`);
+  });
 });
 
 describe.skipIf(TEST_ENGINE !== "postgres")("Postgres relay: commit hints carry the events of small writes", () => {
