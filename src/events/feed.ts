@@ -45,7 +45,7 @@ export const REPLAY_PAGE: PageLimits = { rows: 500, bytes: 256 << 10 };
  * Ends after yielding a `session_deleted` event (published by DeleteSession here, by the relay
  * for a deletion on another replica or one found missing after a listener reconnect, or made
  * here when the session was already gone once subscribed); its `seq` is one past the last
- * event yielded unless it carries a higher one. Ends when `signal` aborts. Throws
+ * event yielded (whatever seq it was published with). Ends when `signal` aborts. Throws
  * `CursorOutOfRangeError` (CURSOR_EXPIRED) when retention removed events the reader has not
  * seen yet, `WatcherTooSlowError` (WATCHER_TOO_SLOW, naming the last seq yielded) when the live
  * events waiting for the reader passed `options.caps` (default: the default limits'
@@ -153,8 +153,10 @@ export async function* followSession(
         continue;
       }
       // The log goes with a deleted session: there is nothing left to fill a gap from.
+      // Numbered for this reader, one past what it got: a reader behind the deletion (whose
+      // rows went with it) saw no gap before (a trial, 2026-12-04: 37 after 35).
       if (item.kind.case === "sessionDeleted") {
-        yield item.seq > last ? item : { ...clone(SessionEventSchema, item), seq: last + 1n };
+        yield item.seq === last + 1n ? item : { ...clone(SessionEventSchema, item), seq: last + 1n };
         return;
       }
       if (item.seq <= last) continue;

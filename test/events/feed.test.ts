@@ -119,3 +119,29 @@ describe("a live part_delta ahead of the feed when its signal fires", () => {
     expect(outcome).toMatchObject({ error: { reason: "WATCH_INTERRUPTED", metadata: { after_seq: String(end) } } });
   });
 });
+
+// A trial across replicas, 2026-12-04: a feed still replaying when the session was deleted (its
+// rows went with it) passed on the deletion's own seq: 37 after 35.
+describe("session_deleted reaching a feed that is behind", () => {
+  it("is numbered one past the last event the feed yielded", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    // Pages of at most 256 KiB: each of these large events comes in a page of its own.
+    for (let i = 0; i < 4; i++) await t.client.prompt({ sessionId, noReply: true, parts: [text(`${i}`.repeat(SHARED_EVENT_BYTES * 2))] });
+    const end = BigInt(await lastSeq(t.ledger.database.db, sessionId));
+    const stop = new AbortController();
+    const feed = followSession(t.ledger.deps, sessionId, 0n, stop.signal);
+    const seen: SessionEvent[] = [];
+    for (;;) {
+      const event = (await feed.next()).value as SessionEvent;
+      seen.push(event);
+      if (event.kind.case === "partUpdated") break;
+    }
+    await t.client.deleteSession({ sessionId });
+    for (let next = await feed.next(); !next.done; next = await feed.next()) seen.push(next.value);
+    stop.abort();
+    const last = seen.at(-1)!;
+    expect(last.kind.case).toBe("sessionDeleted");
+    expect(last.seq).toBeLessThan(end + 1n);
+    expect(seen.map((e) => e.seq)).toEqual(seen.map((_, i) => BigInt(i + 1)));
+  });
+});
