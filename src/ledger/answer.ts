@@ -50,9 +50,15 @@ function beginsOtherWork(event: SessionEvent, userId: string): boolean {
   return message?.case === "assistant" && message.value.parentId !== userId && !message.value.summary;
 }
 
-/** The id of the message a `message_updated` event carries, if any. */
-function messageIdOf(event: SessionEvent): string | undefined {
-  return event.kind.case === "messageUpdated" ? event.kind.value.message?.kind.value?.id : undefined;
+/**
+ * Whether `event` closes the answer `stale` as `interrupted`: the close-out of an answer whose
+ * process stopped, not a final answer. The same answer finished by a live loop (a resume that
+ * joined a running loop) is final.
+ */
+function closesStale(event: SessionEvent, stale: string | undefined): boolean {
+  if (stale === undefined || event.kind.case !== "messageUpdated") return false;
+  const message = event.kind.value.message?.kind;
+  return message?.case === "assistant" && message.value.id === stale && message.value.error?.kind.case === "interrupted";
 }
 
 /** True for the `message_updated` of a completed assistant message that ends the answer to `userId`. */
@@ -114,8 +120,9 @@ export async function startAnswer(
  * When the run could not start (every session-lock connection taken, or the server is shutting
  * down), throws its `LockPoolExhaustedError` (RESOURCE_EXHAUSTED) or `ShuttingDownError`
  * (UNAVAILABLE DRAINING), metadata `message_id`: the prompt stays stored.
- * `stale` names an answer that ends without being the final one: the open answer of a process that
- * stopped, which the resumed run first closes as `interrupted` (ResumeSession).
+ * `stale` names an answer left open when the call began: its close-out as `interrupted` (the
+ * open answer of a process that stopped, which the resumed run first closes) is not the final
+ * answer; its normal end (a live loop finishing it) is (ResumeSession).
  * When the caller reads too slowly (`caps`, default `limits.watch_buffer_events`/`watch_buffer_bytes`), throws
  * `WatcherTooSlowError` (RESOURCE_EXHAUSTED, metadata `last_seq` and `message_id`): the run goes
  * on too, and `WatchSession(after_seq = last_seq)` follows it from there.
@@ -152,7 +159,7 @@ export async function* untilAnswered(
       yield event;
       // A live part_delta carries the seq of the snapshot it extends: never a cursor of its own.
       if (event.kind.case !== "partDelta" && event.seq > last) last = event.seq;
-      if (isFinalAnswer(event, userId) && messageIdOf(event) !== stale) answered = true;
+      if (isFinalAnswer(event, userId) && !closesStale(event, stale)) answered = true;
       if (answered && event.kind.case === "sessionStatus" && event.kind.value.status.case === "idle") return;
     }
   } catch (error) {
