@@ -448,7 +448,8 @@ session's prompts to follow them live.`,
 
   // commander answers "help <unknown>" with the general help alone (exit 1): say what was wrong.
   const [first, asked] = argv;
-  if (first === "help" && asked !== undefined && !program.commands.some((c) => c.name() === asked || c.aliases().includes(asked))) {
+  const known = (name: string) => name === "help" || program.commands.some((c) => c.name() === name || c.aliases().includes(name));
+  if (first === "help" && asked !== undefined && !known(asked)) {
     io.stderr.write(terminalSafe(`error: unknown command '${asked}'\n(ledger --help lists the commands)\n`));
     io.exit(1);
     return 1;

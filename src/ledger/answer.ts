@@ -222,9 +222,10 @@ const RUN_END_GRACE_MS = 200;
 
 /**
  * Whether the work `untilDone` waits for has begun. `enter()` is called by the work once it holds
- * the session's lock, before it stores anything: it throws `StoppedWaitingError` NOT_STORED when
- * `signal` already fired (the call's deadline passed while the work waited to start), so a call
- * that ended before its work began leaves nothing behind and is never told "it goes on".
+ * the session's lock (after the lock's recovery, which may close a stopped process's open answer),
+ * before it stores anything of its own: it throws `StoppedWaitingError` NOT_STORED when `signal`
+ * already fired (the call's deadline passed while the work waited to start), so a call that ended
+ * before its work began runs nothing, stores nothing of its own and is never told "it goes on".
  */
 export interface StartGate {
   readonly started: boolean;

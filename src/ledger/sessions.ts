@@ -206,7 +206,8 @@ export async function updateSession(deps: LedgerDeps, sessionId: string, change:
  * queues one relay notice per deleted session in its transaction (Postgres delivers them only
  * on commit). After commit, every live watcher (WatchSession, PromptStream; here and, through
  * the notice, on every other replica) gets a `session_deleted` event (not stored: the log goes
- * with the session; `seq` = the session's last seq + 1) and its stream ends, and a loop still
+ * with the session; `seq` = the session's last seq + 1, renumbered by each feed to one past the
+ * last event its reader got) and its stream ends, and a loop still
  * running for one of those sessions anywhere is aborted and stops quietly.
  * Throws `SessionNotFoundError` (NOT_FOUND).
  */

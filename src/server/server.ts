@@ -124,7 +124,7 @@ export function createServer(deps: LedgerDeps, options: ServerOptions = {}): Led
         // A backstop only: withProtocolErrors refuses a message over the limit before connect-es reads it.
         readMaxBytes: requestBytes,
         // connect-es's default, pinned: the placeholders of shared frames (22 bytes,
-        // src/server/shared-frames.ts) must go out uncompressed to be replaced.
+        // src/server/shared-frames.ts) then go out uncompressed (it inflates one that did not).
         compressMinBytes: 1024,
         shutdownSignal: shutdown.signal,
       },

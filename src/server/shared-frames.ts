@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
+import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextKey, createContextValues, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
+import { createContextKey, createContextValues, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/connect/protocol";
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import {
@@ -10,6 +11,7 @@ import {
   WatchSessionResponseSchema,
 } from "../../gen/ledger/v1/service_pb.js";
 import { isSharedEvent } from "../events/feed.js";
+import { logger } from "../observe/log.js";
 
 /**
  * Large replayed events, written once per process instead of once per stream.
@@ -91,7 +93,8 @@ export function shareFrames(handler: UniversalHandler): UniversalHandler {
     contextValues.set(placedKey, placed);
     const res = await handler({ ...req, contextValues });
     if (!res.body || !(Symbol.asyncIterator in res.body)) return res;
-    return { ...res, body: substitute(res.body, placed) };
+    const encoding = res.header?.get("grpc-encoding") ?? res.header?.get("connect-content-encoding") ?? undefined;
+    return { ...res, body: substitute(res.body, placed, encoding) };
   };
   // Keep the handler's routing facts (requestPath, protocolNames, method, ...).
   return Object.assign(wrapped, handler);
@@ -127,12 +130,13 @@ export function eventResponse<S extends EventResponseSchema>(ctx: HandlerContext
 /**
  * `body` with each placeholder frame replaced by a header and the serialized response it stands
  * for. `throw` and `return` go to `body` itself, so connect-node's handling of a failed write
- * (it throws the error into the body) reaches the handler as before. A data frame that passes
- * while a placeholder of this call is outstanding means the placeholder was not framed as
- * expected (compressed: `compressMinBytes` under its 22 bytes, or its unknown field dropped): the
- * stream fails with `INTERNAL` rather than send an empty message.
+ * (it throws the error into the body) reaches the handler as before. A placeholder is 22 bytes,
+ * under connect-es's `compressMinBytes` (pinned at 1024 in src/server/server.ts), so it is not
+ * compressed; were it (`encoding`: the call's response compression, gzip or br), it is inflated
+ * to be found all the same. A data frame that passes while a placeholder is outstanding cannot
+ * happen while protobuf-es writes unknown fields (its default); it is logged as an error.
  */
-function substitute(body: AsyncIterable<Uint8Array>, placed: Placed): AsyncIterable<Uint8Array> {
+function substitute(body: AsyncIterable<Uint8Array>, placed: Placed, encoding: string | undefined): AsyncIterable<Uint8Array> {
   const inner = body[Symbol.asyncIterator]();
   let shared: Uint8Array | undefined;
   const iterator: AsyncIterator<Uint8Array> = {
@@ -145,11 +149,14 @@ function substitute(body: AsyncIterable<Uint8Array>, placed: Placed): AsyncItera
       const result = await inner.next();
       if (result.done) return result;
       const chunk = result.value;
-      const bytes = chunk.byteLength === PLACEHOLDER_FRAME_BYTES ? take(chunk, placed) : undefined;
+      const bytes = placed.size > 0 ? take(uncompressed(chunk, encoding), placed) : undefined;
       if (!bytes) {
         if (placed.size > 0 && (chunk[0]! & TRAILER_FLAGS) === 0) {
+          logger.error("shared frames: a placeholder was not found in the frame written for it", {
+            frame_bytes: chunk.byteLength,
+            encoding,
+          });
           placed.clear();
-          throw new ConnectError("a shared event frame was not written as expected; resume with WatchSession", Code.Internal);
         }
         return result;
       }
@@ -164,8 +171,24 @@ function substitute(body: AsyncIterable<Uint8Array>, placed: Placed): AsyncItera
   return { [Symbol.asyncIterator]: () => iterator };
 }
 
+/** A small compressed message frame (flag 1) inflated back to an uncompressed one; any other frame as it is. */
+function uncompressed(frame: Uint8Array, encoding: string | undefined): Uint8Array {
+  if ((frame[0]! & 1) === 0 || frame.byteLength > 256 || (encoding !== "gzip" && encoding !== "br")) return frame;
+  try {
+    const body = frame.subarray(5);
+    const message = encoding === "gzip" ? gunzipSync(body) : brotliDecompressSync(body);
+    const plain = new Uint8Array(5 + message.byteLength);
+    new DataView(plain.buffer).setUint32(1, message.byteLength);
+    plain.set(message, 5);
+    return plain;
+  } catch {
+    return frame;
+  }
+}
+
 /** The serialized response `frame` stands for, if it is an uncompressed placeholder this call placed (removed from `placed`). */
 function take(frame: Uint8Array, placed: Placed): Uint8Array | undefined {
+  if (frame.byteLength !== PLACEHOLDER_FRAME_BYTES) return undefined;
   if (frame[0] !== 0 || new DataView(frame.buffer, frame.byteOffset).getUint32(1) !== PLACEHOLDER_BYTES) return undefined;
   const token = Buffer.from(frame.buffer, frame.byteOffset + PLACEHOLDER_FRAME_BYTES - TOKEN_BYTES, TOKEN_BYTES).toString("hex");
   const bytes = placed.get(token);
