@@ -62,7 +62,6 @@ function closesStale(event: SessionEvent, stale: string | undefined): boolean {
 }
 
 /** True for the `message_updated` of a completed assistant message that ends the answer to `userId`. */
-
 export function isFinalAnswer(event: SessionEvent, userId: string): boolean {
   if (event.kind.case !== "messageUpdated") return false;
   const message = event.kind.value.message?.kind;
