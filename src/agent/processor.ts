@@ -120,12 +120,17 @@ interface Streaming {
   storedAt: number;
   /** Length of `value.text` in Unicode code points (delta offsets count these). */
   length: number;
+  /** The trailing snapshot due `SNAPSHOT_INTERVAL_MS` after the last one, when deltas arrived since. */
+  timer?: NodeJS.Timeout;
+  /** A snapshot the timer started; awaited before the next delta is published or the block ends, so writes and deltas stay in order. */
+  writing?: Promise<void>;
 }
 
 /**
  * Writes one model step into the ledger as it streams (OpenCode `SessionProcessor`): a
  * `step_start` part when the provider starts the step (a request refused up front writes none); `text`/`reasoning` parts created on start, extended by live `part_delta`
- * events and stored in full at most every `SNAPSHOT_INTERVAL_MS` and at their end; `tool` parts
+ * events and stored in full at most every `SNAPSHOT_INTERVAL_MS`, at most one interval after their
+ * latest delta (even while the model is silent), and at their end; `tool` parts
  * moving pending → running → completed | error; and a `step_finish` part with reason, tokens and
  * cost. Whatever way the stream ends (finish, error, abort, a thrown iterator), open text parts
  * keep what they have and get `time.end`, and unfinished tool parts end in `error`.
@@ -214,6 +219,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           // The latest metadata replaces earlier metadata, as the AI SDK does for its own steps.
           if (event.metadata) open.value.metadata = asObject(event.metadata);
           if (event.text === "") break;
+          await written(open);
           open.raw += event.text;
           ledger.publishDelta({
             messageId: target.messageId,
@@ -224,7 +230,12 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
             offset: BigInt(open.length),
           });
           open.length += codePoints(event.text);
-          if (Date.now() - open.storedAt >= SNAPSHOT_INTERVAL_MS) await snapshot(ledger, open);
+          const wait = open.storedAt + SNAPSHOT_INTERVAL_MS - Date.now();
+          if (wait <= 0) {
+            clearTimeout(open.timer);
+            open.timer = undefined;
+            await snapshot(ledger, open);
+          } else open.timer ??= setTimeout(() => trailingSnapshot(ledger, open), wait);
           break;
         }
         case "text-end":
@@ -232,6 +243,7 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
           const open = streaming.get(event.id);
           if (!open) break;
           streaming.delete(event.id);
+          await settled(open);
           if (event.metadata) open.value.metadata = asObject(event.metadata);
           await finishStreaming(ledger, open);
           break;
@@ -315,6 +327,8 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
     detach?.();
     for (const callId of [...progressTimers.keys()]) await settleProgress(callId);
     for (const open of streaming.values()) {
+      // A trailing snapshot that failed only means this write of the whole text is the first since.
+      await settled(open).catch(() => undefined);
       // Cut off before its end: the provider never finished this item, so its state is not kept.
       open.value.metadata = undefined;
       await finishStreaming(ledger, open);
@@ -370,6 +384,33 @@ async function recordPatch(
   }
   if (changed.files.length > 0)
     await target.ledger.savePart(newPart({ case: "patch", value: create(PatchPartSchema, { hash: before, files: changed.files }) }));
+}
+
+/**
+ * Stores the text that arrived since the last snapshot once `SNAPSHOT_INTERVAL_MS` has passed,
+ * without waiting for another delta: a model that goes quiet mid-block (thinking, a stalled
+ * connection) leaves the stored part at most one interval behind its live deltas. A failure is
+ * kept on `open.writing` and raised where the processor next waits for it.
+ */
+function trailingSnapshot(ledger: SessionLedger, open: Streaming): void {
+  open.timer = undefined;
+  const writing = snapshot(ledger, open);
+  writing.catch(() => undefined);
+  open.writing = writing;
+}
+
+/** Waits for a trailing snapshot in flight, rethrowing its failure (once). */
+async function written(open: Streaming): Promise<void> {
+  const writing = open.writing;
+  open.writing = undefined;
+  await writing;
+}
+
+/** Cancels a pending trailing snapshot and waits for one in flight: the block's last write follows. */
+async function settled(open: Streaming): Promise<void> {
+  clearTimeout(open.timer);
+  open.timer = undefined;
+  await written(open);
 }
 
 async function snapshot(ledger: SessionLedger, open: Streaming): Promise<void> {

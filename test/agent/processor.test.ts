@@ -1,4 +1,5 @@
-import type { LanguageModelV3, LanguageModelV3StreamResult } from "@ai-sdk/provider";
+import type { LanguageModelV3, LanguageModelV3StreamPart, LanguageModelV3StreamResult } from "@ai-sdk/provider";
+import { MockLanguageModelV3 } from "ai/test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ReasoningPart, TextPart } from "../../gen/ledger/v1/part_pb.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
@@ -13,7 +14,8 @@ import {
   NO_RETRY,
 } from "../support/mock-models.js";
 import { text } from "../support/prompt.js";
-import { assistantOf } from "../support/stored.js";
+import { assistantOf, storedMessages } from "../support/stored.js";
+import { waitFor } from "../support/wait.js";
 
 // How processStep keeps provider metadata, through the real service with the AI SDK's
 // MockLanguageModelV3 as the model (see loop.test.ts for the rest of the loop).
@@ -71,5 +73,42 @@ describe("provider metadata of streamed blocks", () => {
     const part = messages[1]!.parts.find((p) => p.kind.case === "text")!.kind.value as TextPart;
     expect(part.text).toBe("Partial");
     expect(part.metadata).toBeUndefined();
+  });
+});
+
+describe("snapshots of a streaming block", () => {
+  it("stores the text that arrived in the last 100 ms once the interval has passed, while the model is still silent", async () => {
+    // Two deltas right after the block's start (both within SNAPSHOT_INTERVAL_MS of its first
+    // write), then the model goes quiet without ending the block: the stored text must not stay
+    // behind the live deltas until the step ends.
+    models["mock/model"] = new MockLanguageModelV3({
+      doStream: async ({ abortSignal }) => ({
+        stream: new ReadableStream<LanguageModelV3StreamPart>({
+          start(controller) {
+            controller.enqueue({ type: "stream-start", warnings: [] });
+            controller.enqueue({ type: "reasoning-start", id: "r1" });
+            controller.enqueue({ type: "reasoning-delta", id: "r1", delta: "Let me " });
+            controller.enqueue({ type: "reasoning-delta", id: "r1", delta: "think" });
+            // Silent until aborted, as a provider's connection is.
+            abortSignal?.addEventListener("abort", () => controller.error(abortSignal.reason));
+          },
+        }),
+      }),
+    });
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const first = t.client.prompt({ sessionId, parts: [text("think")] });
+    const stored = async () =>
+      (await storedMessages(t.client, sessionId))[1]?.parts.flatMap((p) => (p.kind.case === "reasoning" ? [p.kind.value.text] : []))[0];
+    expect(
+      await waitFor("the stored reasoning text to catch up", async () => ((await stored()) === "Let me think" ? true : undefined), 5_000),
+    ).toBe(true);
+    expect((await t.client.abort({ sessionId })).aborted).toBe(true);
+    const answer = assistantOf((await first).message);
+    expect(answer?.error?.kind.case).toBe("aborted");
+    const parts = (await storedMessages(t.client, sessionId))[1]!.parts;
+    expect(parts.map((p) => p.kind.case)).toEqual(["stepStart", "reasoning"]);
+    const reasoning = parts[1]!.kind.value as ReasoningPart;
+    expect(reasoning.text).toBe("Let me think");
+    expect(reasoning.time?.end).toBeDefined();
   });
 });

@@ -172,9 +172,9 @@ describe("a turn that ends in a provider error leaves a usable session", () => {
 
   it("answers the next prompt after a step aborted in the middle of a thinking block (no signature yet)", async () => {
     const before = claude.requests.length;
-    // 150 ms between events: each delta is stored as it arrives (snapshots at most every 100 ms).
+    // The stream hangs after the deltas: the stored text catches up within one snapshot interval.
     claude.push(
-      { kind: "stream", blocks: [{ thinking: "Let me think about", cut: true }], delayMs: 150 },
+      { kind: "stream", blocks: [{ thinking: "Let me think about", cut: true }] },
       { kind: "stream", blocks: [{ thinking: "Short." }, { text: "Answer." }] },
     );
     const sessionId = await newSession();
