@@ -21,10 +21,10 @@ afterAll(async () => {
 });
 
 /** The first `count` events of `sessionId`'s feed from seq 0, then ends the feed. */
-async function firstEvents(sessionId: string, count: number): Promise<SessionEvent[]> {
+async function firstEvents(sessionId: string, count: number, db = t.ledger.deps.db): Promise<SessionEvent[]> {
   const stop = new AbortController();
   const events: SessionEvent[] = [];
-  for await (const event of followSession(t.ledger.deps, sessionId, 0n, stop.signal)) {
+  for await (const event of followSession({ ...t.ledger.deps, db }, sessionId, 0n, stop.signal)) {
     events.push(event);
     if (events.length === count) break;
   }
@@ -68,6 +68,29 @@ describe("followSession reading a page", () => {
     const again = await firstEvents(sessionId, end);
     expect(again.map((e) => e.seq)).toEqual(held.map((e) => e.seq));
     expect(again[i]).toBe(held[i]);
+  });
+});
+
+describe("followSession: feeds replaying together", () => {
+  it("read each large event's data once between them: 8 feeds from seq 0 started at once", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    for (let i = 0; i < 5; i++)
+      await t.client.prompt({ sessionId, noReply: true, parts: [text(`${i}`.repeat(SHARED_EVENT_BYTES + 1000))] });
+    const end = await lastSeq(t.ledger.database.db, sessionId);
+    // The rows of large events that came back with their data, counted where the database answers.
+    let decoded = 0;
+    const counting = t.ledger.deps.db.withPlugin({
+      transformQuery: (args) => args.node,
+      transformResult: async (args) => {
+        for (const row of args.result.rows as Array<{ data?: unknown; bytes?: unknown }>)
+          if (row.data != null && Number(row.bytes) >= SHARED_EVENT_BYTES) decoded++;
+        return args.result;
+      },
+    });
+    const feeds = await Promise.all(Array.from({ length: 8 }, () => firstEvents(sessionId, end, counting)));
+    for (const events of feeds) expect(events.map((e) => e.seq)).toEqual(feeds[0]!.map((e) => e.seq));
+    expect(feeds[0]!.map((e) => Number(e.seq))).toEqual(Array.from({ length: end }, (_, i) => i + 1));
+    expect(decoded).toBe(5);
   });
 });
 
