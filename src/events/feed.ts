@@ -83,9 +83,11 @@ export async function* followSession(
         let page: EventPage;
         const turn = readTurn(sessionId);
         try {
-          // After the reads of this session that other feeds started before: the large events
-          // they read and still hold are named as known, and not read again.
-          await turn.earlier;
+          // A replay's first page, or the page after a large event, is read after the reads of
+          // this session that other feeds started before: the large events they read and still
+          // hold are named as known, and not read again. Other reads (a live feed filling a gap
+          // of small events after a hint, as many watchers do at once) do not wait.
+          if (first || largeLast) await turn.earlier;
           const known = heldAfter(sessionId, last);
           if (first) {
             first = false;
@@ -230,10 +232,10 @@ const lastRead = new Map<string, Promise<void>>();
 /**
  * A feed's turn to read a page of `sessionId`: `earlier` settles once the reads of that session
  * that other feeds of this process started before are over (their large events are then held, so
- * `heldAfter` names them), and `done()` ends this read, successful or not. Reads of one session
- * go one after the other: feeds replaying the same log in step (clients that connected together,
- * all after seq 0) read each large event once instead of once each. A turn lasts one query, never
- * a client's read. Measured (8 `WatchSession` replays of 80 stored 1 MB prompts on a just-started
+ * `heldAfter` names them), and `done()` ends this read, successful or not. The reads that wait for
+ * it (a replay's first page, the page after a large event) go one after the other: feeds replaying
+ * the same log in step (clients that connected together, all after seq 0) read each large event
+ * once instead of once each. A turn lasts one query, never a client's read. Measured (8 `WatchSession` replays of 80 stored 1 MB prompts on a just-started
  * server, 2026-12-04): 240 large rows read and decoded for 80 events, RSS +82 to +106 MB.
  */
 function readTurn(sessionId: string): { earlier: Promise<void>; done(): void } {
