@@ -207,6 +207,9 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
                   }),
                 });
           const value = part.kind.value as TextPart | ReasoningPart;
+          // A block started again under the same id replaces the open one: its trailing snapshot is not left to fire.
+          const replaced = streaming.get(event.id);
+          if (replaced) await settled(replaced);
           const saved = await ledger.savePart(part);
           streaming.set(event.id, { part, value, raw: "", seq: saved.seq, storedAt: Date.now(), length: 0 });
           result.produced = true;
@@ -325,10 +328,11 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
     result.error ??= error;
   } finally {
     detach?.();
+    // No trailing snapshot may fire once the step is over, whatever the writes below do.
+    for (const open of streaming.values()) clearTimeout(open.timer);
     for (const callId of [...progressTimers.keys()]) await settleProgress(callId);
     for (const open of streaming.values()) {
-      // A trailing snapshot that failed only means this write of the whole text is the first since.
-      await settled(open).catch(() => undefined);
+      await settled(open);
       // Cut off before its end: the provider never finished this item, so its state is not kept.
       open.value.metadata = undefined;
       await finishStreaming(ledger, open);
@@ -389,17 +393,22 @@ async function recordPatch(
 /**
  * Stores the text that arrived since the last snapshot once `SNAPSHOT_INTERVAL_MS` has passed,
  * without waiting for another delta: a model that goes quiet mid-block (thinking, a stalled
- * connection) leaves the stored part at most one interval behind its live deltas. A failure is
- * kept on `open.writing` and raised where the processor next waits for it.
+ * connection) has the write of its stored part started at most one interval after its last
+ * delta. A failed write is logged and fails nothing: it changes neither the part's stored seq nor
+ * its length, so the next write (a snapshot, or the block's end) stores the whole text again.
  */
 function trailingSnapshot(ledger: SessionLedger, open: Streaming): void {
   open.timer = undefined;
-  const writing = snapshot(ledger, open);
-  writing.catch(() => undefined);
-  open.writing = writing;
+  open.writing = snapshot(ledger, open).catch((error: unknown) =>
+    logger.warn("could not store a streaming part's snapshot; its next write stores the whole text", {
+      session_id: open.part.sessionId,
+      part_id: open.part.id,
+      error,
+    }),
+  );
 }
 
-/** Waits for a trailing snapshot in flight, rethrowing its failure (once). */
+/** Waits for a trailing snapshot in flight (it never rejects). */
 async function written(open: Streaming): Promise<void> {
   const writing = open.writing;
   open.writing = undefined;

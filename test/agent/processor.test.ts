@@ -14,6 +14,13 @@ import {
   NO_RETRY,
 } from "../support/mock-models.js";
 import { text } from "../support/prompt.js";
+import { create } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { MessageSchema } from "../../gen/ledger/v1/message_pb.js";
+import type { LoopEvent } from "../../src/agent/ai-sdk-events.js";
+import { processStep } from "../../src/agent/processor.js";
+import { newId } from "../../src/ids.js";
+import { sessionLedger, type SessionLedger } from "../../src/ledger/session-ledger.js";
 import { assistantOf, storedMessages } from "../support/stored.js";
 import { waitFor } from "../support/wait.js";
 
@@ -108,6 +115,46 @@ describe("snapshots of a streaming block", () => {
     const parts = (await storedMessages(t.client, sessionId))[1]!.parts;
     expect(parts.map((p) => p.kind.case)).toEqual(["stepStart", "reasoning"]);
     const reasoning = parts[1]!.kind.value as ReasoningPart;
+    expect(reasoning.text).toBe("Let me think");
+    expect(reasoning.time?.end).toBeDefined();
+  });
+});
+
+describe("a trailing snapshot whose write fails", () => {
+  it("fails nothing: the next write stores the whole text, and the block ends with time.end (the review of 2026-12-04)", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const real = sessionLedger(t.ledger.deps, sessionId);
+    const messageId = newId("msg");
+    await real.addMessage(
+      create(MessageSchema, {
+        kind: {
+          case: "assistant",
+          value: { id: messageId, sessionId, agent: "build", path: { cwd: t.dir, root: t.dir }, time: { created: timestampNow() } },
+        },
+      }),
+    );
+    // The real ledger, whose second part write (the trailing snapshot's) fails once, as a dropped connection would.
+    let writes = 0;
+    const ledger: SessionLedger = {
+      ...real,
+      savePart: async (part) => {
+        if (++writes === 2) throw new Error("connection terminated unexpectedly");
+        return real.savePart(part);
+      },
+    };
+    async function* events(): AsyncGenerator<LoopEvent> {
+      yield { type: "reasoning-start", id: "r1" };
+      yield { type: "reasoning-delta", id: "r1", text: "Let me " };
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      yield { type: "reasoning-delta", id: "r1", text: "think" };
+      yield { type: "reasoning-end", id: "r1" };
+    }
+    const result = await processStep({ ledger, sessionId, messageId, cost: () => 0 }, events());
+    expect(writes).toBeGreaterThanOrEqual(3);
+    expect(result.error).toBeUndefined();
+    const parts = (await storedMessages(t.client, sessionId))[0]!.parts;
+    expect(parts.map((p) => p.kind.case)).toEqual(["reasoning"]);
+    const reasoning = parts[0]!.kind.value as ReasoningPart;
     expect(reasoning.text).toBe("Let me think");
     expect(reasoning.time?.end).toBeDefined();
   });
