@@ -81,13 +81,16 @@ export async function* followSession(
         if (signal?.aborted) return;
         if (largeLast && !(ahead = await largeWrites.acquire(signal))) return;
         let page: EventPage;
-        const turn = readTurn(sessionId);
+        const turn = readTurn(sessionId, last);
         try {
           // A replay's first page, or the page after a large event, is read after the reads of
           // this session that other feeds started before: the large events they read and still
           // hold are named as known, and not read again. Other reads (a live feed filling a gap
           // of small events after a hint, as many watchers do at once) do not wait.
-          if (first || largeLast) await turn.earlier;
+          if (first || largeLast) {
+            await untilAborted(turn.earlier, signal);
+            if (signal?.aborted) return;
+          }
           const known = heldAfter(sessionId, last);
           if (first) {
             first = false;
@@ -226,32 +229,51 @@ const forget = new FinalizationRegistry<{ sessionId: string; seq: bigint }>(({ s
   if (events?.size === 0) held.delete(sessionId);
 });
 
-/** The last page read of each session that a feed of this process started: it settles once that read and every earlier one are over. */
-const lastRead = new Map<string, Promise<void>>();
+/** The page reads in flight of each session, by the feeds of this process: what each read after, and when it is over. */
+const reading = new Map<string, Set<{ after: bigint; over: Promise<void> }>>();
 
 /**
- * A feed's turn to read a page of `sessionId`: `earlier` settles once the reads of that session
- * that other feeds of this process started before are over (their large events are then held, so
- * `heldAfter` names them), and `done()` ends this read, successful or not. The reads that wait for
- * it (a replay's first page, the page after a large event) go one after the other: feeds replaying
- * the same log in step (clients that connected together, all after seq 0) read each large event
- * once instead of once each. A turn lasts one query, never a client's read. Measured (8 `WatchSession` replays of 80 stored 1 MB prompts on a just-started
- * server, 2026-12-04): 240 large rows read and decoded for 80 events, RSS +82 to +106 MB.
+ * A feed's turn to read the page of `sessionId` after seq `after`: `earlier` settles once the
+ * reads of that session in flight that may hold some of the same events (after a seq less than a
+ * page's rows away) are over, their large events then held, so `heldAfter` names them; `done()`
+ * ends this read, successful or not. The reads that wait (a replay's first page, the page after a
+ * large event) thus go one after the other where they meet: feeds replaying the same log in step
+ * (clients that connected together, all after seq 0) read each large event once instead of once
+ * each, and a read far from them in the log does not wait. A turn lasts one query, never a
+ * client's read. Measured (8 `WatchSession` replays of 80 stored 1 MB prompts on a just-started
+ * server, 2026-12-04): without turns, 240 large rows read and decoded for the 80 events; with
+ * them, 80.
  */
-function readTurn(sessionId: string): { earlier: Promise<void>; done(): void } {
-  const earlier = lastRead.get(sessionId) ?? Promise.resolve();
-  let over!: () => void;
-  const mine = Promise.all([earlier, new Promise<void>((resolve) => (over = resolve))]).then(() => undefined);
-  lastRead.set(sessionId, mine);
+function readTurn(sessionId: string, after: bigint): { earlier: Promise<unknown>; done(): void } {
+  let turns = reading.get(sessionId);
+  if (!turns) reading.set(sessionId, (turns = new Set()));
+  const span = BigInt(REPLAY_PAGE.rows);
+  const earlier = Promise.all([...turns].filter((t) => t.after > after - span && t.after < after + span).map((t) => t.over));
+  let end!: () => void;
+  const turn = { after, over: new Promise<void>((resolve) => (end = resolve)) };
+  turns.add(turn);
   return {
     earlier,
     done() {
-      over();
-      void mine.then(() => {
-        if (lastRead.get(sessionId) === mine) lastRead.delete(sessionId);
-      });
+      end();
+      turns.delete(turn);
+      if (turns.size === 0 && reading.get(sessionId) === turns) reading.delete(sessionId);
     },
   };
+}
+
+/** Settles when `promise` does, or as soon as `signal` aborts (never rejects). */
+async function untilAborted(promise: Promise<unknown>, signal: AbortSignal | undefined): Promise<void> {
+  if (!signal) return void (await promise);
+  if (signal.aborted) return;
+  let stop!: () => void;
+  const aborted = new Promise<void>((resolve) => (stop = resolve));
+  signal.addEventListener("abort", stop, { once: true });
+  try {
+    await Promise.race([promise, aborted]);
+  } finally {
+    signal.removeEventListener("abort", stop);
+  }
 }
 
 /** At most this many held events are named to one page query (a page holds at most 4 shared events: 256 KiB / 64 KiB). */

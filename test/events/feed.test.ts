@@ -7,6 +7,7 @@ import { followSession, SHARED_EVENT_BYTES } from "../../src/events/feed.js";
 import { watchSession } from "../../src/ledger/watch.js";
 import { startTestLedger, type TestLedger } from "../support/ledger.js";
 import { text } from "../support/prompt.js";
+import { TEST_ENGINE } from "../support/db.js";
 import { lastSeq } from "../support/stored.js";
 
 // Issue 11, item 3: feeds replaying the same large stored events hold one copy of each between
@@ -91,6 +92,57 @@ describe("followSession: feeds replaying together", () => {
     for (const events of feeds) expect(events.map((e) => e.seq)).toEqual(feeds[0]!.map((e) => e.seq));
     expect(feeds[0]!.map((e) => Number(e.seq))).toEqual(Array.from({ length: end }, (_, i) => i + 1));
     expect(decoded).toBe(5);
+  });
+});
+
+describe("followSession: a read turn is always given back", () => {
+  it("a feed whose first page is refused (checkBounds throws) does not hold up the next feed of the session", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    await t.client.prompt({ sessionId, noReply: true, parts: [text("z".repeat(SHARED_EVENT_BYTES + 1000))] });
+    const end = await lastSeq(t.ledger.database.db, sessionId);
+    const refused = (async () => {
+      for await (const _ of followSession(t.ledger.deps, sessionId, 0n, undefined, {
+        checkBounds: () => {
+          throw new Error("refused");
+        },
+      }));
+    })();
+    await expect(refused).rejects.toThrow("refused");
+    expect((await firstEvents(sessionId, end)).map((e) => Number(e.seq))).toEqual(Array.from({ length: end }, (_, i) => i + 1));
+  });
+
+  // Postgres only: a table lock in another transaction holds the first feed's read (PGlite has one connection).
+  it.skipIf(TEST_ENGINE !== "postgres")("a feed whose signal fires while it waits for another feed's read stops at once", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    await t.client.prompt({ sessionId, noReply: true, parts: [text("w".repeat(SHARED_EVENT_BYTES + 1000))] });
+    let release!: () => void;
+    let locked!: () => void;
+    const isLocked = new Promise<void>((resolve) => (locked = resolve));
+    const lock = t.ledger.database.db.transaction().execute(async (trx) => {
+      await sql`lock table session_event in access exclusive mode`.execute(trx);
+      locked();
+      await new Promise<void>((resolve) => (release = resolve));
+    });
+    await isLocked;
+    // The first feed's first page read waits for the lock; the second feed waits for that read.
+    const first = followSession(t.ledger.deps, sessionId, 0n, new AbortController().signal);
+    const firstEvent = first.next();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const stop = new AbortController();
+    const second = followSession(t.ledger.deps, sessionId, 0n, stop.signal);
+    const secondEvent = second.next();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    stop.abort();
+    // It ends while the first read is still held, not once that read is over.
+    const ended = await Promise.race([
+      secondEvent.then((r) => r.done),
+      new Promise((resolve) => setTimeout(() => resolve("still waiting"), 2_000)),
+    ]);
+    release();
+    await lock;
+    expect(ended).toBe(true);
+    expect((await firstEvent).value?.seq).toBe(1n);
+    await first.return(undefined);
   });
 });
 
