@@ -207,9 +207,15 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
                   }),
                 });
           const value = part.kind.value as TextPart | ReasoningPart;
-          // A block started again under the same id replaces the open one: its trailing snapshot is not left to fire.
+          // A block started again under the same id replaces the open one, which ends as a block cut
+          // off does (its text kept, its provider state dropped), not left half-stored.
           const replaced = streaming.get(event.id);
-          if (replaced) await settled(replaced);
+          if (replaced) {
+            streaming.delete(event.id);
+            await settled(replaced);
+            replaced.value.metadata = undefined;
+            await finishStreaming(ledger, replaced);
+          }
           const saved = await ledger.savePart(part);
           streaming.set(event.id, { part, value, raw: "", seq: saved.seq, storedAt: Date.now(), length: 0 });
           result.produced = true;
@@ -331,11 +337,14 @@ export async function processStep(target: StepTarget, events: AsyncIterable<Loop
     // No trailing snapshot may fire once the step is over, whatever the writes below do.
     for (const open of streaming.values()) clearTimeout(open.timer);
     for (const callId of [...progressTimers.keys()]) await settleProgress(callId);
+    for (const open of streaming.values()) await settled(open);
     for (const open of streaming.values()) {
-      await settled(open);
       // Cut off before its end: the provider never finished this item, so its state is not kept.
       open.value.metadata = undefined;
-      await finishStreaming(ledger, open);
+      // One block's failed write does not leave the others (and the tools below) unfinished.
+      await finishStreaming(ledger, open).catch((error: unknown) => {
+        result.error ??= error;
+      });
     }
     const why = result.aborted ? "aborted" : "Tool execution was interrupted";
     for (const tool of tools.values()) {

@@ -159,3 +159,33 @@ describe("a trailing snapshot whose write fails", () => {
     expect(reasoning.time?.end).toBeDefined();
   });
 });
+
+describe("a block started again under the same id", () => {
+  it("ends the open one with the text it had (and time.end, without provider state), then streams the new one (the review of 2026-12-04)", async () => {
+    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+    const ledger = sessionLedger(t.ledger.deps, sessionId);
+    const messageId = newId("msg");
+    await ledger.addMessage(
+      create(MessageSchema, {
+        kind: {
+          case: "assistant",
+          value: { id: messageId, sessionId, agent: "build", path: { cwd: t.dir, root: t.dir }, time: { created: timestampNow() } },
+        },
+      }),
+    );
+    async function* events(): AsyncGenerator<LoopEvent> {
+      yield { type: "reasoning-start", id: "r1", metadata: { mock: { signature: "s1" } } };
+      yield { type: "reasoning-delta", id: "r1", text: "first" };
+      yield { type: "reasoning-start", id: "r1" };
+      yield { type: "reasoning-delta", id: "r1", text: "second" };
+      yield { type: "reasoning-end", id: "r1" };
+    }
+    const result = await processStep({ ledger, sessionId, messageId, cost: () => 0 }, events());
+    expect(result.error).toBeUndefined();
+    const parts = (await storedMessages(t.client, sessionId))[0]!.parts.map((p) => p.kind.value as ReasoningPart);
+    expect(parts.map((p) => [p.text, p.time?.end !== undefined, p.metadata])).toEqual([
+      ["first", true, undefined],
+      ["second", true, undefined],
+    ]);
+  });
+});

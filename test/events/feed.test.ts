@@ -126,23 +126,28 @@ describe("followSession: a read turn is always given back", () => {
     await isLocked;
     // The first feed's first page read waits for the lock; the second feed waits for that read.
     const first = followSession(t.ledger.deps, sessionId, 0n, new AbortController().signal);
-    const firstEvent = first.next();
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    const stop = new AbortController();
-    const second = followSession(t.ledger.deps, sessionId, 0n, stop.signal);
-    const secondEvent = second.next();
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    stop.abort();
-    // It ends while the first read is still held, not once that read is over.
-    const ended = await Promise.race([
-      secondEvent.then((r) => r.done),
-      new Promise((resolve) => setTimeout(() => resolve("still waiting"), 2_000)),
-    ]);
-    release();
-    await lock;
+    let ended: unknown;
+    try {
+      const firstEvent = first.next();
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const stop = new AbortController();
+      const second = followSession(t.ledger.deps, sessionId, 0n, stop.signal);
+      const secondEvent = second.next();
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      stop.abort();
+      // It ends while the first read is still held, not once that read is over.
+      ended = await Promise.race([
+        secondEvent.then((r) => r.done),
+        new Promise((resolve) => setTimeout(() => resolve("still waiting"), 2_000)),
+      ]);
+      release();
+      expect((await firstEvent).value?.seq).toBe(1n);
+    } finally {
+      release();
+      await lock;
+      await first.return(undefined);
+    }
     expect(ended).toBe(true);
-    expect((await firstEvent).value?.seq).toBe(1n);
-    await first.return(undefined);
   });
 });
 
