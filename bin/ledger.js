@@ -7,12 +7,13 @@ import v8 from "node:v8";
 
 // V8's young generation stays at its initial size (two 1 MB semi-spaces) unless the operator sized
 // it (--max-semi-space-size on node's command line or in NODE_OPTIONS; --min-semi-space-size or
-// --semi-space-growth-factor on the command line, as NODE_OPTIONS allows neither). Set before the rest loads: a replay of large stored events keeps each
-// event's text (about 1 MB) alive while it is written, so V8 would see most young objects survive
-// and double the young generation up to 16 MB semi-spaces, and a larger young generation also lets
-// more garbage ArrayBuffers wait for a collection. docs/streams-and-replicas.md, "Replay with
-// bounded memory", has the measurements. --semi-space-growth-factor is read each time the young
-// generation would grow, so setting it here takes effect (--max-semi-space-size is read once, at start).
+// --semi-space-growth-factor on the command line, as NODE_OPTIONS allows neither). Set before the
+// rest loads: a replay of large stored events keeps each event's text (about 1 MB) alive while it
+// is written, so V8 would see most young objects survive and double the young generation up to
+// 16 MB semi-spaces, and a larger young generation also lets more garbage ArrayBuffers wait for a
+// collection. docs/streams-and-replicas.md, "Replay with bounded memory", has the measurements.
+// --semi-space-growth-factor is read each time the young generation would grow, so setting it here
+// takes effect (--max-semi-space-size is read once, at start).
 const youngGenerationFlags = /--(max|min)[-_]semi[-_]space[-_]size|--semi[-_]space[-_]growth[-_]factor/;
 if (![...process.execArgv, process.env.NODE_OPTIONS ?? ""].some((arg) => youngGenerationFlags.test(arg))) {
   v8.setFlagsFromString("--semi-space-growth-factor=1");

@@ -129,8 +129,8 @@ interface Streaming {
 /**
  * Writes one model step into the ledger as it streams (OpenCode `SessionProcessor`): a
  * `step_start` part when the provider starts the step (a request refused up front writes none); `text`/`reasoning` parts created on start, extended by live `part_delta`
- * events and stored in full at most every `SNAPSHOT_INTERVAL_MS`, at most one interval after their
- * latest delta (even while the model is silent), and at their end; `tool` parts
+ * events and stored in full at most every `SNAPSHOT_INTERVAL_MS` (a write started at most one
+ * interval after their latest delta, even while the model is silent) and at their end; `tool` parts
  * moving pending → running → completed | error; and a `step_finish` part with reason, tokens and
  * cost. Whatever way the stream ends (finish, error, abort, a thrown iterator), open text parts
  * keep what they have and get `time.end`, and unfinished tool parts end in `error`.

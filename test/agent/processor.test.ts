@@ -120,19 +120,25 @@ describe("snapshots of a streaming block", () => {
   });
 });
 
+/** A new session with an open assistant message, for driving processStep directly: its ledger and ids. */
+async function openAnswer(): Promise<{ sessionId: string; ledger: SessionLedger; messageId: string }> {
+  const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
+  const ledger = sessionLedger(t.ledger.deps, sessionId);
+  const messageId = newId("msg");
+  await ledger.addMessage(
+    create(MessageSchema, {
+      kind: {
+        case: "assistant",
+        value: { id: messageId, sessionId, agent: "build", path: { cwd: t.dir, root: t.dir }, time: { created: timestampNow() } },
+      },
+    }),
+  );
+  return { sessionId, ledger, messageId };
+}
+
 describe("a trailing snapshot whose write fails", () => {
   it("fails nothing: the next write stores the whole text, and the block ends with time.end (the review of 2026-12-04)", async () => {
-    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const real = sessionLedger(t.ledger.deps, sessionId);
-    const messageId = newId("msg");
-    await real.addMessage(
-      create(MessageSchema, {
-        kind: {
-          case: "assistant",
-          value: { id: messageId, sessionId, agent: "build", path: { cwd: t.dir, root: t.dir }, time: { created: timestampNow() } },
-        },
-      }),
-    );
+    const { sessionId, ledger: real, messageId } = await openAnswer();
     // The real ledger, whose second part write (the trailing snapshot's) fails once, as a dropped connection would.
     let writes = 0;
     const ledger: SessionLedger = {
@@ -162,17 +168,7 @@ describe("a trailing snapshot whose write fails", () => {
 
 describe("a block started again under the same id", () => {
   it("ends the open one with the text it had (and time.end, without provider state), then streams the new one (the review of 2026-12-04)", async () => {
-    const sessionId = (await t.client.createSession({ directory: t.dir })).session!.id;
-    const ledger = sessionLedger(t.ledger.deps, sessionId);
-    const messageId = newId("msg");
-    await ledger.addMessage(
-      create(MessageSchema, {
-        kind: {
-          case: "assistant",
-          value: { id: messageId, sessionId, agent: "build", path: { cwd: t.dir, root: t.dir }, time: { created: timestampNow() } },
-        },
-      }),
-    );
+    const { sessionId, ledger, messageId } = await openAnswer();
     async function* events(): AsyncGenerator<LoopEvent> {
       yield { type: "reasoning-start", id: "r1", metadata: { mock: { signature: "s1" } } };
       yield { type: "reasoning-delta", id: "r1", text: "first" };
