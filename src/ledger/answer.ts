@@ -79,7 +79,7 @@ export async function* answerEvents(deps: LedgerDeps, stored: StoredPrompt, sign
   const answer = await startAnswer(deps, stored);
   if ("error" in answer) throw answer.error;
   const sessionId = stored.message.message!.kind.value!.sessionId;
-  if (answer.ran) yield* untilAnswered(deps, sessionId, answer.userId, answer.after, answer.ran, signal, UNCAPPED);
+  if (answer.ran) yield* untilAnswered(deps, sessionId, answer.userId, answer.after, answer.ran, signal, { caps: UNCAPPED });
 }
 
 /** No buffer cap: for readers in this process that never stall. */
@@ -133,8 +133,7 @@ export async function* untilAnswered(
   after: bigint,
   ran: Promise<void>,
   signal?: AbortSignal,
-  caps: BufferCaps = bufferCaps(deps.config.limits),
-  stale?: string,
+  { caps = bufferCaps(deps.config.limits), stale }: { caps?: BufferCaps; stale?: string } = {},
 ): AsyncGenerator<SessionEvent> {
   const stop = new AbortController();
   let answered = false;

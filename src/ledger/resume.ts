@@ -1,6 +1,5 @@
 import type { SessionEvent } from "../../gen/ledger/v1/event_pb.js";
 import { PreconditionError, SessionNotFoundError } from "../errors.js";
-import { bufferCaps } from "../events/feed.js";
 import { getLastPromptId } from "../storage/message-store.js";
 import { listPartRows, rowToPart } from "../storage/part-store.js";
 import { getSessionRow, rowToSession, sessionExists } from "../storage/session-store.js";
@@ -76,16 +75,7 @@ export async function* resumeSession(deps: LedgerDeps, sessionId: string, signal
   // (recovery): that close-out is not the answer the client resumes for (a trial, 2026-12-04:
   // the stream ended OK with it, and the rerun went on unseen).
   const stale = last && !last.time?.completed ? last.id : undefined;
-  yield* untilAnswered(
-    deps,
-    sessionId,
-    userId,
-    BigInt(row.last_seq),
-    replier.run(sessionId, { resume: userId }),
-    signal,
-    bufferCaps(deps.config.limits),
-    stale,
-  );
+  yield* untilAnswered(deps, sessionId, userId, BigInt(row.last_seq), replier.run(sessionId, { resume: userId }), signal, { stale });
 }
 
 /**
